@@ -1,0 +1,94 @@
+/* hattn -- FlashAttention-3-style attention for NVIDIA Hopper (sm_90a). Public C API.
+ *
+ * Tensors use the layout [batch, seqlen, heads, head_dim] with arbitrary batch / seq / head
+ * strides (in elements) and a contiguous head_dim. Every entry point validates its input
+ * before launching anything: on a non-success status nothing is launched and nothing is
+ * written. Thread-safe: the library holds no mutable global state.
+ */
+#ifndef HATTN_H_
+#define HATTN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hattn_status {
+    HATTN_SUCCESS = 0,
+    HATTN_ERROR_NULL_PARAMS,           /* the params pointer itself is NULL */
+    HATTN_ERROR_NULL_POINTER,          /* q, k, v or o is NULL */
+    HATTN_ERROR_MISALIGNED,            /* a base pointer or stride breaks TMA's 16-byte rule */
+    HATTN_ERROR_UNSUPPORTED_HEAD_DIM,  /* head_dim not in {64, 128, 256} */
+    HATTN_ERROR_UNSUPPORTED_DTYPE,     /* dtype not bf16 / fp16 */
+    HATTN_ERROR_INVALID_SIZE,          /* a non-positive batch, heads or seqlen */
+    HATTN_ERROR_INVALID_STRIDE,        /* a non-positive or overlapping stride */
+    HATTN_ERROR_HEADS_NOT_DIVISIBLE,   /* heads_q is not a multiple of heads_kv (GQA/MQA) */
+    HATTN_ERROR_SIZE_OVERFLOW,         /* a size or offset exceeds what TMA or int32 indexing holds */
+    HATTN_ERROR_INVALID_SCALE,         /* softmax_scale is negative, NaN or infinite */
+    HATTN_ERROR_INVALID_FLAGS,         /* unknown flag bits, or a variant not built for this shape */
+    HATTN_ERROR_UNSUPPORTED_DEVICE,    /* the current device is not compute capability 9.0 */
+    HATTN_ERROR_CUDA                   /* a CUDA runtime/driver call failed */
+} hattn_status;
+
+typedef enum hattn_dtype {
+    HATTN_DTYPE_BF16 = 0,
+    HATTN_DTYPE_FP16 = 1
+} hattn_dtype;
+
+/* Variant flags (for ablation studies; 0 = the fastest schedule). */
+enum {
+    HATTN_FWD_NO_PINGPONG = 1u << 0,       /* consumer warpgroups do not take turns on the tensor cores */
+    HATTN_FWD_NO_INTRA_WG_OVERLAP = 1u << 1 /* no 2-stage GEMM/softmax pipelining inside a warpgroup */
+};
+
+typedef struct hattn_fwd_params {
+    const void* q;   /* [batch, seqlen_q, heads_q,  head_dim] */
+    const void* k;   /* [batch, seqlen_k, heads_kv, head_dim] */
+    const void* v;   /* [batch, seqlen_k, heads_kv, head_dim] */
+    void* o;         /* [batch, seqlen_q, heads_q,  head_dim], same dtype as q */
+    float* lse;      /* optional (NULL to skip): [batch, heads_q, seqlen_q] fp32, natural log */
+
+    int batch;
+    int heads_q;
+    int heads_kv;    /* heads_q % heads_kv == 0 (1 = MQA, heads_q = MHA) */
+    int seqlen_q;
+    int seqlen_k;
+    int head_dim;    /* 64, 128 or 256 */
+
+    /* Strides in elements. head_dim is contiguous (stride 1). */
+    int64_t q_batch_stride, q_seq_stride, q_head_stride;
+    int64_t k_batch_stride, k_seq_stride, k_head_stride;
+    int64_t v_batch_stride, v_seq_stride, v_head_stride;
+    int64_t o_batch_stride, o_seq_stride, o_head_stride;
+
+    hattn_dtype dtype;
+    float softmax_scale; /* 0 selects the default 1/sqrt(head_dim) */
+    int causal;          /* 1: key j is visible to query i iff j <= i + seqlen_k - seqlen_q (bottom-right) */
+    unsigned flags;      /* HATTN_FWD_* variant bits, 0 by default */
+} hattn_fwd_params;
+
+/* Fill params for contiguous [b, s, h, d] tensors (strides derived from the sizes), the
+ * default scale, no causal mask and no LSE. Returns params with everything else zeroed. */
+hattn_fwd_params hattn_fwd_params_contiguous(const void* q, const void* k, const void* v, void* o,
+                                             int batch, int heads_q, int heads_kv, int seqlen_q,
+                                             int seqlen_k, int head_dim, hattn_dtype dtype);
+
+/* Check params without launching. On failure, writes a message naming the bad argument to
+ * msg (if msg != NULL and msg_len > 0, always NUL-terminated). Touches no device state. */
+hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_t msg_len);
+
+/* Forward attention on `stream`: O = softmax(scale * Q K^T + mask) V, and LSE if requested. */
+hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream);
+
+/* A static, human-readable description of a status. */
+const char* hattn_status_string(hattn_status status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HATTN_H_ */

@@ -1,0 +1,49 @@
+// hattn/ptx/convert.cuh -- packing conversions from f32 pairs to 16-bit and 8-bit pairs.
+//
+// Convention: the first argument lands in the LOW half of the result (lower address when
+// stored), matching how wgmma register fragments hold consecutive columns.
+#pragma once
+
+#include "common.cuh"
+
+namespace hattn::ptx {
+
+// PTX ISA 9.7.9.21 cvt.rn.bf16x2.f32: d = {hi: b, lo: a}
+__device__ __forceinline__ uint32_t cvt_rn_bf16x2_f32(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// PTX ISA 9.7.9.21 cvt.rn.f16x2.f32
+__device__ __forceinline__ uint32_t cvt_rn_f16x2_f32(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// PTX ISA 9.7.9.21 cvt.rn.satfinite.e4m3x2.f32: two e4m3 bytes in the low 16 bits.
+__device__ __forceinline__ uint16_t cvt_rn_satfinite_e4m3x2_f32(float lo, float hi) {
+    uint16_t d;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// PTX ISA 9.7.9.21 cvt.rn.satfinite.e5m2x2.f32
+__device__ __forceinline__ uint16_t cvt_rn_satfinite_e5m2x2_f32(float lo, float hi) {
+    uint16_t d;
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// 16-bit pair packer chosen by element type (bf16 or f16), for templated kernels.
+template <bool kIsBf16>
+__device__ __forceinline__ uint32_t pack_f32x2(float lo, float hi) {
+    if constexpr (kIsBf16) {
+        return cvt_rn_bf16x2_f32(lo, hi);
+    } else {
+        return cvt_rn_f16x2_f32(lo, hi);
+    }
+}
+
+}  // namespace hattn::ptx

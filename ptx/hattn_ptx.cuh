@@ -1,0 +1,13 @@
+// hattn/ptx/hattn_ptx.cuh -- the whole PTX layer in one include.
+#pragma once
+
+#include "barrier.cuh"
+#include "common.cuh"
+#include "convert.cuh"
+#include "fence.cuh"
+#include "ldst.cuh"
+#include "mbarrier.cuh"
+#include "mufu.cuh"
+#include "tma.cuh"
+#include "warp.cuh"
+#include "wgmma.cuh"

@@ -1,0 +1,164 @@
+// hattn/src/host/tensor_map.h -- building CUtensorMap descriptors for TMA, validated first.
+// Header-only so the vendorable single-file kernel can carry it.
+//
+// cuTensorMapEncodeTiled is a driver API entry point; we fetch it at run time through
+// cudaGetDriverEntryPointByVersion so that nothing links against libcuda directly.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+namespace hattn::host {
+
+constexpr int kTensorMapMaxRank = 5;
+constexpr uint32_t kTmaMaxBoxDim = 256;        // per dimension, by the driver's contract
+constexpr uint64_t kTmaAlignBytes = 16;        // base address and every stride
+constexpr uint64_t kTmaMaxStrideBytes = 1ull << 40;
+constexpr uint64_t kTmaMaxDim = 1ull << 32;
+
+// A tiled tensor map request: dims and box innermost first, strides in bytes for dims 1..rank-1
+// (dim 0 is contiguous).
+struct TensorMapSpec {
+    const void* base = nullptr;
+    CUtensorMapDataType dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    int rank = 0;
+    uint64_t dims[kTensorMapMaxRank] = {};
+    uint64_t strides_bytes[kTensorMapMaxRank - 1] = {};
+    uint32_t box[kTensorMapMaxRank] = {};
+    CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+};
+
+
+inline size_t tensor_map_elem_bytes(CUtensorMapDataType dtype) {
+    switch (dtype) {
+        case CU_TENSOR_MAP_DATA_TYPE_UINT8: return 1;
+        case CU_TENSOR_MAP_DATA_TYPE_UINT16:
+        case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
+        case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: return 2;
+        case CU_TENSOR_MAP_DATA_TYPE_UINT32:
+        case CU_TENSOR_MAP_DATA_TYPE_INT32:
+        case CU_TENSOR_MAP_DATA_TYPE_FLOAT32: return 4;
+        default: return 0;
+    }
+}
+
+inline uint32_t tensor_map_swizzle_bytes(CUtensorMapSwizzle swizzle) {
+    switch (swizzle) {
+        case CU_TENSOR_MAP_SWIZZLE_32B: return 32;
+        case CU_TENSOR_MAP_SWIZZLE_64B: return 64;
+        case CU_TENSOR_MAP_SWIZZLE_128B: return 128;
+        default: return 0;
+    }
+}
+
+inline std::string validate_tensor_map(const TensorMapSpec& spec) {
+    std::ostringstream err;
+    if (spec.rank < 1 || spec.rank > kTensorMapMaxRank) {
+        err << "rank " << spec.rank << " is outside [1, " << kTensorMapMaxRank << "]";
+        return err.str();
+    }
+    const size_t elem = tensor_map_elem_bytes(spec.dtype);
+    if (elem == 0) return "dtype is not one of the element types hattn encodes";
+    if (spec.base == nullptr) return "base address is null";
+    if (reinterpret_cast<uintptr_t>(spec.base) % kTmaAlignBytes != 0) {
+        err << "base address " << spec.base << " is not " << kTmaAlignBytes << "-byte aligned";
+        return err.str();
+    }
+    for (int i = 0; i < spec.rank; ++i) {
+        if (spec.dims[i] == 0 || spec.dims[i] > kTmaMaxDim) {
+            err << "dims[" << i << "] = " << spec.dims[i] << " is outside [1, 2^32]";
+            return err.str();
+        }
+        if (spec.box[i] == 0 || spec.box[i] > kTmaMaxBoxDim) {
+            err << "box[" << i << "] = " << spec.box[i] << " is outside [1, " << kTmaMaxBoxDim << "]";
+            return err.str();
+        }
+    }
+    for (int i = 0; i + 1 < spec.rank; ++i) {
+        const uint64_t s = spec.strides_bytes[i];
+        if (s % kTmaAlignBytes != 0) {
+            err << "strides_bytes[" << i << "] = " << s << " is not a multiple of " << kTmaAlignBytes;
+            return err.str();
+        }
+        if (s == 0 || s >= kTmaMaxStrideBytes) {
+            err << "strides_bytes[" << i << "] = " << s << " is outside (0, 2^40)";
+            return err.str();
+        }
+    }
+    const uint64_t inner_box_bytes = static_cast<uint64_t>(spec.box[0]) * elem;
+    if (inner_box_bytes % kTmaAlignBytes != 0) {
+        err << "inner box " << spec.box[0] << " x " << elem << " bytes is not a multiple of "
+            << kTmaAlignBytes << " bytes";
+        return err.str();
+    }
+    const uint32_t span = tensor_map_swizzle_bytes(spec.swizzle);
+    if (span != 0 && inner_box_bytes > span) {
+        err << "inner box of " << inner_box_bytes << " bytes exceeds the " << span
+            << "-byte swizzle span";
+        return err.str();
+    }
+    return {};
+}
+
+namespace detail {
+
+inline PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(std::string* error) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSymbolNotFound;
+    constexpr int kDriverApiVersion = 12000;  // the ABI version of cuTensorMapEncodeTiled we call
+    const cudaError_t rc = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, kDriverApiVersion,
+                                                            cudaEnableDefault, &query);
+    if (rc != cudaSuccess || query != cudaDriverEntryPointSuccess || fn == nullptr) {
+        if (error) {
+            *error = std::string("cuTensorMapEncodeTiled unavailable from the driver: ") + cudaGetErrorString(rc);
+        }
+        return nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+}
+
+}  // namespace detail
+
+inline bool encode_tensor_map(CUtensorMap* out, const TensorMapSpec& spec, std::string* error) {
+    if (out == nullptr) {
+        if (error) *error = "output tensor map pointer is null";
+        return false;
+    }
+    std::string msg = validate_tensor_map(spec);
+    if (!msg.empty()) {
+        if (error) *error = "tensor map: " + msg;
+        return false;
+    }
+    auto encode = detail::get_encode_fn(error);
+    if (encode == nullptr) return false;
+    cuuint64_t dims[kTensorMapMaxRank];
+    cuuint64_t strides[kTensorMapMaxRank - 1];
+    cuuint32_t box[kTensorMapMaxRank];
+    cuuint32_t elem_strides[kTensorMapMaxRank];
+    for (int i = 0; i < spec.rank; ++i) {
+        dims[i] = spec.dims[i];
+        box[i] = spec.box[i];
+        elem_strides[i] = 1;
+        if (i + 1 < spec.rank) strides[i] = spec.strides_bytes[i];
+    }
+    const CUresult rc = encode(out, spec.dtype, static_cast<cuuint32_t>(spec.rank), const_cast<void*>(spec.base), dims,
+                               strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, spec.swizzle,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (rc != CUDA_SUCCESS) {
+        if (error) {
+            std::ostringstream e;
+            e << "cuTensorMapEncodeTiled failed with CUresult " << static_cast<int>(rc);
+            *error = e.str();
+        }
+        return false;
+    }
+    return true;
+}
+
+}  // namespace hattn::host
