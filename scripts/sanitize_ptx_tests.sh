@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs every PTX wrapper test binary (build/test/ptx_*_test) under compute-sanitizer's memcheck
+# and racecheck tools on a Hopper GPU host, printing one summary line per binary and tool:
+#
+#   ptx_tma_test        memcheck   errors=0  gtest=ok
+#
+# Exit status is non-zero if any tool reports an error or any test fails under the tool.
+# Run from the repository root after `cmake -S . -B build -G Ninja && cmake --build build -j`.
+#   BUILD_DIR (default build), SANITIZER (default: compute-sanitizer from PATH or the toolkit)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || true)}
+for candidate in "${CUDA_HOME:-}/bin/compute-sanitizer" /usr/local/cuda/bin/compute-sanitizer \
+                 /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [ -n "$SANITIZER" ] && break
+  [ -x "$candidate" ] && SANITIZER=$candidate
+done
+if [ -z "$SANITIZER" ]; then
+  echo "compute-sanitizer not found (set SANITIZER=/path/to/compute-sanitizer)" >&2
+  exit 2
+fi
+
+shopt -s nullglob
+binaries=("$BUILD_DIR"/test/ptx_*_test)
+if [ ${#binaries[@]} -eq 0 ]; then
+  echo "no $BUILD_DIR/test/ptx_*_test binaries: build first" >&2
+  exit 2
+fi
+
+# A distinctive exit code tells "the sanitizer found errors" apart from "a test failed".
+readonly SANITIZER_ERROR_RC=86
+log_dir=$(mktemp -d)
+status=0
+for bin in "${binaries[@]}"; do
+  name=$(basename "$bin")
+  for tool in memcheck racecheck; do
+    log="$log_dir/$name.$tool.log"
+    "$SANITIZER" --tool "$tool" --error-exitcode "$SANITIZER_ERROR_RC" "$bin" >"$log" 2>&1
+    rc=$?
+    # memcheck ends with "ERROR SUMMARY: N errors"; racecheck with
+    # "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)" -- count E.
+    errors=$(grep -Eo 'RACECHECK SUMMARY: .*\([0-9]+ errors' "$log" | tail -1 | grep -Eo '[0-9]+ errors' | grep -Eo '[0-9]+')
+    [ -z "$errors" ] && errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
+    errors=${errors:-unknown}
+    skipped=$(grep -Ec '^\[  SKIPPED \] .*\([0-9]+ ms\)' "$log")  # per-test lines only
+    if [ "$rc" -eq 0 ]; then
+      verdict=ok
+    elif [ "$rc" -eq "$SANITIZER_ERROR_RC" ]; then
+      verdict="sanitizer-error"
+    else
+      verdict="failed(rc=$rc)"
+    fi
+    printf '%-24s %-10s errors=%-8s gtest=%s%s\n' "$name" "$tool" "$errors" "$verdict" \
+      "$([ "$skipped" -gt 0 ] && echo " (skipped tests: $skipped)")"
+    if [ "$rc" -ne 0 ] || [ "$errors" != 0 ]; then
+      status=1
+      echo "  log: $log (last lines below)"
+      tail -n 30 "$log" | sed 's/^/    /'
+    fi
+  done
+done
+[ "$status" -eq 0 ] && echo "all PTX tests clean under memcheck and racecheck" || echo "sanitizer problems found (logs in $log_dir)"
+exit "$status"
