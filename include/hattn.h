@@ -67,7 +67,7 @@ typedef struct hattn_fwd_params {
 
     hattn_dtype dtype;
     float softmax_scale; /* 0 selects the default 1/sqrt(head_dim) */
-    int causal;          /* 1: key j is visible to query i iff j <= i + seqlen_k - seqlen_q (bottom-right) */
+    int causal;          /* non-zero: key j is visible to query i iff j <= i + seqlen_k - seqlen_q (bottom-right) */
     unsigned flags;      /* HATTN_FWD_* variant bits, 0 by default */
 } hattn_fwd_params;
 
@@ -81,7 +81,12 @@ hattn_fwd_params hattn_fwd_params_contiguous(const void* q, const void* k, const
  * msg (if msg != NULL and msg_len > 0, always NUL-terminated). Touches no device state. */
 hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_t msg_len);
 
-/* Forward attention on `stream`: O = softmax(scale * Q K^T + mask) V, and LSE if requested. */
+/* Forward attention on `stream`: O = softmax(scale * Q K^T + mask) V, and LSE if requested.
+ * Validates first (same checks and order as hattn_fwd_validate) and returns before any CUDA call
+ * on failure; then requires the current device to be CC 9.0. O must not overlap q, k, v or lse
+ * (not checked). A query row that sees no key (causal with seqlen_q > seqlen_k) gets O = 0 and
+ * LSE = -inf. On HATTN_ERROR_CUDA, set the environment variable HATTN_LOG_ERRORS=1 to have the
+ * launcher's message printed to stderr. */
 hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream);
 
 /* A static, human-readable description of a status. */

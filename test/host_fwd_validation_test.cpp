@@ -1,0 +1,487 @@
+// hattn/test/host_fwd_validation_test.cpp -- hattn_fwd_validate and hattn_fwd's rejection path,
+// on the CPU (runs in CI without a GPU).
+//
+// Every rejected input is checked three ways: the status, a message that names the bad argument,
+// and that nothing happened: q/k/v/o/lse point at HOST buffers filled with a sentinel pattern
+// (validation must reject before touching them, so the pattern stays intact) and hattn_fwd must
+// return the validation status without making a CUDA call (on a machine without a GPU any CUDA
+// call fails, so reaching one would turn the status into HATTN_ERROR_CUDA; with a GPU, the CUDA
+// error state must be unchanged).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "hattn.h"
+
+namespace {
+
+constexpr size_t kMsgLen = 512;
+constexpr uint8_t kSentinel = 0xA5;
+constexpr size_t kBufferAlign = 256;  // more than TMA's 16 so that base + small offsets stay legal
+
+// A host buffer filled with the sentinel byte.
+class SentinelBuffer {
+public:
+    explicit SentinelBuffer(size_t bytes) : bytes_(bytes) {
+        const size_t rounded = (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
+        data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, rounded)));
+        std::memset(data_.get(), kSentinel, bytes_);
+    }
+    uint8_t* data() const { return data_.get(); }
+    bool intact() const {
+        for (size_t i = 0; i < bytes_; ++i) {
+            if (data_[i] != kSentinel) return false;
+        }
+        return true;
+    }
+
+private:
+    struct Free {
+        void operator()(uint8_t* p) const { std::free(p); }
+    };
+    size_t bytes_;
+    std::unique_ptr<uint8_t[], Free> data_;
+};
+
+// A small valid problem: batch 2, 8 query heads on 2 KV heads (GQA 4:1), sq 33, sk 47, d 64.
+struct Problem {
+    static constexpr int kBatch = 2, kHeadsQ = 8, kHeadsKv = 2, kSeqQ = 33, kSeqK = 47, kDim = 64;
+    static constexpr size_t kElem = 2;
+    SentinelBuffer q{kBatch * kSeqQ * kHeadsQ * kDim * kElem};
+    SentinelBuffer k{kBatch * kSeqK * kHeadsKv * kDim * kElem};
+    SentinelBuffer v{kBatch * kSeqK * kHeadsKv * kDim * kElem};
+    SentinelBuffer o{kBatch * kSeqQ * kHeadsQ * kDim * kElem};
+    SentinelBuffer lse{kBatch * kHeadsQ * kSeqQ * sizeof(float)};
+
+    hattn_fwd_params params() const {
+        hattn_fwd_params p = hattn_fwd_params_contiguous(q.data(), k.data(), v.data(), o.data(), kBatch, kHeadsQ,
+                                                         kHeadsKv, kSeqQ, kSeqK, kDim, HATTN_DTYPE_BF16);
+        p.lse = reinterpret_cast<float*>(lse.data());
+        return p;
+    }
+    bool untouched() const { return q.intact() && k.intact() && v.intact() && o.intact() && lse.intact(); }
+};
+
+std::string validate_message(const hattn_fwd_params* p, hattn_status* status) {
+    char msg[kMsgLen];
+    std::memset(msg, 'X', sizeof(msg));
+    *status = hattn_fwd_validate(p, msg, sizeof(msg));
+    EXPECT_NE(std::memchr(msg, '\0', sizeof(msg)), nullptr) << "message is not NUL-terminated";
+    return std::string(msg);
+}
+
+// A rejected input: validate's status and message, then hattn_fwd's status, and no side effects.
+void expect_rejected(const Problem& problem, const hattn_fwd_params& p, hattn_status expected,
+                     const std::vector<std::string>& message_must_contain) {
+    const cudaError_t cuda_state_before = cudaPeekAtLastError();
+
+    hattn_status status = HATTN_SUCCESS;
+    const std::string msg = validate_message(&p, &status);
+    EXPECT_EQ(status, expected) << "validate: got " << hattn_status_string(status) << " (" << msg << "), expected "
+                                << hattn_status_string(expected);
+    for (const std::string& needle : message_must_contain) {
+        EXPECT_NE(msg.find(needle), std::string::npos) << "message \"" << msg << "\" does not name \"" << needle << "\"";
+    }
+
+    // Any stream handle will do: it must never be used. A bogus one would make a CUDA call fail.
+    const cudaStream_t never_used = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0xDEAD0));
+    EXPECT_EQ(hattn_fwd(&p, never_used), expected) << "hattn_fwd must return the validation status";
+
+    EXPECT_TRUE(problem.untouched()) << "a rejected call wrote through a tensor pointer";
+    EXPECT_EQ(cudaPeekAtLastError(), cuda_state_before) << "a rejected call changed the CUDA error state";
+}
+
+void expect_accepted(const hattn_fwd_params& p) {
+    hattn_status status = HATTN_ERROR_CUDA;
+    const std::string msg = validate_message(&p, &status);
+    EXPECT_EQ(status, HATTN_SUCCESS) << hattn_status_string(status) << ": " << msg;
+}
+
+// ---- Rejections, one class at a time ---------------------------------------------------------
+
+struct RejectCase {
+    const char* name;
+    std::function<void(hattn_fwd_params&, const Problem&)> mutate;
+    hattn_status expected;
+    std::vector<std::string> message_names;
+};
+
+// A pointer value that is never dereferenced: validation only does arithmetic on it.
+template <class T>
+T* fake_pointer(uintptr_t value) {
+    return reinterpret_cast<T*>(value);
+}
+
+// Changes head_dim of the contiguous base problem, scaling its strides to match (the buffers are
+// never touched, so they need not grow).
+void set_head_dim(hattn_fwd_params& p, int head_dim) {
+    const int64_t factor = head_dim / p.head_dim;
+    for (int64_t* s : {&p.q_batch_stride, &p.q_seq_stride, &p.q_head_stride, &p.k_batch_stride, &p.k_seq_stride,
+                       &p.k_head_stride, &p.v_batch_stride, &p.v_seq_stride, &p.v_head_stride, &p.o_batch_stride,
+                       &p.o_seq_stride, &p.o_head_stride}) {
+        *s *= factor;
+    }
+    p.head_dim = head_dim;
+}
+
+constexpr int64_t kTwoPow39 = int64_t{1} << 39;  // elements: 2^40 bytes at 2 bytes each
+constexpr uintptr_t kTopOfAddressSpace = std::numeric_limits<uintptr_t>::max() & ~uintptr_t{0xFF};
+
+std::vector<RejectCase> reject_cases() {
+    const int d = Problem::kDim;
+    return {
+        // Null tensors.
+        {"NullQ", [](hattn_fwd_params& p, const Problem&) { p.q = nullptr; }, HATTN_ERROR_NULL_POINTER, {"q is NULL"}},
+        {"NullK", [](hattn_fwd_params& p, const Problem&) { p.k = nullptr; }, HATTN_ERROR_NULL_POINTER, {"k is NULL"}},
+        {"NullV", [](hattn_fwd_params& p, const Problem&) { p.v = nullptr; }, HATTN_ERROR_NULL_POINTER, {"v is NULL"}},
+        {"NullO", [](hattn_fwd_params& p, const Problem&) { p.o = nullptr; }, HATTN_ERROR_NULL_POINTER, {"o is NULL"}},
+        // dtype and head_dim.
+        {"DtypeUnknown", [](hattn_fwd_params& p, const Problem&) { p.dtype = static_cast<hattn_dtype>(7); },
+         HATTN_ERROR_UNSUPPORTED_DTYPE, {"dtype", "7"}},
+        {"HeadDim96", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 96; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
+         {"head_dim", "96"}},
+        {"HeadDim0", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 0; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
+         {"head_dim"}},
+        {"HeadDim512", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 512; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
+         {"head_dim", "512"}},
+        // Sizes.
+        {"BatchZero", [](hattn_fwd_params& p, const Problem&) { p.batch = 0; }, HATTN_ERROR_INVALID_SIZE, {"batch"}},
+        {"HeadsQNegative", [](hattn_fwd_params& p, const Problem&) { p.heads_q = -8; }, HATTN_ERROR_INVALID_SIZE,
+         {"heads_q", "-8"}},
+        {"HeadsKvZero", [](hattn_fwd_params& p, const Problem&) { p.heads_kv = 0; }, HATTN_ERROR_INVALID_SIZE,
+         {"heads_kv"}},
+        {"SeqlenQZero", [](hattn_fwd_params& p, const Problem&) { p.seqlen_q = 0; }, HATTN_ERROR_INVALID_SIZE,
+         {"seqlen_q"}},
+        {"SeqlenKNegative", [](hattn_fwd_params& p, const Problem&) { p.seqlen_k = -5; }, HATTN_ERROR_INVALID_SIZE,
+         {"seqlen_k"}},
+        {"HeadsNotDivisible", [](hattn_fwd_params& p, const Problem&) { p.heads_kv = 3; },
+         HATTN_ERROR_HEADS_NOT_DIVISIBLE, {"heads_q", "heads_kv"}},
+        {"MoreKvHeadsThanQHeads", [](hattn_fwd_params& p, const Problem&) { p.heads_kv = 16; },
+         HATTN_ERROR_HEADS_NOT_DIVISIBLE, {"heads_kv = 16"}},
+        // Non-positive strides.
+        {"QSeqStrideZero", [](hattn_fwd_params& p, const Problem&) { p.q_seq_stride = 0; }, HATTN_ERROR_INVALID_STRIDE,
+         {"q_seq_stride"}},
+        {"KHeadStrideNegative", [d](hattn_fwd_params& p, const Problem&) { p.k_head_stride = -d; },
+         HATTN_ERROR_INVALID_STRIDE, {"k_head_stride"}},
+        {"VBatchStrideZero", [](hattn_fwd_params& p, const Problem&) { p.v_batch_stride = 0; },
+         HATTN_ERROR_INVALID_STRIDE, {"v_batch_stride"}},
+        {"OHeadStrideNegative", [](hattn_fwd_params& p, const Problem&) { p.o_head_stride = -1; },
+         HATTN_ERROR_INVALID_STRIDE, {"o_head_stride"}},
+        // Misaligned base pointers (TMA: 16 bytes) and LSE (fp32: 4 bytes).
+        {"QMisaligned", [](hattn_fwd_params& p, const Problem& s) { p.q = s.q.data() + 2; }, HATTN_ERROR_MISALIGNED,
+         {"q =", "16-byte"}},
+        {"KMisaligned8", [](hattn_fwd_params& p, const Problem& s) { p.k = s.k.data() + 8; }, HATTN_ERROR_MISALIGNED,
+         {"k ="}},
+        {"VMisaligned", [](hattn_fwd_params& p, const Problem& s) { p.v = s.v.data() + 4; }, HATTN_ERROR_MISALIGNED,
+         {"v ="}},
+        {"OMisaligned", [](hattn_fwd_params& p, const Problem& s) { p.o = s.o.data() + 14; }, HATTN_ERROR_MISALIGNED,
+         {"o ="}},
+        {"LseMisaligned", [](hattn_fwd_params& p, const Problem& s) { p.lse = reinterpret_cast<float*>(s.lse.data() + 2); },
+         HATTN_ERROR_MISALIGNED, {"lse"}},
+        // Strides whose byte size is not a multiple of 16 (TMA).
+        {"KSeqStrideOdd", [d](hattn_fwd_params& p, const Problem&) { p.k_seq_stride = Problem::kHeadsKv * d + 1; },
+         HATTN_ERROR_MISALIGNED, {"k_seq_stride"}},
+        {"VHeadStride136Bytes", [](hattn_fwd_params& p, const Problem&) { p.v_head_stride = 68; },
+         HATTN_ERROR_MISALIGNED, {"v_head_stride", "136 bytes"}},
+        {"OBatchStrideNot16B", [](hattn_fwd_params& p, const Problem&) { p.o_batch_stride += 4; },
+         HATTN_ERROR_MISALIGNED, {"o_batch_stride"}},
+        {"QHeadStride8BytesOff", [d](hattn_fwd_params& p, const Problem&) { p.q_head_stride = d + 4; },
+         HATTN_ERROR_MISALIGNED, {"q_head_stride"}},
+        // Grid and index limits.
+        {"HeadsQOverGridY", [](hattn_fwd_params& p, const Problem&) { p.heads_q = 65536; p.heads_kv = 1; },
+         HATTN_ERROR_SIZE_OVERFLOW, {"heads_q", "65535"}},
+        {"BatchOverGridZ", [](hattn_fwd_params& p, const Problem&) { p.batch = 65536; }, HATTN_ERROR_SIZE_OVERFLOW,
+         {"batch", "65535"}},
+        {"BatchTimesHeadsOverInt32", [](hattn_fwd_params& p, const Problem&) { p.batch = 65535; p.heads_q = 65535; p.heads_kv = 1; },
+         HATTN_ERROR_SIZE_OVERFLOW, {"batch * heads_q"}},
+        // TMA: strides below 2^40 bytes.
+        {"QBatchStride2Pow40Bytes", [](hattn_fwd_params& p, const Problem&) { p.q_batch_stride = kTwoPow39; },
+         HATTN_ERROR_SIZE_OVERFLOW, {"q_batch_stride", "2^40"}},
+        {"VSeqStride2Pow40Bytes", [](hattn_fwd_params& p, const Problem&) { p.v_seq_stride = kTwoPow39 * 4; },
+         HATTN_ERROR_SIZE_OVERFLOW, {"v_seq_stride"}},
+        // Offsets: 2^30 rows of (2^39 - 8) elements is ~2^69 elements, past int64.
+        {"QOffsetOverInt64", [](hattn_fwd_params& p, const Problem&) { p.seqlen_q = 1 << 30; p.q_seq_stride = kTwoPow39 - 8; },
+         HATTN_ERROR_SIZE_OVERFLOW, {"q:", "int64"}},
+        // 2^24 rows of (2^39 - 8) elements is just under 2^63 elements: fits int64, but ~2^64 bytes
+        // does not.
+        {"KByteExtentOverflow", [](hattn_fwd_params& p, const Problem&) { p.seqlen_k = 1 << 24; p.k_seq_stride = kTwoPow39 - 8; },
+         HATTN_ERROR_SIZE_OVERFLOW, {"k:", "byte range"}},
+        // A base address near the top of the address space: base + extent wraps around.
+        {"VAddressWraps", [](hattn_fwd_params& p, const Problem&) { p.v = fake_pointer<const void>(kTopOfAddressSpace); },
+         HATTN_ERROR_SIZE_OVERFLOW, {"v:", "byte range"}},
+        {"LseAddressWraps", [](hattn_fwd_params& p, const Problem&) { p.lse = fake_pointer<float>(kTopOfAddressSpace); },
+         HATTN_ERROR_SIZE_OVERFLOW, {"lse:"}},
+        // O rows that overlap would be written by several CTAs at once.
+        {"OHeadsOverlap", [](hattn_fwd_params& p, const Problem&) { p.o_head_stride = 32; },
+         HATTN_ERROR_INVALID_STRIDE, {"o_head_stride", "overlap"}},
+        {"OSeqOverlapsHeads", [d](hattn_fwd_params& p, const Problem&) { p.o_seq_stride = (Problem::kHeadsQ - 1) * d; },
+         HATTN_ERROR_INVALID_STRIDE, {"o_seq_stride", "overlap"}},
+        {"OBatchOverlapsSeq", [](hattn_fwd_params& p, const Problem&) { p.o_batch_stride = p.o_seq_stride * 8; },
+         HATTN_ERROR_INVALID_STRIDE, {"o_batch_stride", "overlap"}},
+        // Scale.
+        {"ScaleNegative", [](hattn_fwd_params& p, const Problem&) { p.softmax_scale = -0.125f; },
+         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
+        {"ScaleNaN", [](hattn_fwd_params& p, const Problem&) { p.softmax_scale = std::nanf(""); },
+         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
+        {"ScaleInfinite", [](hattn_fwd_params& p, const Problem&) { p.softmax_scale = INFINITY; },
+         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
+        // Flags.
+        {"FlagsUnknownBit", [](hattn_fwd_params& p, const Problem&) { p.flags = 1u << 5; }, HATTN_ERROR_INVALID_FLAGS,
+         {"flags", "0x20"}},
+        {"FlagsHighBit", [](hattn_fwd_params& p, const Problem&) { p.flags = HATTN_FWD_NO_PINGPONG | 0x80000000u; },
+         HATTN_ERROR_INVALID_FLAGS, {"flags"}},
+        {"AblationAtD64", [](hattn_fwd_params& p, const Problem&) { p.flags = HATTN_FWD_NO_PINGPONG; },
+         HATTN_ERROR_INVALID_FLAGS, {"flags", "head_dim 128"}},
+        {"AblationAtD128Fp16",
+         [](hattn_fwd_params& p, const Problem&) {
+             set_head_dim(p, 128);
+             p.dtype = HATTN_DTYPE_FP16;
+             p.flags = HATTN_FWD_NO_INTRA_WG_OVERLAP;
+         },
+         HATTN_ERROR_INVALID_FLAGS, {"flags", "fp16"}},
+        {"AblationAtD256",
+         [](hattn_fwd_params& p, const Problem&) {
+             set_head_dim(p, 256);
+             p.flags = HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP;
+         },
+         HATTN_ERROR_INVALID_FLAGS, {"flags", "256"}},
+        {"AblationAtD128Bf16IsNotAFlagError",  // control: same mutation, the built variant
+         [](hattn_fwd_params& p, const Problem&) {
+             set_head_dim(p, 128);
+             p.flags = HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP;
+             p.softmax_scale = -1.f;  // ... so the first error is the scale, checked before flags
+         },
+         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
+        // Order: with several problems, the most basic one is reported.
+        {"OrderNullBeforeDtype", [](hattn_fwd_params& p, const Problem&) { p.o = nullptr; p.dtype = static_cast<hattn_dtype>(9); },
+         HATTN_ERROR_NULL_POINTER, {"o is NULL"}},
+        {"OrderHeadDimBeforeSize", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 80; p.batch = 0; },
+         HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim"}},
+        {"OrderStrideBeforeScale", [](hattn_fwd_params& p, const Problem&) { p.q_seq_stride = -1; p.softmax_scale = -1.f; },
+         HATTN_ERROR_INVALID_STRIDE, {"q_seq_stride"}},
+    };
+}
+
+// gtest prints parameters on failure: the case name, not the struct's bytes.
+void PrintTo(const RejectCase& c, std::ostream* os) { *os << c.name; }
+
+class RejectTest : public ::testing::TestWithParam<RejectCase> {};
+
+TEST_P(RejectTest, StatusMessageAndNoSideEffects) {
+    const Problem problem;
+    hattn_fwd_params p = problem.params();
+    ASSERT_EQ(hattn_fwd_validate(&p, nullptr, 0), HATTN_SUCCESS) << "the unmodified problem must be valid";
+    GetParam().mutate(p, problem);
+    expect_rejected(problem, p, GetParam().expected, GetParam().message_names);
+}
+
+INSTANTIATE_TEST_SUITE_P(Validation, RejectTest, ::testing::ValuesIn(reject_cases()),
+                         [](const ::testing::TestParamInfo<RejectCase>& info) { return std::string(info.param.name); });
+
+TEST(Validation, NullParams) {
+    hattn_status status = HATTN_SUCCESS;
+    const std::string msg = validate_message(nullptr, &status);
+    EXPECT_EQ(status, HATTN_ERROR_NULL_PARAMS);
+    EXPECT_NE(msg.find("params"), std::string::npos) << msg;
+    const cudaError_t before = cudaPeekAtLastError();
+    EXPECT_EQ(hattn_fwd(nullptr, nullptr), HATTN_ERROR_NULL_PARAMS);
+    EXPECT_EQ(cudaPeekAtLastError(), before);
+}
+
+// ---- Accepted inputs --------------------------------------------------------------------------
+
+TEST(Validation, AcceptsTheBaseProblem) {
+    const Problem problem;
+    const hattn_fwd_params p = problem.params();
+    expect_accepted(p);
+    hattn_fwd_params no_lse = p;
+    no_lse.lse = nullptr;
+    expect_accepted(no_lse);
+    EXPECT_TRUE(problem.untouched()) << "validate wrote through a tensor pointer";
+}
+
+// Shapes are checked without data: validation never reads the tensors, so any 256-byte aligned
+// address stands in for a device pointer.
+constexpr uintptr_t kFakeDeviceBase = 0x7f0000000000ull;
+
+hattn_fwd_params fake_contiguous(int b, int hq, int hkv, int sq, int sk, int d, hattn_dtype dtype) {
+    constexpr uintptr_t kGap = uintptr_t{1} << 36;  // 64 GB apart: no two tensors overlap
+    return hattn_fwd_params_contiguous(fake_pointer<const void>(kFakeDeviceBase), fake_pointer<const void>(kFakeDeviceBase + kGap),
+                                       fake_pointer<const void>(kFakeDeviceBase + 2 * kGap),
+                                       fake_pointer<void>(kFakeDeviceBase + 3 * kGap), b, hq, hkv, sq, sk, d, dtype);
+}
+
+TEST(Validation, AcceptsEveryBuiltHeadDimAndDtype) {
+    for (int d : {64, 128, 256}) {
+        for (hattn_dtype dtype : {HATTN_DTYPE_BF16, HATTN_DTYPE_FP16}) {
+            SCOPED_TRACE("d = " + std::to_string(d) + ", dtype = " + std::to_string(dtype));
+            expect_accepted(fake_contiguous(2, 16, 16, 4096, 4096, d, dtype));
+        }
+    }
+}
+
+TEST(Validation, AcceptsGqaAndMqa) {
+    expect_accepted(fake_contiguous(2, 64, 8, 1024, 1024, 128, HATTN_DTYPE_BF16));  // GQA 8:1
+    expect_accepted(fake_contiguous(3, 32, 1, 100, 300, 64, HATTN_DTYPE_FP16));     // MQA
+    expect_accepted(fake_contiguous(1, 65535, 1, 1, 1, 64, HATTN_DTYPE_BF16));      // the gridDim.y limit
+    expect_accepted(fake_contiguous(65535, 1, 1, 1, 1, 64, HATTN_DTYPE_BF16));      // the gridDim.z limit
+}
+
+TEST(Validation, AcceptsCausalWithUnequalLengths) {
+    for (auto [sq, sk] : {std::pair{1, 4097}, std::pair{4097, 1}, std::pair{17, 1000}, std::pair{1000, 17}}) {
+        hattn_fwd_params p = fake_contiguous(1, 4, 2, sq, sk, 128, HATTN_DTYPE_BF16);
+        p.causal = 1;
+        SCOPED_TRACE("sq = " + std::to_string(sq) + ", sk = " + std::to_string(sk));
+        expect_accepted(p);
+    }
+}
+
+TEST(Validation, AcceptsNonContiguousStrides) {
+    const int b = 2, h = 8, s = 333, d = 128;
+    // q, k, v sliced from one packed [b, s, 3, h, d] QKV buffer.
+    const int64_t row = 3LL * h * d;
+    hattn_fwd_params p = fake_contiguous(b, h, h, s, s, d, HATTN_DTYPE_BF16);
+    const uintptr_t qkv = kFakeDeviceBase;
+    const uintptr_t bytes_per_slot = static_cast<uintptr_t>(h) * d * 2;
+    p.q = fake_pointer<const void>(qkv);
+    p.k = fake_pointer<const void>(qkv + bytes_per_slot);
+    p.v = fake_pointer<const void>(qkv + 2 * bytes_per_slot);
+    p.q_seq_stride = p.k_seq_stride = p.v_seq_stride = row;
+    p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = row * s;
+    expect_accepted(p);
+
+    // Head-major [b, h, s, d] output with padded rows and a padded batch stride.
+    p.o_seq_stride = d + 64;
+    p.o_head_stride = (d + 64) * s;
+    p.o_batch_stride = p.o_head_stride * h + 1024;
+    expect_accepted(p);
+
+    // K and V sharing storage (inputs may alias: they are only read).
+    p.v = p.k;
+    expect_accepted(p);
+}
+
+TEST(Validation, SizeOneDimensionsIgnoreTheirStrideForOverlap) {
+    hattn_fwd_params p = fake_contiguous(1, 1, 1, 64, 64, 64, HATTN_DTYPE_BF16);
+    p.o_batch_stride = 8;  // batch == 1: never stepped through
+    p.o_head_stride = 8;   // heads == 1: never stepped through
+    expect_accepted(p);
+}
+
+TEST(Validation, AcceptsScalesLseAndAblationFlags) {
+    hattn_fwd_params p = fake_contiguous(2, 16, 16, 1000, 1000, 128, HATTN_DTYPE_BF16);
+    p.softmax_scale = 0.3f;
+    p.lse = fake_pointer<float>(kFakeDeviceBase + (uintptr_t{1} << 40) + 4);  // 4-byte aligned is enough
+    expect_accepted(p);
+    p.softmax_scale = 0.f;  // the default
+    expect_accepted(p);
+    for (unsigned flags : {0u, unsigned{HATTN_FWD_NO_PINGPONG}, unsigned{HATTN_FWD_NO_INTRA_WG_OVERLAP},
+                           unsigned{HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP}}) {
+        p.flags = flags;
+        SCOPED_TRACE("flags = " + std::to_string(flags));
+        expect_accepted(p);
+    }
+}
+
+TEST(Validation, AcceptsLargestTmaStride) {
+    hattn_fwd_params p = fake_contiguous(2, 1, 1, 1, 1, 64, HATTN_DTYPE_BF16);
+    p.q_batch_stride = kTwoPow39 - 8;  // 2^40 - 16 bytes: the largest legal stride
+    expect_accepted(p);
+}
+
+// ---- Messages, strings, helpers -------------------------------------------------------------------
+
+TEST(Validation, MessageIsTruncatedAndTerminated) {
+    hattn_fwd_params p = Problem().params();
+    p.head_dim = 96;
+    char small[8];
+    std::memset(small, 'X', sizeof(small));
+    EXPECT_EQ(hattn_fwd_validate(&p, small, sizeof(small)), HATTN_ERROR_UNSUPPORTED_HEAD_DIM);
+    EXPECT_EQ(std::strlen(small), sizeof(small) - 1);
+    EXPECT_EQ(std::string(small), "head_di");
+    char one = 'X';
+    EXPECT_EQ(hattn_fwd_validate(&p, &one, 1), HATTN_ERROR_UNSUPPORTED_HEAD_DIM);
+    EXPECT_EQ(one, '\0');
+    char untouched = 'X';
+    EXPECT_EQ(hattn_fwd_validate(&p, &untouched, 0), HATTN_ERROR_UNSUPPORTED_HEAD_DIM);
+    EXPECT_EQ(untouched, 'X') << "msg_len 0 must not write";
+}
+
+TEST(Validation, StatusStringsAreDistinct) {
+    const hattn_status all[] = {HATTN_SUCCESS,
+                                HATTN_ERROR_NULL_PARAMS,
+                                HATTN_ERROR_NULL_POINTER,
+                                HATTN_ERROR_MISALIGNED,
+                                HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
+                                HATTN_ERROR_UNSUPPORTED_DTYPE,
+                                HATTN_ERROR_INVALID_SIZE,
+                                HATTN_ERROR_INVALID_STRIDE,
+                                HATTN_ERROR_HEADS_NOT_DIVISIBLE,
+                                HATTN_ERROR_SIZE_OVERFLOW,
+                                HATTN_ERROR_INVALID_SCALE,
+                                HATTN_ERROR_INVALID_FLAGS,
+                                HATTN_ERROR_UNSUPPORTED_DEVICE,
+                                HATTN_ERROR_CUDA};
+    std::set<std::string> seen;
+    const std::string unknown = hattn_status_string(static_cast<hattn_status>(1000));
+    for (hattn_status s : all) {
+        const char* text = hattn_status_string(s);
+        ASSERT_NE(text, nullptr);
+        EXPECT_GT(std::strlen(text), 0u);
+        EXPECT_NE(std::string(text), unknown) << "status " << s << " has no string";
+        EXPECT_TRUE(seen.insert(text).second) << "duplicate string: " << text;
+    }
+}
+
+TEST(Validation, ContiguousParamsStrides) {
+    const int b = 3, hq = 12, hkv = 4, sq = 100, sk = 77, d = 64;
+    const hattn_fwd_params p = fake_contiguous(b, hq, hkv, sq, sk, d, HATTN_DTYPE_FP16);
+    EXPECT_EQ(p.q_head_stride, d);
+    EXPECT_EQ(p.q_seq_stride, int64_t{hq} * d);
+    EXPECT_EQ(p.q_batch_stride, int64_t{sq} * hq * d);
+    EXPECT_EQ(p.k_head_stride, d);
+    EXPECT_EQ(p.k_seq_stride, int64_t{hkv} * d);
+    EXPECT_EQ(p.k_batch_stride, int64_t{sk} * hkv * d);
+    EXPECT_EQ(p.v_seq_stride, p.k_seq_stride);
+    EXPECT_EQ(p.v_batch_stride, p.k_batch_stride);
+    EXPECT_EQ(p.o_seq_stride, p.q_seq_stride);
+    EXPECT_EQ(p.o_batch_stride, p.q_batch_stride);
+    EXPECT_EQ(p.lse, nullptr);
+    EXPECT_EQ(p.softmax_scale, 0.f);
+    EXPECT_EQ(p.causal, 0);
+    EXPECT_EQ(p.flags, 0u);
+    EXPECT_EQ(p.dtype, HATTN_DTYPE_FP16);
+    // Large shapes: strides computed in 64 bits.
+    const hattn_fwd_params big = fake_contiguous(1, 64, 64, 1 << 20, 1 << 20, 256, HATTN_DTYPE_BF16);
+    EXPECT_EQ(big.q_batch_stride, (int64_t{1} << 20) * 64 * 256);
+}
+
+// Positive control for the "no CUDA call" checks above: a VALID call does reach the device
+// check, and on a machine without Hopper it fails there. (Skipped on Hopper, where it would
+// launch on host pointers.)
+TEST(Validation, ValidInputReachesTheDeviceCheck) {
+    if (hattn::test::hopper_unavailable_reason().empty()) {
+        GTEST_SKIP() << "a Hopper GPU is present: this control only runs where hattn_fwd cannot launch";
+    }
+    const Problem problem;
+    const hattn_fwd_params p = problem.params();
+    const hattn_status status = hattn_fwd(&p, nullptr);
+    EXPECT_TRUE(status == HATTN_ERROR_CUDA || status == HATTN_ERROR_UNSUPPORTED_DEVICE)
+        << "got " << hattn_status_string(status);
+    EXPECT_TRUE(problem.untouched());
+}
+
+}  // namespace
