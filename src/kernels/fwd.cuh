@@ -51,16 +51,19 @@ constexpr int kMmaK = 16;                                               // wgmma
 constexpr uint32_t kProducerRegs = 24;
 constexpr uint32_t kConsumerRegs = 240;
 
+// Default KV block width per head dim. O takes d/2 fp32 registers per thread and S takes
+// kBlockN/2, so wider head dims get narrower KV blocks to stay inside 240 registers and
+// 227 KB of shared memory.
+constexpr int default_block_n(int head_dim) { return head_dim <= 64 ? 128 : head_dim <= 128 ? 128 : 64; }
+
 template <int kHeadDim_, bool kIsBf16_, bool kPingPong_ = true, bool kIntraWgOverlap_ = true,
-          int kStages_ = (kHeadDim_ <= 64 ? 3 : 2)>
+          int kStages_ = (kHeadDim_ <= 64 ? 3 : 2), int kBlockN_ = default_block_n(kHeadDim_)>
 struct Config {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr bool kIsBf16 = kIsBf16_;
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
-    // kBlockN trades register/smem room against per-block overhead: O (d/2 fp32 registers per
-    // thread) grows with d, so larger head dims take narrower KV blocks.
-    static constexpr int kBlockN = kHeadDim <= 64 ? 128 : kHeadDim <= 128 ? 128 : 64;
+    static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;  // K and V ring depth
     static constexpr int kChunks = kHeadDim / kColsPerSwizzleRow;  // 64-column swizzle blocks
     static_assert(kHeadDim % kColsPerSwizzleRow == 0, "head_dim must be a multiple of 64");
