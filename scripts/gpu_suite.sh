@@ -1,0 +1,382 @@
+#!/usr/bin/env bash
+# The one script to run on the GPU host (an H200), from the repository root:
+#
+#   OUT=/some/dir scripts/gpu_suite.sh [tests] [bench] [compare] [micro] [sanitize]
+#
+# Always configures (Ninja, Release, -DHATTN_PTXAS_WERROR=ON) and builds with every core; then runs
+# the phases named on the command line (all of them when none is named):
+#   tests     ctest (every GoogleTest suite) and scripts/check_vendored.sh --run
+#   bench     build/bench/fwd_bench, JSON into $OUT/bench.json, TFLOPS grid in the summary
+#   compare   scripts/compare_torch.py into $OUT (hattn vs cuDNN vs FA2; compare.{json,csv,png})
+#   micro     scripts/run_micro.sh $OUT/micro, if that script exists
+#   sanitize  scripts/sanitize_ptx_tests.sh if it exists, then compute-sanitizer memcheck and
+#             racecheck on `build/bin/hattn fwd` for every variant at a small odd size
+# A failing phase is reported and the next one still runs. Everything lands in $OUT, kept to a
+# few files (the device tool brings back at most 8): summary.txt, logs.tgz (every full log),
+# bench.json, compare.json, compare.csv, compare.png, and micro/ when it fits. The summary is
+# rewritten after every phase (so a run cut short still has one) and printed last.
+#
+# Environment: OUT (default ./gpu_suite_out), BUILD_DIR (build), JOBS (nproc),
+#   SUITE_BUDGET_S (570: stop starting phases that cannot finish inside the device's 600 s),
+#   TESTS_TIMEOUT_S (300), BENCH_TIMEOUT_S (180), COMPARE_TIMEOUT_S (300), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300),
+#   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments, e.g. "--quick"),
+#   SANITIZE_SEQLEN (300), SANITIZE_CLI_ARGS (see cli_args below).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+OUT=${OUT:-gpu_suite_out}
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+SUITE_BUDGET_S=${SUITE_BUDGET_S:-570}
+SANITIZE_SEQLEN=${SANITIZE_SEQLEN:-300}
+MAX_RETURNED_FILES=8       # what the device tool brings back from $OUT
+PHASE_MIN_S=30             # do not start a phase with less time than this left
+SUMMARY_RESERVE_S=10       # time kept for packing logs and writing the summary
+
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/hattn-suite-logs.XXXXXX")
+trap 'rm -rf "$LOGS"' EXIT
+DETAILS="$LOGS/details.txt"   # per-phase summaries, in order
+STATUS="$LOGS/status.txt"     # one line per phase
+: >"$DETAILS"
+: >"$STATUS"
+SECONDS=0
+
+ALL_PHASES=(tests bench compare micro sanitize)
+if [ $# -eq 0 ]; then
+  PHASES=("${ALL_PHASES[@]}")
+else
+  PHASES=("$@")
+  for p in "${PHASES[@]}"; do
+    case " ${ALL_PHASES[*]} " in
+      *" $p "*) ;;
+      *) echo "gpu_suite.sh: unknown phase '$p' (phases: ${ALL_PHASES[*]})" >&2; exit 2 ;;
+    esac
+  done
+fi
+
+# ---- bookkeeping --------------------------------------------------------------------------------
+header() {
+  echo "== hattn GPU suite: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$( [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' + uncommitted changes')"
+  echo "phases: build ${PHASES[*]}"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu \
+               --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+  else
+    echo "gpu: nvidia-smi not found"
+  fi
+  echo "nvcc: $( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | grep -o 'release [0-9.]*' | head -1)"
+}
+HEADER=$(header)
+
+# Pack the logs and rewrite the summary; called after every phase.
+publish() {
+  tar -czf "$OUT/logs.tgz" -C "$LOGS" --exclude=details.txt --exclude=status.txt . 2>/dev/null
+  fit_returned_files
+  { echo "$HEADER"; echo; cat "$DETAILS"; echo "== phase status (total ${SECONDS} s)"; cat "$STATUS"; } >"$OUT/summary.txt"
+}
+
+# The device tool returns at most 8 files: fold micro/ into logs.tgz if it would overflow that.
+fit_returned_files() {
+  local count
+  count=$(find "$OUT" -type f | wc -l)
+  if [ "$count" -gt "$MAX_RETURNED_FILES" ] && [ -d "$OUT/micro" ]; then
+    rm -rf "$LOGS/micro" && cp -r "$OUT/micro" "$LOGS/micro" && rm -rf "$OUT/micro"
+    tar -czf "$OUT/logs.tgz" -C "$LOGS" --exclude=details.txt --exclude=status.txt . 2>/dev/null
+    echo "(micro/ had too many files to come back on its own: it is inside logs.tgz)" >>"$DETAILS"
+  fi
+}
+
+# section NAME: start a phase's block in the details.
+section() { printf '\n== %s\n' "$1" >>"$DETAILS"; }
+detail() { echo "$*" >>"$DETAILS"; }
+# status NAME RESULT START_SECONDS
+status() { printf '%-9s %s (%d s)\n' "$1" "$2" "$((SECONDS - $3))" | tee -a "$STATUS"; }
+
+# Seconds a phase may use: its own limit, clipped to what the suite budget has left.
+phase_limit() {
+  local own=$1 left=$((SUITE_BUDGET_S - SECONDS - SUMMARY_RESERVE_S))
+  [ "$left" -lt "$own" ] && own=$left
+  echo "$own"
+}
+# Skip a phase that cannot do anything useful in the time left.
+out_of_time() {
+  if [ "$(phase_limit "$PHASE_MIN_S")" -lt "$PHASE_MIN_S" ]; then
+    section "$1"
+    detail "skipped: only $((SUITE_BUDGET_S - SECONDS)) s of the ${SUITE_BUDGET_S} s budget left"
+    status "$1" "SKIPPED (out of time)" "$SECONDS"
+    publish
+    return 0
+  fi
+  return 1
+}
+
+# ---- build ----------------------------------------------------------------------------------------
+phase_build() {
+  local t0=$SECONDS log="$LOGS/build.log" gen=() keep_going=() rc=0
+  section build
+  # Keep going past a broken target so one bad benchmark does not keep the tests from running.
+  command -v ninja >/dev/null 2>&1 && gen=(-G Ninja) && keep_going=(-- -k 0)
+  # A build folder made by another generator cannot be reconfigured with Ninja: start it afresh.
+  if [ -f "$BUILD_DIR/CMakeCache.txt" ] && [ ${#gen[@]} -gt 0 ] &&
+     ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD_DIR/CMakeCache.txt"; then
+    rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
+  fi
+  { cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON &&
+    cmake --build "$BUILD_DIR" -j "$JOBS" "${keep_going[@]}"; } >"$log" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    detail "built with $JOBS jobs; ptxas info lines (e.g. C7519 injected warpgroup.arrive): $(grep -c 'ptxas info' "$log")"
+    grep 'ptxas info' "$log" | sed -E 's/ in function .*//' | sort | uniq -c | head -5 >>"$DETAILS"
+    status build OK "$t0"
+  else
+    detail "FAILED (exit $rc); failed targets and first diagnostics (compiler command lines left out):"
+    grep -E '^FAILED:|(error|warning)[ :]|CMake Error' "$log" | grep -vE '^(/|.*nvcc )' | awk '!seen[$0]++' | cut -c1-300 | head -25 >>"$DETAILS"
+    detail "-- last lines:"
+    tail -n 5 "$log" | cut -c1-300 >>"$DETAILS"
+    status build "FAIL (exit $rc)" "$t0"
+  fi
+  publish
+  return "$rc"
+}
+
+# ---- tests ----------------------------------------------------------------------------------------
+phase_tests() {
+  local t0=$SECONDS log="$LOGS/ctest.log" rc=0 vrc=0 limit
+  out_of_time tests && return 0
+  limit=$(phase_limit "${TESTS_TIMEOUT_S:-300}")
+  section tests
+  # -V keeps every test's output in the log, so skipped GPU tests (which pass) can be counted.
+  (cd "$BUILD_DIR" && timeout -k 10 "$limit" ctest --output-on-failure -V -j "$JOBS") >"$log" 2>&1 || rc=$?
+  detail "$(grep -E 'tests passed|tests failed' "$log" | tail -1)"
+  if grep -q 'The following tests FAILED' "$log"; then
+    sed -n '/The following tests FAILED/,$p' "$log" | head -25 >>"$DETAILS"
+  fi
+  local skipped
+  skipped=$(grep -oE '\[  SKIPPED \] [A-Za-z0-9_./]+' "$log" | sort -u | wc -l)
+  detail "gtest cases SKIPPED: $skipped (on the H200 this should be 0)"
+  [ "$skipped" -gt 0 ] && grep -hoE '(GPU test skipped|Skipped): .*' "$log" | sort | uniq -c | head -5 >>"$DETAILS"
+  [ "$rc" -eq 124 ] && detail "ctest TIMED OUT after $limit s"
+
+  # The vendored single-file kernel: amalgamate, compile standalone, run a checked forward pass.
+  bash scripts/check_vendored.sh --run >"$LOGS/vendored.log" 2>&1 || vrc=$?
+  detail "vendored single file: $(grep -E '^vendor_example:|check_vendored.sh:' "$LOGS/vendored.log" | tr '\n' ' ')"
+  [ "$vrc" -ne 0 ] && tail -n 10 "$LOGS/vendored.log" >>"$DETAILS"
+
+  if [ "$rc" -eq 0 ] && [ "$vrc" -eq 0 ]; then
+    status tests "OK$([ "$skipped" -gt 0 ] && echo " ($skipped gtest cases SKIPPED)")" "$t0"
+  else
+    status tests "FAIL (ctest exit $rc, vendored exit $vrc)" "$t0"
+  fi
+  publish
+}
+
+# ---- bench ----------------------------------------------------------------------------------------
+bench_table() {  # bench.json -> a TFLOPS grid (rows: head_dim x mask; columns: seqlen) + ablation
+  python3 - "$1" <<'PY'
+import json, re, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as e:  # a run cut short leaves a truncated file
+    print(f"bench.json unreadable: {e}")
+    sys.exit(1)
+print("device:", data.get("context", {}).get("device", "?"))
+grid, ablation, errors = {}, [], []
+for b in data.get("benchmarks", []):
+    name = b["name"].split("/min_time")[0].split("/manual_time")[0]
+    if b.get("error_occurred") or b.get("skipped"):
+        errors.append(f"{name}: {b.get('error_message') or b.get('skip_message') or 'error'}")
+        continue
+    tflops, pct = b.get("TFLOPS", float("nan")), b.get("pct_of_989", float("nan"))
+    m = re.match(r"fwd/\w+/d(\d+)/s(\d+)/b\d+/h\d+/(full|causal)$", name)
+    if m:
+        grid.setdefault((int(m[1]), m[3]), {})[int(m[2])] = tflops
+    else:
+        ablation.append(f"  {name}: {tflops:.1f} TFLOPS ({pct:.1f}% of 989)")
+seqlens = sorted({s for row in grid.values() for s in row})
+if grid:
+    print("TFLOPS      " + "".join(f"{s:>8}" for s in seqlens))
+    for (d, mask), row in sorted(grid.items(), key=lambda item: (item[0][0], item[0][1] != "full")):
+        print(f"d{d:<4}{mask:<7}" + "".join(f"{row[s]:8.1f}" if s in row else f"{'-':>8}" for s in seqlens))
+print("\n".join(ablation))
+print(f"{len(errors)} benchmark(s) in error" + (":" if errors else ""))
+for e in errors[:8]:
+    print("  " + e)
+sys.exit(1 if errors or not (grid or ablation) else 0)
+PY
+}
+
+phase_bench() {
+  local t0=$SECONDS log="$LOGS/bench.log" rc=0 trc=0 limit bin="$BUILD_DIR/bench/fwd_bench"
+  out_of_time bench && return 0
+  limit=$(phase_limit "${BENCH_TIMEOUT_S:-180}")
+  section bench
+  if [ ! -x "$bin" ]; then
+    detail "no $bin (build failed?)"
+    status bench "FAIL (no binary)" "$t0"
+    publish
+    return 0
+  fi
+  timeout -k 10 "$limit" "$bin" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json >"$log" 2>&1 || rc=$?
+  [ "$rc" -eq 124 ] && detail "fwd_bench TIMED OUT after $limit s (partial results)"
+  bench_table "$OUT/bench.json" >>"$DETAILS" 2>&1 || trc=$?
+  if [ "$rc" -eq 0 ] && [ "$trc" -eq 0 ]; then status bench OK "$t0"; else status bench "FAIL (exit $rc, table $trc)" "$t0"; fi
+  publish
+}
+
+# ---- compare ----------------------------------------------------------------------------------------
+phase_compare() {
+  local t0=$SECONDS rc=0 limit
+  out_of_time compare && return 0
+  limit=$(phase_limit "${COMPARE_TIMEOUT_S:-300}")
+  section "compare (hattn vs PyTorch SDPA cuDNN / FA2)"
+  # shellcheck disable=SC2086  # COMPARE_ARGS is a list of words
+  timeout -k 15 "$limit" "${PYTHON:-python3}" scripts/compare_torch.py --lib "$BUILD_DIR/libhattn.so" --out "$OUT" ${COMPARE_ARGS:-} \
+      >"$LOGS/compare_table.md" 2>"$LOGS/compare_progress.log" || rc=$?
+  [ "$rc" -eq 124 ] && detail "compare_torch.py TIMED OUT after $limit s (partial results)"
+  if [ -s "$LOGS/compare_table.md" ]; then
+    cat "$LOGS/compare_table.md" >>"$DETAILS"
+  else
+    detail "no table; last lines of its log:"
+    tail -n 15 "$LOGS/compare_progress.log" >>"$DETAILS"
+  fi
+  if [ "$rc" -eq 0 ]; then status compare OK "$t0"; else status compare "FAIL (exit $rc)" "$t0"; fi
+  publish
+}
+
+# ---- micro ------------------------------------------------------------------------------------------
+phase_micro() {
+  local t0=$SECONDS rc=0 limit
+  out_of_time micro && return 0
+  limit=$(phase_limit "${MICRO_TIMEOUT_S:-180}")
+  section micro
+  if [ ! -f scripts/run_micro.sh ]; then
+    detail "skipped: scripts/run_micro.sh does not exist"
+    status micro "SKIPPED (no script)" "$t0"
+    publish
+    return 0
+  fi
+  mkdir -p "$OUT/micro"
+  timeout -k 10 "$limit" bash scripts/run_micro.sh "$OUT/micro" >"$LOGS/micro.log" 2>&1 || rc=$?
+  [ "$rc" -eq 124 ] && detail "run_micro.sh TIMED OUT after $limit s"
+  tail -n 30 "$LOGS/micro.log" >>"$DETAILS"
+  if [ "$rc" -eq 0 ]; then status micro OK "$t0"; else status micro "FAIL (exit $rc)" "$t0"; fi
+  publish
+}
+
+# ---- sanitize ---------------------------------------------------------------------------------------
+# Arguments of `build/bin/hattn fwd` (src/cli/main.cu) for one small variant at an odd seqlen (tail
+# tiles masked). SANITIZE_CLI_ARGS overrides the template; placeholders {d} {dtype} {causal}
+# {seqlen} {extra} are filled in per variant.
+cli_args() {  # head_dim dtype causal(0/1) [extra flags]
+  local causal_flag=""
+  [ "$3" = 1 ] && causal_flag="--causal"
+  local t=${SANITIZE_CLI_ARGS:-"--batch 1 --heads 2 --seqlen {seqlen} --dim {d} --dtype {dtype} {causal} {extra} --iters 1 --warmup 0"}
+  t=${t//\{d\}/$1}
+  t=${t//\{dtype\}/$2}
+  t=${t//\{causal\}/$causal_flag}
+  t=${t//\{extra\}/${4:-}}
+  echo "${t//\{seqlen\}/$SANITIZE_SEQLEN}"
+}
+
+# Every kernel variant the library builds: head_dim x dtype x mask, plus the d128 bf16 ablations.
+sanitize_variants() {  # prints "head_dim dtype causal extra-flags"
+  local d dtype causal
+  for d in 64 128 256; do
+    for dtype in bf16 fp16; do
+      for causal in 0 1; do echo "$d $dtype $causal"; done
+    done
+  done
+  echo "128 bf16 0 --no-pingpong"
+  echo "128 bf16 0 --no-intra-wg-overlap"
+  echo "128 bf16 0 --no-pingpong --no-intra-wg-overlap"
+}
+
+phase_sanitize() {
+  local t0=$SECONDS limit log="$LOGS/sanitize.log" cli="$BUILD_DIR/bin/hattn" failures=0 runs=0
+  out_of_time sanitize && return 0
+  limit=$(phase_limit "${SANITIZE_TIMEOUT_S:-300}")
+  section "sanitize (compute-sanitizer)"
+  : >"$log"
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ ! -x "$sanitizer" ]; then
+    detail "compute-sanitizer not found"
+    status sanitize "FAIL (no compute-sanitizer)" "$t0"
+    publish
+    return 0
+  fi
+  if [ -f scripts/sanitize_ptx_tests.sh ]; then
+    local prc=0
+    BUILD_DIR="$BUILD_DIR" SANITIZER="$sanitizer" timeout -k 10 "$((limit / 2))" bash scripts/sanitize_ptx_tests.sh \
+        >"$LOGS/sanitize_ptx.log" 2>&1 || prc=$?
+    detail "scripts/sanitize_ptx_tests.sh (PTX wrapper tests): exit $prc"
+    grep -E 'errors=|clean|problems|not found|no .*binaries' "$LOGS/sanitize_ptx.log" | head -20 | sed 's/^/  /' >>"$DETAILS"
+    [ "$prc" -eq 124 ] && detail "  TIMED OUT after $((limit / 2)) s"
+    [ "$prc" -ne 0 ] && failures=$((failures + 1))
+  else
+    detail "scripts/sanitize_ptx_tests.sh does not exist; PTX tests not sanitized"
+  fi
+  if [ ! -x "$cli" ]; then
+    detail "no $cli (build failed?)"
+    status sanitize "FAIL (no CLI)" "$t0"
+    publish
+    return 0
+  fi
+  local tool d dtype causal extra args rc per_run why name deadline=$((t0 + limit))
+  for tool in memcheck racecheck; do
+    local ok=0 total=0
+    while read -r d dtype causal extra; do
+      total=$((total + 1))
+      name="$tool d$d $dtype $([ "$causal" = 1 ] && echo causal || echo full)${extra:+ $extra}"
+      per_run=$((deadline - SECONDS))
+      if [ "$per_run" -lt 5 ]; then
+        detail "  $name: NOT RUN (sanitize time limit reached)"
+        failures=$((failures + 1))
+        continue
+      fi
+      [ "$per_run" -gt 120 ] && per_run=120
+      args=$(cli_args "$d" "$dtype" "$causal" "$extra")
+      rc=0
+      # shellcheck disable=SC2086  # args is a list of words
+      timeout -k 5 "$per_run" "$sanitizer" --tool "$tool" --error-exitcode 99 "$cli" fwd $args \
+          </dev/null >"$LOGS/run.tmp" 2>&1 || rc=$?  # stdin: keep the variant list away from the child
+      { echo "### $tool: $cli fwd $args -> exit $rc"; cat "$LOGS/run.tmp"; } >>"$log"
+      runs=$((runs + 1))
+      if [ "$rc" -eq 0 ]; then
+        ok=$((ok + 1))
+      else
+        failures=$((failures + 1))
+        case "$rc" in
+          99) why="sanitizer errors" ;;
+          124) why="timed out after $per_run s" ;;
+          1) why="hattn verification failed" ;;
+          2) why="bad CLI arguments" ;;
+          3) why="CUDA/device error" ;;
+          *) why="exit $rc" ;;
+        esac
+        detail "  $name: FAIL ($why): $(grep -m1 -iE 'invalid|race|hazard|error|usage|unknown|mismatch' "$LOGS/run.tmp" | cut -c1-160)"
+      fi
+    done < <(sanitize_variants)
+    detail "$tool: $ok/$total variants clean"
+  done
+  rm -f "$LOGS/run.tmp"
+  detail "(hattn fwd $(cli_args D DTYPE 0 | tr -s ' '))"
+  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | sort | uniq -c | head -6 >>"$DETAILS"
+  if [ "$failures" -eq 0 ]; then status sanitize "OK ($runs runs)" "$t0"; else status sanitize "FAIL ($failures problems)" "$t0"; fi
+  publish
+}
+
+# ---- run ----------------------------------------------------------------------------------------------
+echo "$HEADER"
+phase_build
+for p in "${PHASES[@]}"; do
+  echo "--- phase $p ($SECONDS s elapsed)"
+  "phase_$p"
+done
+publish
+echo
+echo "===================================== SUMMARY ($OUT/summary.txt) ====================================="
+cat "$OUT/summary.txt"
+# Exit non-zero if any phase failed, so a caller can tell at a glance.
+! grep -qE ' FAIL' "$STATUS"
