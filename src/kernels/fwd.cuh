@@ -54,7 +54,7 @@ constexpr uint32_t kConsumerRegs = 240;
 // Default KV block width per head dim. O takes d/2 fp32 registers per thread and S takes
 // kBlockN/2, so wider head dims get narrower KV blocks to stay inside 240 registers and
 // 227 KB of shared memory.
-constexpr int default_block_n(int head_dim) { return head_dim <= 64 ? 128 : head_dim <= 128 ? 128 : 64; }
+constexpr int default_block_n(int head_dim) { return head_dim <= 64 ? 128 : head_dim <= 128 ? 128 : 80; }
 
 template <int kHeadDim_, bool kIsBf16_, bool kPingPong_ = true, bool kIntraWgOverlap_ = true,
           int kStages_ = (kHeadDim_ <= 64 ? 3 : 2), int kBlockN_ = default_block_n(kHeadDim_)>
