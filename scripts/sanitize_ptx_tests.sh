@@ -31,13 +31,21 @@ fi
 
 # A distinctive exit code tells "the sanitizer found errors" apart from "a test failed".
 readonly SANITIZER_ERROR_RC=86
+# racecheck does not model the release semantics of bar.arrive (PTX ISA: barrier{.cta}.arrive
+# orders the arriving thread's prior memory accesses before the waiters' later ones), so a data
+# handoff published with bar.arrive is reported as a race even though the test checks every
+# value exactly. That one test is left out of racecheck (memcheck still runs it); the fwd
+# kernel's ping-pong passes no data through bar.arrive and runs under racecheck in full.
+readonly RACECHECK_GTEST_FILTER='-PtxBarrier.NamedBarrierPingPongStrictAlternation'
 log_dir=$(mktemp -d)
 status=0
 for bin in "${binaries[@]}"; do
   name=$(basename "$bin")
   for tool in memcheck racecheck; do
     log="$log_dir/$name.$tool.log"
-    "$SANITIZER" --tool "$tool" --error-exitcode "$SANITIZER_ERROR_RC" "$bin" >"$log" 2>&1
+    filter=()
+    [ "$tool" = racecheck ] && filter=(--gtest_filter="$RACECHECK_GTEST_FILTER")
+    "$SANITIZER" --tool "$tool" --error-exitcode "$SANITIZER_ERROR_RC" "$bin" "${filter[@]}" >"$log" 2>&1
     rc=$?
     # memcheck ends with "ERROR SUMMARY: N errors"; racecheck with
     # "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)" -- count E.
