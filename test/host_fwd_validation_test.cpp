@@ -201,10 +201,8 @@ std::vector<RejectCase> reject_cases() {
         {"QHeadStride8BytesOff", [d](hattn_fwd_params& p, const Problem&) { p.q_head_stride = d + 4; },
          HATTN_ERROR_MISALIGNED, {"q_head_stride"}},
         // Grid and index limits.
-        {"HeadsQOverGridY", [](hattn_fwd_params& p, const Problem&) { p.heads_q = 65536; p.heads_kv = 1; },
-         HATTN_ERROR_SIZE_OVERFLOW, {"heads_q", "65535"}},
-        {"BatchOverGridZ", [](hattn_fwd_params& p, const Problem&) { p.batch = 65536; }, HATTN_ERROR_SIZE_OVERFLOW,
-         {"batch", "65535"}},
+        {"TilesOverInt32", [](hattn_fwd_params& p, const Problem&) { p.batch = 1024; p.heads_q = 1024; p.heads_kv = 1; p.seqlen_q = 128 * 2048; },
+         HATTN_ERROR_SIZE_OVERFLOW, {"seqlen_q", "tiles"}},
         {"BatchTimesHeadsOverInt32", [](hattn_fwd_params& p, const Problem&) { p.batch = 65535; p.heads_q = 65535; p.heads_kv = 1; },
          HATTN_ERROR_SIZE_OVERFLOW, {"batch * heads_q"}},
         // TMA: strides below 2^40 bytes.
@@ -336,8 +334,8 @@ TEST(Validation, AcceptsEveryBuiltHeadDimAndDtype) {
 TEST(Validation, AcceptsGqaAndMqa) {
     expect_accepted(fake_contiguous(2, 64, 8, 1024, 1024, 128, HATTN_DTYPE_BF16));  // GQA 8:1
     expect_accepted(fake_contiguous(3, 32, 1, 100, 300, 64, HATTN_DTYPE_FP16));     // MQA
-    expect_accepted(fake_contiguous(1, 65535, 1, 1, 1, 64, HATTN_DTYPE_BF16));      // the gridDim.y limit
-    expect_accepted(fake_contiguous(65535, 1, 1, 1, 1, 64, HATTN_DTYPE_BF16));      // the gridDim.z limit
+    expect_accepted(fake_contiguous(1, 65536, 1, 1, 1, 64, HATTN_DTYPE_BF16));      // heads beyond a grid axis: tiles are 1-D
+    expect_accepted(fake_contiguous(65536, 1, 1, 1, 1, 64, HATTN_DTYPE_BF16));      // batch likewise
 }
 
 TEST(Validation, AcceptsCausalWithUnequalLengths) {

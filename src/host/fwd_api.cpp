@@ -39,8 +39,9 @@ constexpr int64_t kTmaAlignBytes = 16;
 // below 2^40 bytes.
 constexpr int64_t kTmaMaxDim = int64_t{1} << 32;
 constexpr int64_t kTmaMaxStrideBytes = int64_t{1} << 40;
-// The kernel grid is (num_q_tiles, heads_q, batch); gridDim.y and gridDim.z are at most 65535.
-constexpr int64_t kMaxGridYZ = 65535;
+// The kernel walks ceil(seqlen_q / 128) * heads_q * batch work tiles, numbered in int32 and
+// launched on a 1-D grid (gridDim.x <= 2^31 - 1).
+constexpr int64_t kRowsPerTile = 128;
 // The kernel linearizes (batch, head) into an int, so the product must stay a valid int.
 constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 constexpr Int128 kMaxInt64 = std::numeric_limits<int64_t>::max();
@@ -206,18 +207,15 @@ Failure check_extent(const char* name, const void* base, Int128 extent_elems, in
 }
 
 Failure check_overflow(const hattn_fwd_params& p) {
-    if (p.heads_q > kMaxGridYZ) {
-        return fail(HATTN_ERROR_SIZE_OVERFLOW, "heads_q = " + std::to_string(p.heads_q) +
-                                                   " exceeds 65535, the gridDim.y limit (the grid is tiles x heads x batch)");
-    }
-    if (p.batch > kMaxGridYZ) {
-        return fail(HATTN_ERROR_SIZE_OVERFLOW,
-                    "batch = " + std::to_string(p.batch) + " exceeds 65535, the gridDim.z limit");
-    }
     if (static_cast<int64_t>(p.batch) * p.heads_q > kMaxInt32) {
         return fail(HATTN_ERROR_SIZE_OVERFLOW, "batch * heads_q = " +
                                                    std::to_string(static_cast<int64_t>(p.batch) * p.heads_q) +
                                                    " does not fit in int32");
+    }
+    const int64_t tiles = (p.seqlen_q + kRowsPerTile - 1) / kRowsPerTile * p.heads_q * p.batch;
+    if (tiles > kMaxInt32) {
+        return fail(HATTN_ERROR_SIZE_OVERFLOW, "ceil(seqlen_q / 128) * heads_q * batch = " + std::to_string(tiles) +
+                                                   " work tiles does not fit in int32 (the grid's limit)");
     }
     // Sizes are ints, so every TMA dimension (head_dim, seqlen, heads, batch) is below 2^31 <= 2^32.
     static_assert(static_cast<int64_t>(std::numeric_limits<int>::max()) < kTmaMaxDim,

@@ -24,6 +24,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -50,6 +51,8 @@ constexpr int kMmaK = 16;                                               // wgmma
 // coordinates; the consumers hold O, S and P in registers.
 constexpr uint32_t kProducerRegs = 24;
 constexpr uint32_t kConsumerRegs = 240;
+constexpr int kSharedAlign = 1024;
+constexpr int kMaxSharedBytes = 227 * 1024;
 
 // Default KV block width per head dim. O takes d/2 fp32 registers per thread and S takes
 // kBlockN/2, so wider head dims get narrower KV blocks to stay inside 240 registers and
@@ -66,6 +69,11 @@ struct Config {
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;  // K and V ring depth
     static constexpr int kChunks = kHeadDim / kColsPerSwizzleRow;  // 64-column swizzle blocks
+    // O is staged in its own buffer when shared memory allows, so the next tile's Q can land
+    // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
+    static constexpr int kQTileBytes = 2 * kBlockM * kHeadDim;
+    static constexpr int kKvRingBytes = 2 * 2 * kStages * kBlockN * kHeadDim;
+    static constexpr bool kSeparateO = kQTileBytes * 2 + kKvRingBytes + 2 * kSharedAlign <= kMaxSharedBytes;
     static_assert(kHeadDim % kColsPerSwizzleRow == 0, "head_dim must be a multiple of 64");
     static_assert(kBlockN % kMmaK == 0 && kBlockN <= 256, "wgmma N / K limits");
 };
@@ -89,10 +97,13 @@ constexpr uint32_t kTurnThreads = kNumConsumerWarpgroups * kWarpgroupThreads;
 // NOTE: 128B swizzle -> every block must start 1024-byte aligned (rows are multiples of 8).
 template <class Cfg>
 struct alignas(1024) SharedStorage {
-    uint16_t q[Cfg::kChunks][kBlockM][kColsPerSwizzleRow];  // reused for O in the epilogue
+    static constexpr int kORows = Cfg::kSeparateO ? kBlockM : 1;  // 1: O is staged in q
+    uint16_t q[Cfg::kChunks][kBlockM][kColsPerSwizzleRow];
     uint16_t k[Cfg::kStages][Cfg::kChunks][Cfg::kBlockN][kColsPerSwizzleRow];
     uint16_t v[Cfg::kStages][Cfg::kChunks][Cfg::kBlockN][kColsPerSwizzleRow];
+    uint16_t o[Cfg::kChunks][kORows][kColsPerSwizzleRow];
     uint64_t q_full;
+    uint64_t q_empty;
     uint64_t k_full[Cfg::kStages];
     uint64_t v_full[Cfg::kStages];
     uint64_t k_empty[Cfg::kStages];
@@ -100,8 +111,6 @@ struct alignas(1024) SharedStorage {
 };
 
 constexpr float kLog2e = 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
-constexpr int kSharedAlign = 1024;
-constexpr int kMaxSharedBytes = 227 * 1024;
 
 template <class Cfg>
 constexpr int shared_bytes() {
@@ -116,6 +125,7 @@ struct KernelParams {
     int heads_q;
     int heads_per_kv;     // GQA group size
     int num_m_blocks;
+    int num_tiles;        // num_m_blocks * heads_q * batch
     int causal;
     float scale;          // softmax scale (natural units), for the LSE
     float scale_log2;     // scale * log2(e): exp(x*scale) = exp2(x*scale_log2)
@@ -250,6 +260,31 @@ __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2], int n_b
     }
 }
 
+// One work tile: kBlockM query rows of one (head, batch) and the KV blocks they need.
+struct Tile {
+    int m0, head, batch, kv_head;
+    int n_blocks;  // KV blocks to visit (0: every row is fully masked; O = 0, LSE = -inf)
+};
+
+// Tiles are numbered with the query block fastest, so CTAs running at the same time share a
+// head's K and V in L2; causal tiles of a head go longest first (the highest query block sees
+// the most keys), so a head's short tiles fill the tail.
+template <class Cfg>
+__device__ __forceinline__ Tile tile_at(int index, const KernelParams& p) {
+    Tile t;
+    const int m_index = index % p.num_m_blocks;
+    const int head_batch = index / p.num_m_blocks;
+    const int m_block = p.causal ? p.num_m_blocks - 1 - m_index : m_index;
+    t.m0 = m_block * kBlockM;
+    t.head = head_batch % p.heads_q;
+    t.batch = head_batch / p.heads_q;
+    t.kv_head = t.head / p.heads_per_kv;
+    // KV blocks needed: all of them, or (causal) up to the last row's diagonal.
+    const int kv_end = p.causal ? min(p.seqlen_k, t.m0 + kBlockM + p.seqlen_k - p.seqlen_q) : p.seqlen_k;
+    t.n_blocks = kv_end > 0 ? (kv_end + Cfg::kBlockN - 1) / Cfg::kBlockN : 0;
+    return t;
+}
+
 // ---------------------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------------------
@@ -270,18 +305,6 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
 
-    // Causal tiles are launched longest first (the highest query block has the most keys), so
-    // the last wave is made of short tiles and the tail is small.
-    const int m_block = p.causal ? p.num_m_blocks - 1 - blockIdx.x : blockIdx.x;
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
-    const int kv_head = head / p.heads_per_kv;
-    const int m0 = m_block * kBlockM;
-
-    // KV blocks this tile needs: all of them, or (causal) up to the last row's diagonal.
-    const int kv_end = p.causal ? min(p.seqlen_k, m0 + kBlockM + p.seqlen_k - p.seqlen_q) : p.seqlen_k;
-    const int n_blocks = kv_end > 0 ? (kv_end + kBlockN - 1) / kBlockN : 0;
-
     const uint32_t warpgroup = ptx::warpgroup_index();
 
     // Barrier setup by one thread, published to the async proxy (TMA completes on these
@@ -292,6 +315,11 @@ __global__ void __launch_bounds__(kNumThreads, 1)
         ptx::prefetch_tensormap(&tmap_v);
         ptx::prefetch_tensormap(&tmap_o);
         ptx::mbarrier_init(&smem.q_full, 1);
+        // Q is free again once both consumers are done with it: right after their last QK^T
+        // when O has its own staging buffer (one lane per warp arrives), else once the O
+        // store that reuses Q's buffer has been read out (one thread per warpgroup).
+        ptx::mbarrier_init(&smem.q_empty, Cfg::kSeparateO ? kNumConsumerWarpgroups * kWarpsPerWarpgroup
+                                                           : kNumConsumerWarpgroups);
         for (int s = 0; s < kStages; ++s) {
             ptx::mbarrier_init(&smem.k_full[s], 1);
             ptx::mbarrier_init(&smem.v_full[s], 1);
@@ -305,40 +333,58 @@ __global__ void __launch_bounds__(kNumThreads, 1)
     }
     __syncthreads();
 
+    // Every CTA walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... The host launches one
+    // CTA per tile for long sequences (the hardware then balances the tiles) and one CTA per SM
+    // for short ones (persistent: the producer loads the next tile's Q and K while the
+    // consumers finish the current one, hiding the per-tile start-up). Producer and consumers
+    // count K/V blocks and Q tiles the same way, which keeps every barrier phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<kProducerRegs>();
-        if (threadIdx.x / 32 == 0 && ptx::elect_one_sync() && n_blocks > 0) {
-            ptx::mbarrier_arrive_expect_tx(&smem.q_full, kQBytes);
+        if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) {
+            int kv_count = 0;  // K/V blocks loaded so far, over all tiles: slot and phase
+            int q_count = 0;   // Q tiles loaded so far
+            for (int index = blockIdx.x; index < p.num_tiles; index += gridDim.x) {
+                const Tile t = tile_at<Cfg>(index, p);
+                // K runs one block ahead of V, matching the consumers' order: they need K_it and
+                // V_{it-1} together (S_it and P_{it-1} V_{it-1} are issued back to back).
+                auto load_k = [&](int it) {
+                    const int g = kv_count + it, stage = g % kStages;
+                    ptx::mbarrier_wait(&smem.k_empty[stage], ((g / kStages) & 1) ^ 1);  // first pass: free
+                    ptx::mbarrier_arrive_expect_tx(&smem.k_full[stage], kKvBytes);
 #pragma unroll 1
-            for (int c = 0; c < kChunks; ++c)
-                ptx::tma_load_4d(&smem.q[c][0][0], &tmap_q, &smem.q_full, c * kColsPerSwizzleRow, m0, head, batch);
-            // K runs one block ahead of V, matching the consumers' order: they need K_it and
-            // V_{it-1} together (S_it and P_{it-1} V_{it-1} are issued back to back).
-            auto load_k = [&](int it) {
-                const int stage = it % kStages;
-                ptx::mbarrier_wait(&smem.k_empty[stage], ((it / kStages) & 1) ^ 1);  // first pass: free
-                ptx::mbarrier_arrive_expect_tx(&smem.k_full[stage], kKvBytes);
+                    for (int c = 0; c < kChunks; ++c)
+                        ptx::tma_load_4d(&smem.k[stage][c][0][0], &tmap_k, &smem.k_full[stage], c * kColsPerSwizzleRow,
+                                         (t.n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
+                };
+                auto load_v = [&](int it) {
+                    const int g = kv_count + it, stage = g % kStages;
+                    ptx::mbarrier_wait(&smem.v_empty[stage], ((g / kStages) & 1) ^ 1);
+                    ptx::mbarrier_arrive_expect_tx(&smem.v_full[stage], kKvBytes);
+#pragma unroll 1
+                    for (int c = 0; c < kChunks; ++c)
+                        ptx::tma_load_4d(&smem.v[stage][c][0][0], &tmap_v, &smem.v_full[stage], c * kColsPerSwizzleRow,
+                                         (t.n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
+                };
+                // Q is loaded for every tile, even one with nothing to attend to, so that the Q
+                // barriers' phases never depend on the mask.
+                ptx::mbarrier_wait(&smem.q_empty, (q_count & 1) ^ 1);
+                ptx::mbarrier_arrive_expect_tx(&smem.q_full, kQBytes);
 #pragma unroll 1
                 for (int c = 0; c < kChunks; ++c)
-                    ptx::tma_load_4d(&smem.k[stage][c][0][0], &tmap_k, &smem.k_full[stage], c * kColsPerSwizzleRow,
-                                     (n_blocks - 1 - it) * kBlockN, kv_head, batch);
-            };
-            auto load_v = [&](int it) {
-                const int stage = it % kStages;
-                ptx::mbarrier_wait(&smem.v_empty[stage], ((it / kStages) & 1) ^ 1);
-                ptx::mbarrier_arrive_expect_tx(&smem.v_full[stage], kKvBytes);
-#pragma unroll 1
-                for (int c = 0; c < kChunks; ++c)
-                    ptx::tma_load_4d(&smem.v[stage][c][0][0], &tmap_v, &smem.v_full[stage], c * kColsPerSwizzleRow,
-                                     (n_blocks - 1 - it) * kBlockN, kv_head, batch);
-            };
-            load_k(0);
-            for (int it = 1; it < n_blocks; ++it) {
-                load_k(it);
-                load_v(it - 1);
+                    ptx::tma_load_4d(&smem.q[c][0][0], &tmap_q, &smem.q_full, c * kColsPerSwizzleRow, t.m0, t.head,
+                                     t.batch);
+                ++q_count;
+                if (t.n_blocks > 0) {
+                    load_k(0);
+                    for (int it = 1; it < t.n_blocks; ++it) {
+                        load_k(it);
+                        load_v(it - 1);
+                    }
+                    load_v(t.n_blocks - 1);
+                }
+                kv_count += t.n_blocks;
             }
-            load_v(n_blocks - 1);
         }
     } else {
         // ================================ consumers ===============================
@@ -346,15 +392,11 @@ __global__ void __launch_bounds__(kNumThreads, 1)
         const int cw = warpgroup - 1;  // 0 or 1: which 64-row half of the tile
         const int tid = threadIdx.x % kWarpgroupThreads;
         const int warp = tid / 32, lane = tid % 32;
-        const int first_row = m0 + cw * kRowsPerConsumer + 16 * warp + lane / 4;  // this thread's row (and +8)
         const uint32_t my_turn = cw == 0 ? kTurnWg1 : kTurnWg2;
         const uint32_t other_turn = cw == 0 ? kTurnWg2 : kTurnWg1;
 
         float o[Cfg::kHeadDim / 2];
-#pragma unroll
-        for (int i = 0; i < Cfg::kHeadDim / 2; ++i) o[i] = 0.f;
         Softmax<Cfg> softmax;
-        softmax.init();
 
         // Descriptors. Q/K are K-major: the k16 step kk is 32 bytes into the 128-byte swizzle
         // row of chunk kk/4. V is MN-major (rows are keys): k16 step kk is 16 rows further,
@@ -397,160 +439,183 @@ __global__ void __launch_bounds__(kNumThreads, 1)
         auto release_v = [&](int stage) {
             if (lane == 0) ptx::mbarrier_arrive(&smem.v_empty[stage]);
         };
-        // Blocks that can contain masked keys: the seqlen_k tail and (causal) the diagonal.
-        auto needs_mask = [&](int n_block) {
-            const int block_end = (n_block + 1) * kBlockN;
-            return block_end > p.seqlen_k || (p.causal && block_end > m0 + p.seqlen_k - p.seqlen_q + 1);
-        };
-        // Blocks are visited from n_blocks - 1 down, and needs_mask is monotonic in n_block,
-        // so the masked ones are exactly the first iterations: count them.
-        auto masked_block_count = [&](int total) {
-            int first_masked = p.seqlen_k / kBlockN;  // lowest block reaching past seqlen_k
-            if (p.causal) first_masked = min(first_masked, max(m0 + p.seqlen_k - p.seqlen_q + 1, 0) / kBlockN);
-            return min(total, max(total - first_masked, 0));
-        };
 
-        if (n_blocks > 0) {
-            // Warpgroup 1 goes first: warpgroup 2 grants it the first turn.
-            if (Cfg::kPingPong && cw == 1) ptx::bar_arrive(other_turn, kTurnThreads);
-            ptx::mbarrier_wait(&smem.q_full, 0);
+        int kv_count = 0;  // K/V blocks consumed so far, over all tiles: slot and phase
+        int q_count = 0;   // Q tiles consumed so far
+        for (int index = blockIdx.x; index < p.num_tiles; index += gridDim.x) {
+            const Tile t = tile_at<Cfg>(index, p);
+            const int first_row = t.m0 + cw * kRowsPerConsumer + 16 * warp + lane / 4;  // this thread's row (and +8)
+            // Blocks that can contain masked keys: the seqlen_k tail and (causal) the diagonal.
+            auto needs_mask = [&](int n_block) {
+                const int block_end = (n_block + 1) * kBlockN;
+                return block_end > p.seqlen_k || (p.causal && block_end > t.m0 + p.seqlen_k - p.seqlen_q + 1);
+            };
+            // Blocks are visited from n_blocks - 1 down, and needs_mask is monotonic in n_block,
+            // so the masked ones are exactly the first iterations: count them.
+            auto masked_block_count = [&]() {
+                int first_masked = p.seqlen_k / kBlockN;  // lowest block reaching past seqlen_k
+                if (p.causal) first_masked = min(first_masked, max(t.m0 + p.seqlen_k - p.seqlen_q + 1, 0) / kBlockN);
+                return min(t.n_blocks, max(t.n_blocks - first_masked, 0));
+            };
+            // Pipeline slot and phase of this tile's it-th K/V block.
+            auto slot = [&](int it) { return (kv_count + it) % kStages; };
+            auto phase = [&](int it) { return static_cast<uint32_t>(((kv_count + it) / kStages) & 1); };
 
-            float s[kBlockN / 2];
-            uint32_t pf[kBlockN / kMmaK][4];
-            float o_scale[2];
+#pragma unroll
+            for (int i = 0; i < Cfg::kHeadDim / 2; ++i) o[i] = 0.f;
+            softmax.init();
+            ptx::mbarrier_wait(&smem.q_full, q_count & 1);
 
-            if constexpr (Cfg::kIntraWgOverlap) {
-                // Prologue: S for the first (highest) block, its softmax, no PV yet.
-                int n_block = n_blocks - 1;
-                ptx::mbarrier_wait(&smem.k_full[0], 0);
-                take_turn();
-                ptx::wgmma_fence();
-                gemm_qk(s, 0);
-                ptx::wgmma_commit_group();
-                pass_turn();
-                ptx::wgmma_wait_group<0>();
-                ptx::wgmma_fence_operand(s);
-                release_k(0);
-                if (needs_mask(n_block)) apply_mask<Cfg>(s, n_block, first_row, p);
-                softmax.online_update(s, p.scale_log2, o_scale);
-                convert_p<Cfg>(s, pf);
+            if (t.n_blocks > 0) {
+                // Warpgroup 1 goes first: warpgroup 2 grants it the first turn.
+                if (Cfg::kPingPong && cw == 1) ptx::bar_arrive(other_turn, kTurnThreads);
 
-                // Steady state: issue S_{it} and O += P_{it-1} V_{it-1} together, then do the
-                // softmax of S_{it} while the PV GEMM is still running. The body is stamped out
-                // twice, with and without masking, because ptxas waits for every in-flight
-                // wgmma at a control-flow join: a data-dependent `if (mask)` between the two
-                // waits would serialize the PV GEMM with the softmax it is meant to hide.
-                auto step = [&](int it, auto masked) {
-                    const int n_block = n_blocks - 1 - it;
-                    const int stage = it % kStages, prev_stage = (it - 1) % kStages;
-                    // Both waits come before the GEMMs: a wait loop between two wgmma batches
-                    // makes ptxas inject an extra warpgroup.arrive.
-                    ptx::mbarrier_wait(&smem.k_full[stage], (it / kStages) & 1);
-                    ptx::mbarrier_wait(&smem.v_full[prev_stage], ((it - 1) / kStages) & 1);
+                float s[kBlockN / 2];
+                uint32_t pf[kBlockN / kMmaK][4];
+                float o_scale[2];
+
+                if constexpr (Cfg::kIntraWgOverlap) {
+                    // Prologue: S for the first (highest) block, its softmax, no PV yet.
+                    const int n_block = t.n_blocks - 1;
+                    ptx::mbarrier_wait(&smem.k_full[slot(0)], phase(0));
                     take_turn();
                     ptx::wgmma_fence();
-                    gemm_qk(s, stage);
-                    ptx::wgmma_commit_group();
-                    ptx::wgmma_fence();
-                    gemm_pv(pf, prev_stage);
-                    ptx::wgmma_commit_group();
-                    pass_turn();
-                    ptx::wgmma_wait_group<1>();  // S_it is ready; PV may still run
-                    ptx::wgmma_fence_operand(s);
-                    release_k(stage);
-                    if constexpr (decltype(masked)::value) apply_mask<Cfg>(s, n_block, first_row, p);
-                    softmax.online_update(s, p.scale_log2, o_scale);
-                    ptx::wgmma_wait_group<0>();  // PV done: O and slot prev_stage are free
-                    ptx::wgmma_fence_operand(o);
-                    release_v(prev_stage);
-                    rescale_rows(o, o_scale);
-                    convert_p<Cfg>(s, pf);
-                };
-                const int n_masked = masked_block_count(n_blocks);
-                int it = 1;
-                for (; it < n_masked; ++it) step(it, std::true_type{});
-                for (; it < n_blocks; ++it) step(it, std::false_type{});
-                // Epilogue of the pipeline: the last PV.
-                const int last = n_blocks - 1, stage = last % kStages;
-                ptx::mbarrier_wait(&smem.v_full[stage], (last / kStages) & 1);
-                take_turn();
-                ptx::wgmma_fence();
-                gemm_pv(pf, stage);
-                ptx::wgmma_commit_group();
-                pass_turn();
-                ptx::wgmma_wait_group<0>();
-                ptx::wgmma_fence_operand(o);
-                release_v(stage);
-            } else {
-                // One block at a time: S, softmax, PV, with no overlap inside the warpgroup.
-                for (int it = 0; it < n_blocks; ++it) {
-                    const int n_block = n_blocks - 1 - it;
-                    const int stage = it % kStages;
-                    const uint32_t phase = (it / kStages) & 1;
-                    ptx::mbarrier_wait(&smem.k_full[stage], phase);
-                    take_turn();
-                    ptx::wgmma_fence();
-                    gemm_qk(s, stage);
+                    gemm_qk(s, slot(0));
                     ptx::wgmma_commit_group();
                     pass_turn();
                     ptx::wgmma_wait_group<0>();
                     ptx::wgmma_fence_operand(s);
-                    release_k(stage);
+                    release_k(slot(0));
                     if (needs_mask(n_block)) apply_mask<Cfg>(s, n_block, first_row, p);
                     softmax.online_update(s, p.scale_log2, o_scale);
-                    rescale_rows(o, o_scale);
                     convert_p<Cfg>(s, pf);
-                    ptx::mbarrier_wait(&smem.v_full[stage], phase);
+
+                    // Steady state: issue S_{it} and O += P_{it-1} V_{it-1} together, then do the
+                    // softmax of S_{it} while the PV GEMM is still running. The body is stamped out
+                    // twice, with and without masking, so the unmasked steady state carries no
+                    // data-dependent branch between the two waits.
+                    auto step = [&](int it, auto masked) {
+                        const int n_block = t.n_blocks - 1 - it;
+                        const int stage = slot(it), prev_stage = slot(it - 1);
+                        // Both waits come before the GEMMs: a wait loop between two wgmma batches
+                        // makes ptxas inject an extra warpgroup.arrive.
+                        ptx::mbarrier_wait(&smem.k_full[stage], phase(it));
+                        ptx::mbarrier_wait(&smem.v_full[prev_stage], phase(it - 1));
+                        take_turn();
+                        ptx::wgmma_fence();
+                        gemm_qk(s, stage);
+                        ptx::wgmma_commit_group();
+                        ptx::wgmma_fence();
+                        gemm_pv(pf, prev_stage);
+                        ptx::wgmma_commit_group();
+                        pass_turn();
+                        ptx::wgmma_wait_group<1>();  // S_it is ready; PV may still run
+                        ptx::wgmma_fence_operand(s);
+                        release_k(stage);
+                        if constexpr (decltype(masked)::value) apply_mask<Cfg>(s, n_block, first_row, p);
+                        softmax.online_update(s, p.scale_log2, o_scale);
+                        ptx::wgmma_wait_group<0>();  // PV done: O and slot prev_stage are free
+                        ptx::wgmma_fence_operand(o);
+                        release_v(prev_stage);
+                        rescale_rows(o, o_scale);
+                        convert_p<Cfg>(s, pf);
+                    };
+                    const int n_masked = masked_block_count();
+                    int it = 1;
+                    for (; it < n_masked; ++it) step(it, std::true_type{});
+                    for (; it < t.n_blocks; ++it) step(it, std::false_type{});
+                    // Epilogue of the pipeline: the last PV.
+                    const int last = t.n_blocks - 1;
+                    ptx::mbarrier_wait(&smem.v_full[slot(last)], phase(last));
                     take_turn();
                     ptx::wgmma_fence();
-                    gemm_pv(pf, stage);
+                    gemm_pv(pf, slot(last));
                     ptx::wgmma_commit_group();
                     pass_turn();
                     ptx::wgmma_wait_group<0>();
                     ptx::wgmma_fence_operand(o);
-                    release_v(stage);
+                    release_v(slot(last));
+                } else {
+                    // One block at a time: S, softmax, PV, with no overlap inside the warpgroup.
+                    for (int it = 0; it < t.n_blocks; ++it) {
+                        const int n_block = t.n_blocks - 1 - it;
+                        const int stage = slot(it);
+                        ptx::mbarrier_wait(&smem.k_full[stage], phase(it));
+                        take_turn();
+                        ptx::wgmma_fence();
+                        gemm_qk(s, stage);
+                        ptx::wgmma_commit_group();
+                        pass_turn();
+                        ptx::wgmma_wait_group<0>();
+                        ptx::wgmma_fence_operand(s);
+                        release_k(stage);
+                        if (needs_mask(n_block)) apply_mask<Cfg>(s, n_block, first_row, p);
+                        softmax.online_update(s, p.scale_log2, o_scale);
+                        rescale_rows(o, o_scale);
+                        convert_p<Cfg>(s, pf);
+                        ptx::mbarrier_wait(&smem.v_full[stage], phase(it));
+                        take_turn();
+                        ptx::wgmma_fence();
+                        gemm_pv(pf, stage);
+                        ptx::wgmma_commit_group();
+                        pass_turn();
+                        ptx::wgmma_wait_group<0>();
+                        ptx::wgmma_fence_operand(o);
+                        release_v(stage);
+                    }
+                }
+                // Warpgroup 2 granted one turn more than warpgroup 1 takes (the opening one);
+                // consume it so the barrier is left balanced.
+                if (Cfg::kPingPong && cw == 0) ptx::bar_sync(my_turn, kTurnThreads);
+            }
+            kv_count += t.n_blocks;
+            ++q_count;
+            // With its own O buffer, Q is free as soon as our last QK^T has completed: the
+            // producer loads the next tile's Q while we write this tile's O.
+            if (Cfg::kSeparateO && lane == 0) ptx::mbarrier_arrive(&smem.q_empty);
+
+            // ============================== epilogue ==============================
+            // O /= rowsum, then O -> smem -> TMA store. LSE straight to global.
+            float inv_sum[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float sum = quad_sum(softmax.row_sum[r]);
+                inv_sum[r] = sum > 0.f ? 1.f / sum : 0.f;
+                const int row = first_row + 8 * r;
+                if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
+                    const float lse = sum > 0.f ? softmax.row_max[r] * p.scale + logf(sum) : -INFINITY;
+                    p.lse[(static_cast<int64_t>(t.batch) * p.heads_q + t.head) * p.seqlen_q + row] = lse;
                 }
             }
-            // Warpgroup 2 granted one turn more than warpgroup 1 takes (the opening one);
-            // consume it so the barrier is left balanced.
-            if (Cfg::kPingPong && cw == 0) ptx::bar_sync(my_turn, kTurnThreads);
-        }
+            rescale_rows(o, inv_sum);
 
-        // ================================ epilogue ================================
-        // O /= rowsum, then O -> smem (this warpgroup's 64 rows of the Q buffer, whose last
-        // reader, our own QK^T GEMM, has completed) -> TMA store. LSE straight to global.
-        float inv_sum[2];
+            // This warpgroup's 64 rows of the staging buffer (O's own, or Q's, whose last reader,
+            // our QK^T, has completed). The barrier keeps anyone from overwriting it before the
+            // previous tile's store has read it out (thread 0 waits for that below).
+            const uint32_t epilogue_barrier = cw == 0 ? kEpilogueWg1 : kEpilogueWg2;
+            uint8_t* o_tile = Cfg::kSeparateO ? reinterpret_cast<uint8_t*>(&smem.o[0][cw * kRowsPerConsumer][0])
+                                              : reinterpret_cast<uint8_t*>(&smem.q[0][cw * kRowsPerConsumer][0]);
+            ptx::bar_sync(epilogue_barrier, kWarpgroupThreads);
+            const int local_row = 16 * warp + lane / 4;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float sum = quad_sum(softmax.row_sum[r]);
-            inv_sum[r] = sum > 0.f ? 1.f / sum : 0.f;
-            const int row = first_row + 8 * r;
-            if (p.lse != nullptr && lane % 4 == 0 && row < p.seqlen_q) {
-                const float lse = sum > 0.f ? softmax.row_max[r] * p.scale + logf(sum) : -INFINITY;
-                p.lse[(static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q + row] = lse;
+            for (int i = 0; i < Cfg::kHeadDim / 2; i += 2) {
+                const int row = local_row + 8 * ((i / 2) % 2);
+                const int col = 8 * (i / 4) + 2 * (lane % 4);
+                const int chunk = col / kColsPerSwizzleRow;
+                *reinterpret_cast<uint32_t*>(o_tile + chunk * kQChunkBytes + swizzle128_offset(row, col % kColsPerSwizzleRow)) =
+                    ptx::pack_f32x2<Cfg::kIsBf16>(o[i], o[i + 1]);
             }
-        }
-        rescale_rows(o, inv_sum);
-
-        uint8_t* o_tile = reinterpret_cast<uint8_t*>(&smem.q[0][cw * kRowsPerConsumer][0]);
-        const int local_row = 16 * warp + lane / 4;
-#pragma unroll
-        for (int i = 0; i < Cfg::kHeadDim / 2; i += 2) {
-            const int row = local_row + 8 * ((i / 2) % 2);
-            const int col = 8 * (i / 4) + 2 * (lane % 4);
-            const int chunk = col / kColsPerSwizzleRow;
-            *reinterpret_cast<uint32_t*>(o_tile + chunk * kQChunkBytes + swizzle128_offset(row, col % kColsPerSwizzleRow)) =
-                ptx::pack_f32x2<Cfg::kIsBf16>(o[i], o[i + 1]);
-        }
-        // Generic-proxy stores -> visible to the TMA engine, then the whole warpgroup agrees.
-        ptx::fence_proxy_async_shared_cta();
-        ptx::bar_sync(cw == 0 ? kEpilogueWg1 : kEpilogueWg2, kWarpgroupThreads);
-        if (tid == 0) {
-            for (int c = 0; c < kChunks; ++c)
-                ptx::tma_store_4d(&tmap_o, o_tile + c * kQChunkBytes, c * kColsPerSwizzleRow,
-                                  m0 + cw * kRowsPerConsumer, head, batch);
-            ptx::bulk_commit_group();
-            ptx::bulk_wait_group_read<0>();  // smem must outlive the copy's reads
+            // Generic-proxy stores -> visible to the TMA engine, then the whole warpgroup agrees.
+            ptx::fence_proxy_async_shared_cta();
+            ptx::bar_sync(epilogue_barrier, kWarpgroupThreads);
+            if (tid == 0) {
+                for (int c = 0; c < kChunks; ++c)
+                    ptx::tma_store_4d(&tmap_o, o_tile + c * kQChunkBytes, c * kColsPerSwizzleRow,
+                                      t.m0 + cw * kRowsPerConsumer, t.head, t.batch);
+                ptx::bulk_commit_group();
+                ptx::bulk_wait_group_read<0>();  // the staging buffer must outlive the copy's reads
+                if (!Cfg::kSeparateO) ptx::mbarrier_arrive(&smem.q_empty);  // O was staged in Q
+            }
         }
     }
 }
@@ -602,6 +667,12 @@ cudaError_t launch_fwd(const FwdArgs& a, cudaStream_t stream, std::string* error
     p.heads_q = a.heads_q;
     p.heads_per_kv = a.heads_q / a.heads_kv;
     p.num_m_blocks = (a.seqlen_q + kBlockM - 1) / kBlockM;
+    const int64_t num_tiles = static_cast<int64_t>(p.num_m_blocks) * a.heads_q * a.batch;
+    if (num_tiles > INT32_MAX) {
+        if (error) *error = "batch * heads_q * ceil(seqlen_q / 128) exceeds 2^31 - 1 tiles";
+        return cudaErrorInvalidValue;
+    }
+    p.num_tiles = static_cast<int>(num_tiles);
     p.causal = a.causal ? 1 : 0;
     p.scale = a.softmax_scale;
     p.scale_log2 = a.softmax_scale * kLog2e;
@@ -614,8 +685,23 @@ cudaError_t launch_fwd(const FwdArgs& a, cudaStream_t stream, std::string* error
         if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
         return rc;
     }
-    const dim3 grid(p.num_m_blocks, a.heads_q, a.batch);
-    kernel<<<grid, kNumThreads, kSmem, stream>>>(tq, tk, tv, to, p);
+    int ctas = a.grid_ctas > 0 ? min(a.grid_ctas, p.num_tiles) : p.num_tiles;
+    if (a.grid_ctas == 0) {
+        // Without a causal mask every tile costs the same, and one persistent CTA per SM
+        // overlaps each tile's start-up (barrier setup, first Q/K loads, O store) with the
+        // previous tile: +4-15% at seqlen <= 2k, +2% at 4k (bench/RESULTS.md, run 6). Causal
+        // tiles differ in cost and the hardware's block scheduler balances them better than a
+        // static walk (persistent causal measured 5-20% slower), so they get one CTA per tile.
+        int device = 0, sms = 0;
+        rc = cudaGetDevice(&device);
+        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (rc != cudaSuccess) {
+            if (error) *error = std::string("querying the SM count: ") + cudaGetErrorString(rc);
+            return rc;
+        }
+        if (!a.causal) ctas = min(p.num_tiles, sms);
+    }
+    kernel<<<ctas, kNumThreads, kSmem, stream>>>(tq, tk, tv, to, p);
     rc = cudaGetLastError();
     if (rc != cudaSuccess && error) *error = std::string("forward kernel launch: ") + cudaGetErrorString(rc);
     return rc;

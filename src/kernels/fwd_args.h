@@ -25,6 +25,8 @@ struct FwdArgs {
     bool causal = false;
     bool pingpong = true;          // consumer warpgroups take turns on the tensor cores
     bool intra_wg_overlap = true;  // S(j+1) GEMM issued before softmax(j)
+    int grid_ctas = 0;             // CTAs to launch: 0 = automatic (one per tile, or one per SM
+                                   // when tiles are short); N > 0 = at most N, walking the tiles
 };
 
 }  // namespace hattn::fwd
