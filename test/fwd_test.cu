@@ -510,6 +510,13 @@ std::vector<Case> feature_cases() {
         c.with_lse = false;
         cases.push_back(c);
     }
+    // Many more tiles than SMs, so each persistent CTA (non-causal) walks several tiles and
+    // the Q / O staging and every barrier phase carry over from tile to tile: d256 stages O in
+    // Q's buffer, d64 and d128 in their own.
+    cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, false));
+    cases.push_back(make_case(4, 24, 24, 300, 517, 128, HATTN_DTYPE_FP16, false));
+    cases.push_back(make_case(3, 32, 4, 260, 300, 256, HATTN_DTYPE_BF16, false));
+    cases.push_back(make_case(4, 24, 24, 517, 300, 128, HATTN_DTYPE_BF16, true));  // rows with no key
     // Long sequences (GPU reference).
     cases.push_back(make_case(1, 2, 1, 8192, 8192, 256, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(1, 2, 2, 16384, 16384, 128, HATTN_DTYPE_FP16, false));
