@@ -646,6 +646,9 @@ inline bool make_qkvo_map(CUtensorMap* map, const void* base, int head_dim, int 
     return host::encode_tensor_map(map, spec, error);
 }
 
+// Non-causal problems with at most this many keys run on a persistent grid (see launch_fwd).
+constexpr int kPersistentMaxSeqlenK = 2048;
+
 template <class Cfg>
 cudaError_t launch_fwd(const FwdArgs& a, cudaStream_t stream, std::string* error) {
     const bool bf16 = Cfg::kIsBf16;
@@ -687,11 +690,13 @@ cudaError_t launch_fwd(const FwdArgs& a, cudaStream_t stream, std::string* error
     }
     int ctas = a.grid_ctas > 0 ? min(a.grid_ctas, p.num_tiles) : p.num_tiles;
     if (a.grid_ctas == 0) {
-        // Without a causal mask every tile costs the same, and one persistent CTA per SM
-        // overlaps each tile's start-up (barrier setup, first Q/K loads, O store) with the
-        // previous tile: +4-15% at seqlen <= 2k, +2% at 4k (bench/RESULTS.md, run 6). Causal
-        // tiles differ in cost and the hardware's block scheduler balances them better than a
-        // static walk (persistent causal measured 5-20% slower), so they get one CTA per tile.
+        // Short tiles spend a large share of their time starting up (barrier setup, first Q/K
+        // loads, O store); without a causal mask every tile costs the same, and one persistent
+        // CTA per SM overlaps that start-up with the previous tile: +4-15% at seqlen_k <= 2k
+        // (bench/RESULTS.md, run 6). Long tiles amortize it (and measured up to 5% slower
+        // persistent at 16k), and causal tiles differ in cost, which the hardware's block
+        // scheduler balances better than a static walk (5-20% slower persistent), so both get
+        // one CTA per tile.
         int device = 0, sms = 0;
         rc = cudaGetDevice(&device);
         if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
@@ -699,7 +704,7 @@ cudaError_t launch_fwd(const FwdArgs& a, cudaStream_t stream, std::string* error
             if (error) *error = std::string("querying the SM count: ") + cudaGetErrorString(rc);
             return rc;
         }
-        if (!a.causal) ctas = min(p.num_tiles, sms);
+        if (!a.causal && a.seqlen_k <= kPersistentMaxSeqlenK) ctas = min(p.num_tiles, sms);
     }
     kernel<<<ctas, kNumThreads, kSmem, stream>>>(tq, tk, tv, to, p);
     rc = cudaGetLastError();
