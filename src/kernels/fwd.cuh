@@ -1,10 +1,11 @@
 // hattn/src/kernels/fwd.cuh -- FlashAttention-3-style forward attention for Hopper (bf16/fp16).
 //
-// One CTA computes a kBlockM x head_dim tile of O for one (head, batch). It holds three
-// warpgroups with fixed roles (warp specialization):
+// A CTA computes kBlockM x head_dim tiles of O, one (query block, head, batch) at a time. It
+// holds three warpgroups with fixed roles (warp specialization):
 //
-//   warpgroup 0  producer   one elected thread issues every TMA load: Q once, then K_j / V_j
-//                           through a ring of kStages shared-memory slots (full/empty mbarriers).
+//   warpgroup 0  producer   one elected thread issues every TMA load: Q once per tile, then
+//                           K_j / V_j through a ring of kStages shared-memory slots
+//                           (full/empty mbarriers; K and V are released separately).
 //   warpgroup 1  consumer   rows [0, 64) of the tile     S = Q K^T (SS-wgmma), online softmax,
 //   warpgroup 2  consumer   rows [64, 128) of the tile   O += P V (RS-wgmma, P stays in registers)
 //
@@ -13,12 +14,24 @@
 // time at d = 128 unless they overlap it. Two schedules hide them:
 //   * ping-pong: the consumer warpgroups take turns issuing GEMMs (named barriers kTurnWg*),
 //     so one warpgroup's softmax runs while the other's GEMMs occupy the tensor cores;
-//   * intra-warpgroup 2-stage pipelining: S_{j+1} = Q K_{j+1}^T is issued before the softmax
-//     of block j, so a warpgroup's own exps overlap its next GEMM.
+//   * intra-warpgroup pipelining: S_{j+1} = Q K_{j+1}^T is issued together with P_j V_j, so
+//     the tensor cores always have two GEMMs queued per turn.
 // Both can be switched off (Config::kPingPong, Config::kIntraWgOverlap) for the ablation.
 //
-// KV blocks are visited from the last to the first, so the only blocks that need masking
-// (the seqlen_k tail and the causal diagonal) come first and the steady state is mask-free.
+// NOTES (hardware and compiler facts this file depends on; measurements in bench/RESULTS.md)
+//   * K and V have separate "empty" barriers. With one barrier per K/V slot, a warpgroup that
+//     holds S_{j+1}'s K and P_j's V at once pins both slots of a 2-slot ring and the producer
+//     can never run ahead: 519 TFLOPS instead of 699 at d128 s8k.
+//   * ptxas (CUDA 13.0) schedules `wgmma.wait_group 0` as early as its basic block allows:
+//     in the steady state the wait for P_j V_j lands above the softmax of S_{j+1} (visible in
+//     SASS: WARPGROUP.DEPBAR.LE gsb0, 0x0 right after ... 0x1, before the MUFU.EX2s). So a
+//     warpgroup's exps overlap the *other* warpgroup's GEMMs (ping-pong), not its own PV.
+//     Writing P into a second register buffer to keep the S registers untouched until the
+//     wait made ptxas serialize the wgmmas instead (C7513); left as future work.
+//   * KV blocks are visited from the last to the first, so the only blocks that need masking
+//     (the seqlen_k tail and the causal diagonal) come first and the steady state is mask-free.
+//   * Tiles are walked blockIdx.x, blockIdx.x + gridDim.x, ...; the launcher picks one CTA
+//     per tile (long or causal problems) or one persistent CTA per SM (short non-causal ones).
 #pragma once
 
 #include <cuda.h>
