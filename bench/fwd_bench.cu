@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "hattn.h"
+#include "host/device_info.h"
 
 namespace {
 
@@ -90,23 +91,7 @@ std::string cuda_error(const char* what, cudaError_t rc) {
 }
 
 // Empty when the current device is a Hopper GPU (compute capability 9.0); otherwise why not.
-std::string hopper_unavailable_reason() {
-    int count = 0;
-    cudaError_t rc = cudaGetDeviceCount(&count);
-    if (rc != cudaSuccess || count == 0) {
-        cudaGetLastError();  // clear the sticky "no device" error
-        return std::string("no CUDA device (") + cudaGetErrorString(rc) + "): nothing to benchmark";
-    }
-    int device = 0, major = 0, minor = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    if (major != 9 || minor != 0) {
-        return "device is sm_" + std::to_string(major) + std::to_string(minor) +
-               ", hattn needs sm_90a (Hopper)";
-    }
-    return {};
-}
+using hattn::host::hopper_unavailable_reason;
 
 // Device memory and a stream shared by every benchmark, created on first use (so listing the
 // benchmarks touches no GPU) and released when main returns.

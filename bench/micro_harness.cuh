@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "host/device_info.h"
 #include "ptx/mbarrier.cuh"  // read_globaltimer
 
 // Abort the benchmark binary on any CUDA error: a microbenchmark that keeps running after a
@@ -87,21 +88,7 @@ struct DeviceInfo {
 };
 
 // Empty when device 0 is a compute-capability-9.0 GPU; otherwise why the benchmarks can't run.
-inline std::string hopper_unavailable_reason() {
-    int count = 0;
-    const cudaError_t rc = cudaGetDeviceCount(&count);
-    if (rc != cudaSuccess || count == 0) {
-        cudaGetLastError();
-        return std::string("no CUDA device (") + cudaGetErrorString(rc) + ")";
-    }
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-    if (major != 9 || minor != 0) {
-        return "device is sm_" + std::to_string(major) + std::to_string(minor) + ", these kernels need sm_90a";
-    }
-    return {};
-}
+using hattn::host::hopper_unavailable_reason;
 
 inline DeviceInfo query_device() {
     DeviceInfo info;

@@ -6,24 +6,11 @@
 
 #include <string>
 
+#include "host/device_info.h"
+
 namespace hattn::test {
 
-// Empty when a compute-capability-9.0 GPU is usable; otherwise why not.
-inline std::string hopper_unavailable_reason() {
-    int count = 0;
-    cudaError_t rc = cudaGetDeviceCount(&count);
-    if (rc != cudaSuccess || count == 0) {
-        cudaGetLastError();  // clear the sticky "no device" error for later calls
-        return std::string("no CUDA device (") + cudaGetErrorString(rc) + ")";
-    }
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-    if (major != 9 || minor != 0) {
-        return "device is sm_" + std::to_string(major) + std::to_string(minor) + ", these kernels need sm_90a (Hopper)";
-    }
-    return {};
-}
+using hattn::host::hopper_unavailable_reason;
 
 }  // namespace hattn::test
 
