@@ -6,13 +6,11 @@
 // reports as already complete (the "previous" phase counts as done).
 //
 // Debug builds (HATTN_DEBUG_HANG defined, on in CMake Debug) bound every wait: after
-// kMbarrierTimeoutNs of wall time the thread prints where it hung and executes `trap`, so a
-// broken pipeline fails loudly instead of hanging the GPU.
+// kMbarrierTimeoutNs of wall time the thread executes `trap`, so a broken pipeline fails the
+// launch loudly instead of hanging the GPU.
 #pragma once
 
 #include "common.cuh"
-
-#include <cstdio>
 
 namespace hattn::ptx {
 
@@ -103,15 +101,13 @@ __device__ __forceinline__ uint64_t read_globaltimer() {
 // PTX ISA 9.7.19.1 trap -- abort the kernel (the launch returns an error on the host).
 __device__ __forceinline__ void trap() { asm volatile("trap;" ::: "memory"); }
 
-// Debug variant: the same wait with a wall-clock deadline, then a message and a trap.
+// Debug variant: the same wait with a wall-clock deadline, then a trap. The launch then fails
+// with cudaErrorLaunchFailure instead of hanging; compute-sanitizer or cuda-gdb names the wait.
+// (No printf here: a call inside the wgmma pipeline would make ptxas serialize it, C7510.)
 __device__ __forceinline__ void mbarrier_wait_parity_timeout(uint64_t* bar, uint32_t parity) {
     const uint64_t start = read_globaltimer();
     while (!mbarrier_try_wait_parity(bar, parity)) {
-        if (read_globaltimer() - start > kMbarrierTimeoutNs) {
-            printf("hattn: mbarrier wait timed out (block %d,%d,%d thread %d, smem 0x%x, parity %u)\n",
-                   blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, smem_u32(bar), parity);
-            trap();
-        }
+        if (read_globaltimer() - start > kMbarrierTimeoutNs) trap();
     }
 }
 
