@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -401,7 +402,12 @@ void check_case(const Case& c, const CheckOptions& opt = {}) {
     EXPECT_TRUE(oc.ok) << "O vs " << expected.source << ": " << oc.summary() << "\n  worst element [b, s, h, d] = "
                        << nm::describe_index(oc.worst_index, o_dims) << ", atol " << o_tol.atol << ", rtol "
                        << o_tol.rtol << ", max rel L2 " << o_tol.max_rel_l2;
-    if (opt.max_rmse > 0) EXPECT_LE(oc.rmse, opt.max_rmse) << "O RMSE vs " << expected.source;
+    if (opt.max_rmse > 0) {
+        EXPECT_LE(oc.rmse, opt.max_rmse) << "O RMSE vs " << expected.source;
+        ::testing::Test::RecordProperty("o_rmse", std::to_string(oc.rmse));
+        std::printf("%s: O RMSE vs %s = %.3e (bound %.1e)\n", c.name.c_str(), expected.source.c_str(), oc.rmse,
+                    opt.max_rmse);
+    }
     EXPECT_EQ(count_written_padding(pb, run), 0u) << "the kernel wrote into O's row padding";
 
     if (c.with_lse) {
