@@ -405,7 +405,7 @@ void check_case(const Case& c, const CheckOptions& opt = {}) {
     if (opt.max_rmse > 0) {
         EXPECT_LE(oc.rmse, opt.max_rmse) << "O RMSE vs " << expected.source;
         ::testing::Test::RecordProperty("o_rmse", std::to_string(oc.rmse));
-        std::printf("%s: O RMSE vs %s = %.3e (bound %.1e)\n", c.name.c_str(), expected.source.c_str(), oc.rmse,
+        std::printf("%s: O RMSE vs %s = %.3e (bound %.1e)\n", c.name.c_str(), expected.source, oc.rmse,
                     opt.max_rmse);
     }
     EXPECT_EQ(count_written_padding(pb, run), 0u) << "the kernel wrote into O's row padding";
