@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/numerics.h"
+
 namespace hattn::test {
 
 constexpr uint32_t kSwizzleChunkBytes = 16;   // the unit the swizzle permutes
@@ -78,32 +80,12 @@ static_assert(swizzle_byte_offset(3 * 32 + 16, 32) == 3 * 32 + 16, "32B: rows 0-
 
 // ---- host-side element encoding (round to nearest even) and exact decoding ----------------
 
-inline uint16_t bf16_bits_from_float(float f) {
-    const __nv_bfloat16 h = __float2bfloat16_rn(f);
-    uint16_t bits;
-    std::memcpy(&bits, &h, sizeof(bits));
-    return bits;
-}
-
-inline float float_from_bf16_bits(uint16_t bits) {
-    const uint32_t u = static_cast<uint32_t>(bits) << 16;  // bf16 is the top half of an f32
-    float f;
-    std::memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-inline uint16_t f16_bits_from_float(float f) {
-    const __half h = __float2half_rn(f);
-    uint16_t bits;
-    std::memcpy(&bits, &h, sizeof(bits));
-    return bits;
-}
-
-inline float float_from_f16_bits(uint16_t bits) {
-    __half h;
-    std::memcpy(&h, &bits, sizeof(bits));
-    return __half2float(h);
-}
+// 16-bit types: the project's one host implementation (src/cli/numerics.h, exhaustively tested
+// by test/reference_test.cpp).
+inline uint16_t bf16_bits_from_float(float f) { return numerics::float_to_bf16(f); }
+inline float float_from_bf16_bits(uint16_t bits) { return numerics::bf16_to_float(bits); }
+inline uint16_t f16_bits_from_float(float f) { return numerics::float_to_fp16(f); }
+inline float float_from_f16_bits(uint16_t bits) { return numerics::fp16_to_float(bits); }
 
 inline uint8_t e4m3_bits_from_float(float f) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3));
