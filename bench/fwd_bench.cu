@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/device_random.cuh"
 #include "hattn.h"
 #include "host/device_info.h"
 
@@ -51,32 +52,6 @@ constexpr int kMaxLaunchesPerBatch = 16;
 constexpr long long kQueueAheadCycles = 200000;  // ~100 us at ~2 GHz: time for the host to enqueue a launch
 constexpr uint32_t kSeed = 0x5eed1234u;
 
-// ---- Random, non-zero bf16 inputs, generated on the GPU ---------------------------------------
-constexpr int kFillThreads = 256;
-constexpr int kFillBlocks = 1024;            // grid-stride loop; enough blocks to fill every SM
-constexpr float kMinMagnitude = 1.0f / 4096; // values closer to 0 are pushed out to this
-
-// splitmix64's finalizer: a cheap, well-mixed hash of (seed, index).
-__device__ __forceinline__ uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
-
-// x[i] = uniform in [-1, 1), never exactly zero.
-__global__ void fill_uniform_bf16(__nv_bfloat16* x, int64_t n, uint32_t seed) {
-    constexpr float kTwoPowMinus24 = 1.0f / 16777216.0f;  // 24 random bits -> [0, 1)
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const uint64_t h = mix64((uint64_t(seed) << 40) ^ uint64_t(i));
-        float value = 2.0f * float(h >> 40) * kTwoPowMinus24 - 1.0f;
-        if (fabsf(value) < kMinMagnitude) value = copysignf(kMinMagnitude, value);
-        x[i] = __float2bfloat16(value);
-    }
-}
 
 // Keeps one thread busy for `cycles` SM clocks: queued before a timed batch so that the launches
 // behind it are already enqueued when the start event fires.
@@ -132,9 +107,9 @@ private:
         for (int set = 0; set < kInputSets; ++set) {
             for (void** slot : {&q_[set], &k_[set], &v_[set]}) {
                 if (std::string e = allocate(slot); !e.empty()) return e;
-                fill_uniform_bf16<<<kFillBlocks, kFillThreads, 0, stream_>>>(
-                    static_cast<__nv_bfloat16*>(*slot), kElements, seed++);
-                if ((rc = cudaGetLastError()) != cudaSuccess) return cuda_error("fill_uniform_bf16", rc);
+                // N(0, 1), generated on the GPU (never zeros: they run faster than real data).
+                rc = hattn::cli::fill_normal(*slot, kElements, HATTN_DTYPE_BF16, seed++, 1.0f, stream_);
+                if (rc != cudaSuccess) return cuda_error("fill_normal", rc);
             }
         }
         if (std::string e = allocate(&o_); !e.empty()) return e;
