@@ -430,7 +430,7 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 
@@ -470,7 +470,7 @@ __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 
@@ -894,7 +894,7 @@ __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a,
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 
@@ -934,7 +934,7 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 
@@ -1326,7 +1326,7 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 
@@ -1366,7 +1366,7 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 
@@ -1758,7 +1758,7 @@ __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 
@@ -1798,7 +1798,7 @@ __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else {
-        static_assert(N % 16 == 0 && N >= 16 && N <= 256, "wgmma N");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
     }
 }
 

@@ -19,6 +19,16 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import gen_wgmma  # noqa: E402  (the wgmma wrapper generator, to vendor a subset of it)
+
+# The wgmma shapes the forward kernel instantiates: S = Q K^T at N = kBlockN (128, or 80 at
+# head_dim 256) and O += P V at N = head_dim, bf16 and fp16. Vendoring only these instead of all
+# of ptx/wgmma_instr.cuh (every N, fp8 too) keeps the single file small. scripts/vendor_example.cu
+# instantiates every head dim, so a shape missing here fails CI's check_vendored.sh.
+WGMMA_HEADER = "ptx/wgmma_instr.cuh"
+VENDORED_WGMMA_N = [64, 80, 128, 256]
+VENDORED_WGMMA_TYPES = ["bf16", "f16"]
 DEFAULT_ROOT = "src/kernels/fwd.cuh"
 DEFAULT_OUTPUT = "build/hattn_fwd_single.cuh"
 # The same quoted-include search path as the CMake build (hattn_cuda_options), after the
@@ -73,7 +83,11 @@ class Amalgamator:
         if self.line_directives:
             self.out.append(f'#line 1 "{rel(path)}"\n')
         depth = 0  # preprocessor conditional nesting inside this file
-        lines = path.read_text().splitlines(keepends=True)
+        if rel(path) == WGMMA_HEADER:
+            text = gen_wgmma.generate(VENDORED_WGMMA_N, VENDORED_WGMMA_TYPES)
+        else:
+            text = path.read_text()
+        lines = text.splitlines(keepends=True)
         for number, line in enumerate(lines, start=1):
             if PRAGMA_ONCE.match(line):
                 continue

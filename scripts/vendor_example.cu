@@ -110,7 +110,16 @@ int main() {
     args.causal = kCausal;
 
     std::string error;
-    const cudaError_t launched = hattn::fwd::launch_fwd_head_dim<kHeadDim>(args, nullptr, &error);
+    // Every head dim is instantiated (only kHeadDim runs), so the vendored file must carry every
+    // wgmma shape the kernel uses.
+    auto launch = [&](int head_dim) {
+        switch (head_dim) {
+            case 64: return hattn::fwd::launch_fwd_head_dim<64>(args, nullptr, &error);
+            case 128: return hattn::fwd::launch_fwd_head_dim<128>(args, nullptr, &error);
+            default: return hattn::fwd::launch_fwd_head_dim<256>(args, nullptr, &error);
+        }
+    };
+    const cudaError_t launched = launch(kHeadDim);
     if (launched != cudaSuccess) {
         std::fprintf(stderr, "vendor_example: launch failed: %s (%s)\n", cudaGetErrorString(launched), error.c_str());
         return 1;

@@ -45,7 +45,14 @@
 
 #include "host/tensor_map.h"
 #include "kernels/fwd_args.h"
-#include "ptx/hattn_ptx.cuh"
+#include "ptx/barrier.cuh"
+#include "ptx/convert.cuh"
+#include "ptx/fence.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/mufu.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/warp.cuh"
+#include "ptx/wgmma.cuh"
 
 namespace hattn::fwd {
 
