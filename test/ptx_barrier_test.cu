@@ -194,16 +194,8 @@ TEST(PtxBarrier, SetmaxnregProducerConsumerRoleSplit) {
     HATTN_CUDA_CHECK(cudaMemcpy(tensor.ptr, host.data(), tensor.bytes(), cudaMemcpyHostToDevice));
     HATTN_CUDA_CHECK(cudaMemset(sums.ptr, 0xFF, sums.bytes()));  // NaN poison
 
-    hattn::host::TensorMapSpec spec;
-    spec.base = tensor.ptr;
-    spec.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    spec.rank = 2;
-    spec.dims[0] = kTileCols;
-    spec.dims[1] = kRows;
-    spec.strides_bytes[0] = kTileCols * kElemBytes;
-    spec.box[0] = kTileCols;
-    spec.box[1] = kTileRows;
-    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    const hattn::host::TensorMapSpec spec = hattn::test::swizzled_2d_spec(
+        tensor.ptr, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, kTileCols, kRows, kTileCols, kTileRows);
     CUtensorMap map;
     std::string error;
     ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;

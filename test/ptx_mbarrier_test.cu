@@ -186,16 +186,9 @@ TEST(PtxMbarrier, RingOfStagesOverManyPhaseFlips) {
     const RingResult init{0, 0, INT_MAX};
     HATTN_CUDA_CHECK(cudaMemcpy(result.ptr, &init, sizeof(init), cudaMemcpyHostToDevice));
 
-    hattn::host::TensorMapSpec spec;
-    spec.base = tiles.ptr;
-    spec.dtype = CU_TENSOR_MAP_DATA_TYPE_UINT16;
-    spec.rank = 2;
-    spec.dims[0] = kTileCols;
-    spec.dims[1] = static_cast<uint64_t>(kIterations) * kTileRows;
-    spec.strides_bytes[0] = kTileCols * kElemBytes;
-    spec.box[0] = kTileCols;
-    spec.box[1] = kHalfRows;
-    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    const hattn::host::TensorMapSpec spec =
+        hattn::test::swizzled_2d_spec(tiles.ptr, CU_TENSOR_MAP_DATA_TYPE_UINT16, kTileCols,
+                                      static_cast<uint64_t>(kIterations) * kTileRows, kTileCols, kHalfRows);
     CUtensorMap map;
     std::string error;
     ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/numerics.h"
+#include "host/tensor_map.h"
 
 namespace hattn::test {
 
@@ -77,6 +78,25 @@ static_assert(swizzle_byte_offset(2 * 64 + 16, 64) == 2 * 64 + 0, "64B: row 2 ->
 static_assert(swizzle_byte_offset(1 * 64 + 16, 64) == 1 * 64 + 16, "64B: rows 0-1 are not permuted");
 static_assert(swizzle_byte_offset(4 * 32 + 0, 32) == 4 * 32 + 16, "32B: rows 4-7 swap the chunks");
 static_assert(swizzle_byte_offset(3 * 32 + 16, 32) == 3 * 32 + 16, "32B: rows 0-3 are not permuted");
+
+// ---- tensor maps -----------------------------------------------------------------------------
+
+// A row-major 2-D tensor of `cols` x `rows` elements (rows packed, no padding), read in boxes of
+// box_cols x box_rows with the 128-byte swizzle -- the layout every 2-D TMA test here uses.
+inline hattn::host::TensorMapSpec swizzled_2d_spec(const void* base, CUtensorMapDataType dtype, uint64_t cols,
+                                                   uint64_t rows, uint32_t box_cols, uint32_t box_rows) {
+    hattn::host::TensorMapSpec spec;
+    spec.base = base;
+    spec.dtype = dtype;
+    spec.rank = 2;
+    spec.dims[0] = cols;
+    spec.dims[1] = rows;
+    spec.strides_bytes[0] = cols * hattn::host::tensor_map_elem_bytes(dtype);
+    spec.box[0] = box_cols;
+    spec.box[1] = box_rows;
+    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    return spec;
+}
 
 // ---- host-side element encoding (round to nearest even) and exact decoding ----------------
 

@@ -21,6 +21,7 @@
 namespace {
 
 using hattn::test::DeviceBuffer;
+using hattn::test::swizzled_2d_spec;
 using hattn::test::swizzled_tile_offset;
 
 constexpr uint32_t kElemBytes = 2;                        // bf16
@@ -110,10 +111,6 @@ std::vector<uint16_t> random_nonzero_bf16(size_t n, uint64_t seed) {
     return v;
 }
 
-bool make_map(CUtensorMap* map, const hattn::host::TensorMapSpec& spec, std::string* error) {
-    return hattn::host::encode_tensor_map(map, spec, error);
-}
-
 // Runs tma_load_box_kernel and compares the landing zone element by element with `expect`,
 // which maps (box row, box col) to the expected bits (0 for out of bounds).
 template <class Expect>
@@ -154,19 +151,11 @@ TEST(PtxTma, Load2dSwizzle128BInBoundsAndOutOfBounds) {
     HATTN_CUDA_CHECK(tensor.status);
     HATTN_CUDA_CHECK(cudaMemcpy(tensor.ptr, host.data(), tensor.bytes(), cudaMemcpyHostToDevice));
 
-    hattn::host::TensorMapSpec spec;
-    spec.base = tensor.ptr;
-    spec.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    spec.rank = 2;
-    spec.dims[0] = kCols;
-    spec.dims[1] = kRows;
-    spec.strides_bytes[0] = kCols * kElemBytes;
-    spec.box[0] = kBoxCols;
-    spec.box[1] = kBoxRows;
-    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    const hattn::host::TensorMapSpec spec =
+        swizzled_2d_spec(tensor.ptr, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, kCols, kRows, kBoxCols, kBoxRows);
     CUtensorMap map;
     std::string error;
-    ASSERT_TRUE(make_map(&map, spec, &error)) << error;
+    ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;
 
     // inside; past the right and bottom edges (8 columns, 22 rows valid); before the left and top
     const int corners[][2] = {{64, 32}, {192, 128}, {-8, -5}, {136, 0}};
@@ -217,7 +206,7 @@ TEST(PtxTma, Load3dSwizzle128BHeadsAndOutOfBounds) {
         spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
         CUtensorMap map;
         std::string error;
-        ASSERT_TRUE(make_map(&map, spec, &error)) << error;
+        ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;
         check_box_load(map, 3, k.d0, k.s0, k.h0, [&](uint32_t r, uint32_t c) -> uint16_t {
             const int h = k.h0 + static_cast<int>(r / k.box_seq), s = k.s0 + static_cast<int>(r % k.box_seq);
             const int d = k.d0 + static_cast<int>(c);
@@ -238,23 +227,14 @@ TEST(PtxTma, Store2dRoundTripClipsAtEdge) {
     HATTN_CUDA_CHECK(cudaMemcpy(in.ptr, host.data(), in.bytes(), cudaMemcpyHostToDevice));
     HATTN_CUDA_CHECK(cudaMemset(out.ptr, 0xFF, out.bytes()));  // kPoisonElem everywhere
 
+    // kRows only: the guard band lies outside the map.
     auto spec_for = [&](const void* base) {
-        hattn::host::TensorMapSpec spec;
-        spec.base = base;
-        spec.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-        spec.rank = 2;
-        spec.dims[0] = kCols;
-        spec.dims[1] = kRows;  // the guard band lies outside the map
-        spec.strides_bytes[0] = kCols * kElemBytes;
-        spec.box[0] = kBoxCols;
-        spec.box[1] = kBoxRows;
-        spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-        return spec;
+        return swizzled_2d_spec(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, kCols, kRows, kBoxCols, kBoxRows);
     };
     CUtensorMap in_map, out_map;
     std::string error;
-    ASSERT_TRUE(make_map(&in_map, spec_for(in.ptr), &error)) << error;
-    ASSERT_TRUE(make_map(&out_map, spec_for(out.ptr), &error)) << error;
+    ASSERT_TRUE(hattn::host::encode_tensor_map(&in_map, spec_for(in.ptr), &error)) << error;
+    ASSERT_TRUE(hattn::host::encode_tensor_map(&out_map, spec_for(out.ptr), &error)) << error;
 
     const dim3 grid(kCols / kBoxCols, (kRows + kBoxRows - 1) / kBoxRows);
     const size_t smem = 2 * kBoxBytes + hattn::test::kSmemTileAlign;
