@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/device_random.cuh"
+#include "testing/device_random.cuh"
 #include "hattn.h"
 #include "host/device_info.h"
 
@@ -108,7 +108,7 @@ private:
             for (void** slot : {&q_[set], &k_[set], &v_[set]}) {
                 if (std::string e = allocate(slot); !e.empty()) return e;
                 // N(0, 1), generated on the GPU (never zeros: they run faster than real data).
-                rc = hattn::cli::fill_normal(*slot, kElements, HATTN_DTYPE_BF16, seed++, 1.0f, stream_);
+                rc = hattn::testing::fill_normal(*slot, kElements, HATTN_DTYPE_BF16, seed++, 1.0f, stream_);
                 if (rc != cudaSuccess) return cuda_error("fill_normal", rc);
             }
         }

@@ -24,7 +24,7 @@
 #include <cstdio>
 #include <string>
 
-#include "host/tensor_map.h"
+#include "kernels/sm90/tensor_map.h"
 #include "micro_harness.cuh"
 #include "ptx/fence.cuh"
 #include "ptx/mbarrier.cuh"
@@ -124,7 +124,7 @@ void register_all(const DeviceInfo& dev, Buffers& buf) {
     })->UseManualTime()->Unit(benchmark::kMillisecond);
 
     benchmark::RegisterBenchmark("tma/load_ring", [dev, &buf](benchmark::State& state) {
-        host::TensorMapSpec spec;
+        sm90::TensorMapSpec spec;
         spec.base = buf.src;
         spec.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
         spec.rank = 2;
@@ -136,7 +136,7 @@ void register_all(const DeviceInfo& dev, Buffers& buf) {
         spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
         CUtensorMap tmap;
         std::string error;
-        if (!host::encode_tensor_map(&tmap, spec, &error)) {
+        if (!sm90::encode_tensor_map(&tmap, spec, &error)) {
             state.SkipWithError(error.c_str());
             return;
         }

@@ -1,5 +1,5 @@
 // hattn/ptx/tma.cuh -- the Tensor Memory Accelerator: bulk tensor copies between global and
-// shared memory described by a CUtensorMap (built on the host, see src/host/tensor_map.h).
+// shared memory described by a CUtensorMap (built on the host, see src/kernels/sm90/tensor_map.h).
 //
 // NOTE: the tensor map must live in parameter/constant/global memory: kernels take it as
 //       `const __grid_constant__ CUtensorMap`, and pass its address here.

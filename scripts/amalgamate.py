@@ -2,7 +2,7 @@
 """Amalgamate hattn's forward kernel into one self-contained, vendorable header.
 
 Starting from src/kernels/fwd.cuh, follow the `#include "..."` graph through the repository
-(the PTX wrappers in ptx/, src/host/tensor_map.h, src/kernels/fwd_args.h, ...) and inline each
+(the PTX wrappers in ptx/, src/kernels/sm90/tensor_map.h, src/kernels/fwd_args.h, ...) and inline each
 local header exactly once, at its first inclusion -- which is what the preprocessor does with
 `#pragma once`, so the result means the same thing and comes out in dependency order. Local
 `#include "..."` lines and `#pragma once` are dropped; system includes (`#include <...>`) stay

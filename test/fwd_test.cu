@@ -1,13 +1,13 @@
 // hattn/test/fwd_test.cu -- hattn_fwd on a Hopper GPU against exact references.
 //
-// Small problems are checked against the float64 CPU reference (test/reference.h), large ones
-// against the plain fp32 GPU reference (src/cli/reference.cu), which is itself checked against
+// Small problems are checked against the float64 CPU reference (src/testing/cpu_reference.h), large ones
+// against the plain fp32 GPU reference (src/testing/gpu_reference.cu), which is itself checked against
 // float64 here first (GpuReference.*). Every run uses fresh seeded inputs, poisons O and LSE with
 // NaN beforehand, fills input padding with NaN (a kernel that reads past head_dim or uses a wrong
 // stride produces NaN), and checks O's padding is still poison afterwards.
 //
 // Tolerances: numerics::fwd_output_tolerance (O) and fwd_lse_tolerance (LSE), derived in
-// src/cli/numerics.h from the kernel's roundings. In short, for O per element
+// src/testing/numerics.h from the kernel's roundings. In short, for O per element
 //     |got - ref| <= u * max|v| (P rounded to 16 bits) + u * |ref| (O rounded to 16 bits) + slack
 // with u = 2^-8 (bf16) or 2^-11 (fp16), plus a whole-tensor relative L2 error <= 2u; LSE (fp32)
 // within 2e-4 + 1e-5 * |ref|. Skipped (never passed) without a Hopper GPU.
@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "cli/reference.h"
+#include "testing/gpu_reference.h"
 #include "gpu_test_util.h"
 #include "hattn.h"
-#include "reference.h"
+#include "testing/cpu_reference.h"
 
 namespace {
 

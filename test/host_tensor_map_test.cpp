@@ -1,8 +1,8 @@
 // hattn/test/host_tensor_map_test.cpp -- validate_tensor_map / encode_tensor_map
-// (src/host/tensor_map.h) on the CPU: each bad argument is rejected with a message that names it,
+// (src/kernels/sm90/tensor_map.h) on the CPU: each bad argument is rejected with a message that names it,
 // good specs pass, and encoding fails cleanly (false + message, no crash) where no GPU driver is
 // present. Runs in CPU-only CI; the encode-success path runs only where a GPU is present.
-#include "host/tensor_map.h"
+#include "kernels/sm90/tensor_map.h"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 
 namespace {
 
-using hattn::host::encode_tensor_map;
-using hattn::host::TensorMapSpec;
-using hattn::host::validate_tensor_map;
+using hattn::sm90::encode_tensor_map;
+using hattn::sm90::TensorMapSpec;
+using hattn::sm90::validate_tensor_map;
 
 // A stand-in base address: validation only looks at its value (16-byte aligned here).
 alignas(16) unsigned char g_fake_tensor[16];

@@ -12,7 +12,7 @@
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
-#include "host/tensor_map.h"
+#include "kernels/sm90/tensor_map.h"
 #include "ptx/hattn_ptx.cuh"
 
 #include <cmath>
@@ -194,11 +194,11 @@ TEST(PtxBarrier, SetmaxnregProducerConsumerRoleSplit) {
     HATTN_CUDA_CHECK(cudaMemcpy(tensor.ptr, host.data(), tensor.bytes(), cudaMemcpyHostToDevice));
     HATTN_CUDA_CHECK(cudaMemset(sums.ptr, 0xFF, sums.bytes()));  // NaN poison
 
-    const hattn::host::TensorMapSpec spec = hattn::test::swizzled_2d_spec(
+    const hattn::sm90::TensorMapSpec spec = hattn::test::swizzled_2d_spec(
         tensor.ptr, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, kTileCols, kRows, kTileCols, kTileRows);
     CUtensorMap map;
     std::string error;
-    ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;
+    ASSERT_TRUE(hattn::sm90::encode_tensor_map(&map, spec, &error)) << error;
 
     const size_t smem = kRoleStages * kTileBytes + hattn::test::kSmemTileAlign;
     role_split_kernel<<<1, kRoleThreads, smem>>>(map, sums.ptr);

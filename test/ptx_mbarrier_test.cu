@@ -11,7 +11,7 @@
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
-#include "host/tensor_map.h"
+#include "kernels/sm90/tensor_map.h"
 #include "ptx/hattn_ptx.cuh"
 
 #include <climits>
@@ -186,12 +186,12 @@ TEST(PtxMbarrier, RingOfStagesOverManyPhaseFlips) {
     const RingResult init{0, 0, INT_MAX};
     HATTN_CUDA_CHECK(cudaMemcpy(result.ptr, &init, sizeof(init), cudaMemcpyHostToDevice));
 
-    const hattn::host::TensorMapSpec spec =
+    const hattn::sm90::TensorMapSpec spec =
         hattn::test::swizzled_2d_spec(tiles.ptr, CU_TENSOR_MAP_DATA_TYPE_UINT16, kTileCols,
                                       static_cast<uint64_t>(kIterations) * kTileRows, kTileCols, kHalfRows);
     CUtensorMap map;
     std::string error;
-    ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;
+    ASSERT_TRUE(hattn::sm90::encode_tensor_map(&map, spec, &error)) << error;
 
     const size_t smem = kStages * kTileBytes + hattn::test::kSmemTileAlign;
     HATTN_CUDA_CHECK(cudaFuncSetAttribute(ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

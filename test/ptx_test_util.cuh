@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/numerics.h"
-#include "host/tensor_map.h"
+#include "testing/numerics.h"
+#include "kernels/sm90/tensor_map.h"
 
 namespace hattn::test {
 
@@ -83,15 +83,15 @@ static_assert(swizzle_byte_offset(3 * 32 + 16, 32) == 3 * 32 + 16, "32B: rows 0-
 
 // A row-major 2-D tensor of `cols` x `rows` elements (rows packed, no padding), read in boxes of
 // box_cols x box_rows with the 128-byte swizzle -- the layout every 2-D TMA test here uses.
-inline hattn::host::TensorMapSpec swizzled_2d_spec(const void* base, CUtensorMapDataType dtype, uint64_t cols,
+inline hattn::sm90::TensorMapSpec swizzled_2d_spec(const void* base, CUtensorMapDataType dtype, uint64_t cols,
                                                    uint64_t rows, uint32_t box_cols, uint32_t box_rows) {
-    hattn::host::TensorMapSpec spec;
+    hattn::sm90::TensorMapSpec spec;
     spec.base = base;
     spec.dtype = dtype;
     spec.rank = 2;
     spec.dims[0] = cols;
     spec.dims[1] = rows;
-    spec.strides_bytes[0] = cols * hattn::host::tensor_map_elem_bytes(dtype);
+    spec.strides_bytes[0] = cols * hattn::sm90::tensor_map_elem_bytes(dtype);
     spec.box[0] = box_cols;
     spec.box[1] = box_rows;
     spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
@@ -100,7 +100,7 @@ inline hattn::host::TensorMapSpec swizzled_2d_spec(const void* base, CUtensorMap
 
 // ---- host-side element encoding (round to nearest even) and exact decoding ----------------
 
-// 16-bit types: the project's one host implementation (src/cli/numerics.h, exhaustively tested
+// 16-bit types: the project's one host implementation (src/testing/numerics.h, exhaustively tested
 // by test/reference_test.cpp).
 inline uint16_t bf16_bits_from_float(float f) { return numerics::float_to_bf16(f); }
 inline float float_from_bf16_bits(uint16_t bits) { return numerics::bf16_to_float(bits); }

@@ -1,5 +1,5 @@
 // hattn/test/ptx_tma_test.cu -- TMA tensor loads and stores (ptx/tma.cuh) with tensor maps from
-// hattn::host::encode_tensor_map, 128B swizzle, bf16, inner box of 64 elements (128 bytes).
+// hattn::sm90::encode_tensor_map, 128B swizzle, bf16, inner box of 64 elements (128 bytes).
 //
 //   * 2D and 3D loads: every element of the box lands at the offset the swizzle formula of
 //     ptx_test_util.cuh predicts (the landing zone is poisoned first, and the formula is a
@@ -10,7 +10,7 @@
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
-#include "host/tensor_map.h"
+#include "kernels/sm90/tensor_map.h"
 #include "ptx/hattn_ptx.cuh"
 
 #include <cstdint>
@@ -151,11 +151,11 @@ TEST(PtxTma, Load2dSwizzle128BInBoundsAndOutOfBounds) {
     HATTN_CUDA_CHECK(tensor.status);
     HATTN_CUDA_CHECK(cudaMemcpy(tensor.ptr, host.data(), tensor.bytes(), cudaMemcpyHostToDevice));
 
-    const hattn::host::TensorMapSpec spec =
+    const hattn::sm90::TensorMapSpec spec =
         swizzled_2d_spec(tensor.ptr, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, kCols, kRows, kBoxCols, kBoxRows);
     CUtensorMap map;
     std::string error;
-    ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;
+    ASSERT_TRUE(hattn::sm90::encode_tensor_map(&map, spec, &error)) << error;
 
     // inside; past the right and bottom edges (8 columns, 22 rows valid); before the left and top
     const int corners[][2] = {{64, 32}, {192, 128}, {-8, -5}, {136, 0}};
@@ -191,7 +191,7 @@ TEST(PtxTma, Load3dSwizzle128BHeadsAndOutOfBounds) {
         {32, 2, 64, 90, 2},  // head 3 does not exist: its 32 rows are all zero-filled
     };
     for (const Case& k : cases) {
-        hattn::host::TensorMapSpec spec;
+        hattn::sm90::TensorMapSpec spec;
         spec.base = tensor.ptr;
         spec.dtype = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
         spec.rank = 3;
@@ -206,7 +206,7 @@ TEST(PtxTma, Load3dSwizzle128BHeadsAndOutOfBounds) {
         spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
         CUtensorMap map;
         std::string error;
-        ASSERT_TRUE(hattn::host::encode_tensor_map(&map, spec, &error)) << error;
+        ASSERT_TRUE(hattn::sm90::encode_tensor_map(&map, spec, &error)) << error;
         check_box_load(map, 3, k.d0, k.s0, k.h0, [&](uint32_t r, uint32_t c) -> uint16_t {
             const int h = k.h0 + static_cast<int>(r / k.box_seq), s = k.s0 + static_cast<int>(r % k.box_seq);
             const int d = k.d0 + static_cast<int>(c);
@@ -233,8 +233,8 @@ TEST(PtxTma, Store2dRoundTripClipsAtEdge) {
     };
     CUtensorMap in_map, out_map;
     std::string error;
-    ASSERT_TRUE(hattn::host::encode_tensor_map(&in_map, spec_for(in.ptr), &error)) << error;
-    ASSERT_TRUE(hattn::host::encode_tensor_map(&out_map, spec_for(out.ptr), &error)) << error;
+    ASSERT_TRUE(hattn::sm90::encode_tensor_map(&in_map, spec_for(in.ptr), &error)) << error;
+    ASSERT_TRUE(hattn::sm90::encode_tensor_map(&out_map, spec_for(out.ptr), &error)) << error;
 
     const dim3 grid(kCols / kBoxCols, (kRows + kBoxRows - 1) / kBoxRows);
     const size_t smem = 2 * kBoxBytes + hattn::test::kSmemTileAlign;

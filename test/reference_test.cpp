@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "hattn.h"
-#include "reference.h"
+#include "testing/cpu_reference.h"
 
 namespace {
 

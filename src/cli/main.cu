@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/device_random.cuh"
-#include "cli/numerics.h"
-#include "cli/reference.h"
+#include "testing/device_random.cuh"
+#include "testing/numerics.h"
+#include "testing/gpu_reference.h"
 #include "hattn.h"
 
 namespace {
@@ -382,9 +382,9 @@ int main(int argc, char** argv) {
     // Fresh inputs (a different stream of the seed per tensor); outputs poisoned with NaN so an
     // element the kernel does not write fails verification.
     constexpr float kInputStddev = 1.0f;
-    check_cuda(hattn::cli::fill_normal(q.get(), q_elems, o.dtype, o.seed * 3 + 0, kInputStddev, nullptr), "fill q");
-    check_cuda(hattn::cli::fill_normal(k.get(), kv_elems, o.dtype, o.seed * 3 + 1, kInputStddev, nullptr), "fill k");
-    check_cuda(hattn::cli::fill_normal(v.get(), kv_elems, o.dtype, o.seed * 3 + 2, kInputStddev, nullptr), "fill v");
+    check_cuda(hattn::testing::fill_normal(q.get(), q_elems, o.dtype, o.seed * 3 + 0, kInputStddev, nullptr), "fill q");
+    check_cuda(hattn::testing::fill_normal(k.get(), kv_elems, o.dtype, o.seed * 3 + 1, kInputStddev, nullptr), "fill k");
+    check_cuda(hattn::testing::fill_normal(v.get(), kv_elems, o.dtype, o.seed * 3 + 2, kInputStddev, nullptr), "fill v");
     constexpr int kPoisonByte = 0xFF;  // 0xFFFF is NaN in bf16 and fp16, 0xFFFFFFFF in fp32
     check_cuda(cudaMemset(out.get(), kPoisonByte, out.bytes()), "poison o");
     if (o.with_lse) check_cuda(cudaMemset(lse.get(), kPoisonByte, lse.bytes()), "poison lse");

@@ -43,7 +43,7 @@
 #include <string>
 #include <type_traits>
 
-#include "host/tensor_map.h"
+#include "kernels/sm90/tensor_map.h"
 #include "kernels/fwd_args.h"
 #include "ptx/barrier.cuh"
 #include "ptx/convert.cuh"
@@ -647,7 +647,7 @@ inline bool make_qkvo_map(CUtensorMap* map, const void* base, int head_dim, int 
                           int64_t seq_stride, int64_t head_stride, int64_t batch_stride, uint32_t box_rows,
                           bool is_bf16, std::string* error) {
     constexpr uint64_t kElemBytes = 2;
-    host::TensorMapSpec spec;
+    sm90::TensorMapSpec spec;
     spec.base = base;
     spec.dtype = is_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     spec.rank = 4;  // {head_dim, seqlen, heads, batch}, innermost first
@@ -663,7 +663,7 @@ inline bool make_qkvo_map(CUtensorMap* map, const void* base, int head_dim, int 
     spec.box[2] = 1;
     spec.box[3] = 1;
     spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-    return host::encode_tensor_map(map, spec, error);
+    return sm90::encode_tensor_map(map, spec, error);
 }
 
 // Non-causal problems with at most this many keys run on a persistent grid (see launch_fwd).

@@ -1,5 +1,5 @@
-// hattn/test/reference.h -- the float64 CPU reference for forward attention (small shapes),
-// plus the 16-bit conversions and the comparison helper the tests use (from cli/numerics.h,
+// hattn/src/testing/cpu_reference.h -- the float64 CPU reference for forward attention (small shapes),
+// plus the 16-bit conversions and the comparison helper the tests use (from testing/numerics.h,
 // shared with the CLI so both judge results the same way).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "cli/numerics.h"
+#include "testing/numerics.h"
 #include "hattn.h"
 
 namespace hattn::test {

@@ -1,4 +1,4 @@
-// hattn/src/host/tensor_map.h -- building CUtensorMap descriptors for TMA, validated first.
+// hattn/src/kernels/sm90/tensor_map.h -- building CUtensorMap descriptors for TMA, validated first.
 // Header-only so the vendorable single-file kernel can carry it.
 //
 // cuTensorMapEncodeTiled is a driver API entry point; we fetch it at run time through
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-namespace hattn::host {
+namespace hattn::sm90 {
 
 constexpr int kTensorMapMaxRank = 5;
 constexpr uint32_t kTmaMaxBoxDim = 256;        // per dimension, by the driver's contract
@@ -161,4 +161,4 @@ inline bool encode_tensor_map(CUtensorMap* out, const TensorMapSpec& spec, std::
     return true;
 }
 
-}  // namespace hattn::host
+}  // namespace hattn::sm90

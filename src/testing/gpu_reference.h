@@ -1,5 +1,5 @@
-// hattn/src/cli/reference.h -- a plain GPU attention for checking hattn_fwd at sizes the float64
-// CPU reference (test/reference.h) cannot reach. Used by the CLI and the large-shape GPU tests.
+// hattn/src/testing/gpu_reference.h -- a plain GPU attention for checking hattn_fwd at sizes the float64
+// CPU reference (src/testing/cpu_reference.h) cannot reach. Used by the CLI and the large-shape GPU tests.
 //
 // Deliberately simple: CUDA cores only (no tensor cores, no TMA), fp32 scores and O accumulation,
 // an online softmax with the row sum in fp64. Its error is ~1e-5 relative, two orders below a

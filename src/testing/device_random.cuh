@@ -1,4 +1,4 @@
-// hattn/src/cli/device_random.cuh -- filling device tensors with seeded N(0, 1) 16-bit values and
+// hattn/src/testing/device_random.cuh -- filling device tensors with seeded N(0, 1) 16-bit values and
 // poison patterns, without a host round trip (the CLI's tensors run to gigabytes).
 //
 // The generator is counter-based (a splitmix64 hash of seed and element index), so the values do
@@ -13,7 +13,7 @@
 
 #include "hattn.h"
 
-namespace hattn::cli {
+namespace hattn::testing {
 
 namespace detail {
 
@@ -67,4 +67,4 @@ inline cudaError_t fill_normal(void* out, size_t n, hattn_dtype dtype, uint64_t 
     return cudaGetLastError();
 }
 
-}  // namespace hattn::cli
+}  // namespace hattn::testing

@@ -1,4 +1,4 @@
-// hattn/src/cli/reference.cu -- the plain GPU reference attention (see reference.h).
+// hattn/src/testing/gpu_reference.cu -- the plain GPU reference attention (see reference.h).
 //
 // One thread block per (block of 32 query rows, query head, batch). Each warp owns 4 rows; K and
 // V stream through shared memory 32 keys at a time (one key per lane for the scores). Scores and
@@ -15,7 +15,7 @@
 //   * Masking follows the public contract: key j is visible to query i iff j < seqlen_k and, if
 //     causal, j <= i + seqlen_k - seqlen_q. A row that sees no key ends with l = 0 and gets
 //     O = 0, LSE = -inf.
-#include "cli/reference.h"
+#include "testing/gpu_reference.h"
 
 #include <cuda_fp16.h>
 

@@ -1,4 +1,4 @@
-// hattn/src/cli/numerics.h -- host-side numerics shared by the CLI and the tests: 16-bit float
+// hattn/src/testing/numerics.h -- host-side numerics shared by the CLI and the tests: 16-bit float
 // conversions, the forward pass's error budget, and an element-by-element comparison.
 //
 // Header-only and CPU-only (no CUDA headers beyond hattn.h's dtype enum) so CPU tests can use it.
