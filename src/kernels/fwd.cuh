@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kNumThreads, 1)
                 float o_scale[2];
 
                 if constexpr (Cfg::kIntraWgOverlap) {
-                    // Prologue: S for the first (highest) block, its softmax, no PV yet.
+                    // Prologue: S for the first (highest) block and its softmax; no PV yet.
                     const int n_block = t.n_blocks - 1;
                     ptx::mbarrier_wait(&smem.k_full[slot(0)], phase(0));
                     take_turn();
@@ -508,12 +508,13 @@ __global__ void __launch_bounds__(kNumThreads, 1)
                     release_k(slot(0));
                     if (needs_mask(n_block)) apply_mask<Cfg>(s, n_block, first_row, p);
                     softmax.online_update(s, p.scale_log2, o_scale);
-                    convert_p<Cfg>(s, pf);
 
-                    // Steady state: issue S_{it} and O += P_{it-1} V_{it-1} together, then do the
-                    // softmax of S_{it} while the PV GEMM is still running. The body is stamped out
-                    // twice, with and without masking, so the unmasked steady state carries no
-                    // data-dependent branch between the two waits.
+                    // Steady state: issue S_it and O += P_{it-1} V_{it-1} together, then run the
+                    // softmax of S_it while that PV GEMM is still on the tensor cores. The wait for
+                    // the PV GEMM, O's rescale and P's conversion open the *next* step, behind its
+                    // mbarrier waits: P's registers are the A operand of the PV GEMM in flight, so
+                    // any write to them must follow the wait, and ptxas would otherwise pull the
+                    // wait (and the conversion with it) above the exps of the same basic block.
                     auto step = [&](int it, auto masked) {
                         const int n_block = t.n_blocks - 1 - it;
                         const int stage = slot(it), prev_stage = slot(it - 1);
@@ -521,6 +522,11 @@ __global__ void __launch_bounds__(kNumThreads, 1)
                         // makes ptxas inject an extra warpgroup.arrive.
                         ptx::mbarrier_wait(&smem.k_full[stage], phase(it));
                         ptx::mbarrier_wait(&smem.v_full[prev_stage], phase(it - 1));
+                        ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2} done (none at it = 1)
+                        ptx::wgmma_fence_operand(o);
+                        if (it >= 2) release_v(slot(it - 2));
+                        rescale_rows(o, o_scale);
+                        convert_p<Cfg>(s, pf);
                         take_turn();
                         ptx::wgmma_fence();
                         gemm_qk(s, stage);
@@ -534,11 +540,6 @@ __global__ void __launch_bounds__(kNumThreads, 1)
                         release_k(stage);
                         if constexpr (decltype(masked)::value) apply_mask<Cfg>(s, n_block, first_row, p);
                         softmax.online_update(s, p.scale_log2, o_scale);
-                        ptx::wgmma_wait_group<0>();  // PV done: O and slot prev_stage are free
-                        ptx::wgmma_fence_operand(o);
-                        release_v(prev_stage);
-                        rescale_rows(o, o_scale);
-                        convert_p<Cfg>(s, pf);
                     };
                     const int n_masked = masked_block_count();
                     int it = 1;
@@ -547,6 +548,11 @@ __global__ void __launch_bounds__(kNumThreads, 1)
                     // Epilogue of the pipeline: the last PV.
                     const int last = t.n_blocks - 1;
                     ptx::mbarrier_wait(&smem.v_full[slot(last)], phase(last));
+                    ptx::wgmma_wait_group<0>();
+                    ptx::wgmma_fence_operand(o);
+                    if (last >= 1) release_v(slot(last - 1));
+                    rescale_rows(o, o_scale);
+                    convert_p<Cfg>(s, pf);
                     take_turn();
                     ptx::wgmma_fence();
                     gemm_pv(pf, slot(last));

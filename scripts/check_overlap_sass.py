@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Check in SASS that the forward kernel really overlaps a warpgroup's softmax with its own PV GEMM.
+
+The intra-warpgroup pipeline issues S_{j+1} = Q K^T and O += P_j V_j back to back, waits for the
+first (`wgmma.wait_group 1`, SASS `WARPGROUP.DEPBAR.LE gsb0, 0x1`), runs the softmax of S_{j+1}
+(`MUFU.EX2`), and only then waits for the PV GEMM (`WARPGROUP.DEPBAR.LE gsb0, 0x0`). ptxas is
+free to move that last wait upwards (waiting early is always correct), and does so whenever an
+instruction that writes P's registers -- the A operand of the GEMM still in flight -- ends up in
+the same basic block as the exps. Then the exps only overlap the *other* warpgroup's GEMMs.
+
+This script disassembles every forward kernel and fails if, after any `DEPBAR.LE gsb0, 0x1`,
+fewer than MIN_EXPS exps come before the next `DEPBAR.LE gsb0, 0x0`.
+
+Usage: scripts/check_overlap_sass.py [OBJECT_OR_LIBRARY ...]
+       (default: build/libhattn.a). Needs cuobjdump (CUDA toolkit, or `pip install
+       nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`); CUOBJDUMP=/path picks one.
+Exit: 0 every overlapped kernel passes, 1 a kernel fails or none was found, 2 no cuobjdump.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_INPUT = REPO / "build" / "libhattn.a"
+KERNEL_NAME = "fwd_kernel"
+# Every steady-state step exponentiates kBlockN/2 >= 40 scores per thread; a handful of exps
+# between the waits would mean ptxas split the softmax around the wait.
+MIN_EXPS = 32
+# The library instantiates 3 head dims x 2 dtypes with the overlap on.
+MIN_KERNELS = 6
+
+WAIT_ONE = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b")
+WAIT_ZERO = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b")
+EXP = re.compile(r"\bMUFU\.EX2\b")
+FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
+
+
+def find_cuobjdump() -> str | None:
+    explicit = os.environ.get("CUOBJDUMP")
+    if explicit and os.access(explicit, os.X_OK):
+        return explicit
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    candidates = [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "cuobjdump")]
+    for sp in site.getsitepackages() + [site.getusersitepackages()]:
+        candidates += glob.glob(os.path.join(sp, "nvidia", "cu*", "bin", "cuobjdump"))
+        candidates += glob.glob(os.path.join(sp, "nvidia", "cuda_cuobjdump", "bin", "cuobjdump"))
+    for c in candidates:
+        if os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def kernels(sass: str):
+    """Yield (name, instruction lines) for each function in a cuobjdump listing."""
+    name, body = None, []
+    for line in sass.splitlines():
+        m = FUNCTION.search(line)
+        if m:
+            if name is not None:
+                yield name, body
+            name, body = m.group(1), []
+        elif name is not None:
+            body.append(line)
+    if name is not None:
+        yield name, body
+
+
+def check_kernel(body: list[str]) -> tuple[int, list[int]]:
+    """Return (number of overlapped steps, exp counts of the steps that fail)."""
+    steps, failures = 0, []
+    exps = None  # exps seen since the last wait-for-one, None outside such a window
+    for line in body:
+        if WAIT_ONE.search(line):
+            exps = 0
+            steps += 1
+        elif WAIT_ZERO.search(line) and exps is not None:
+            if exps < MIN_EXPS:
+                failures.append(exps)
+            exps = None
+        elif EXP.search(line) and exps is not None:
+            exps += 1
+    return steps, failures
+
+
+def main(argv: list[str]) -> int:
+    inputs = [Path(a) for a in argv[1:]] or [DEFAULT_INPUT]
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        print("check_overlap_sass: no cuobjdump (CUDA toolkit, or pip install nvidia-cuda-cuobjdump "
+              "nvidia-cuda-nvdisasm); set CUOBJDUMP", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + env.get("PATH", "")  # nvdisasm beside it
+    checked, bad = 0, 0
+    for path in inputs:
+        if not path.exists():
+            print(f"check_overlap_sass: {path} not found (build first)", file=sys.stderr)
+            return 1
+        sass = subprocess.run([cuobjdump, "-sass", str(path)], check=True, capture_output=True, text=True,
+                              env=env).stdout
+        for name, body in kernels(sass):
+            if KERNEL_NAME not in name:
+                continue
+            steps, failures = check_kernel(body)
+            if steps == 0:
+                continue  # a variant built without the intra-warpgroup overlap (ablation)
+            checked += 1
+            if failures:
+                bad += 1
+                print(f"FAIL {name}: {len(failures)} of {steps} overlapped steps wait for PV before the "
+                      f"softmax (exps between the waits: {failures}, need >= {MIN_EXPS})")
+            else:
+                print(f"ok   {name}: {steps} overlapped steps, softmax between the PV issue and its wait")
+    if checked < MIN_KERNELS:
+        print(f"check_overlap_sass: only {checked} overlapped forward kernels found, expected >= {MIN_KERNELS}")
+        return 1
+    print(f"check_overlap_sass: {checked - bad} of {checked} kernels overlap the softmax with their own PV GEMM")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
