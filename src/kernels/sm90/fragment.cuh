@@ -1,0 +1,81 @@
+// hattn/src/kernels/sm90/fragment.cuh -- wgmma per element type, and the register fragments it
+// produces and consumes.
+//
+// Accumulator of an m64nN f32 wgmma (PTX ISA 9.7.15.5.1, "Register fragments"): thread (warp w
+// of the warpgroup, lane l) holds N/2 floats for rows r0 = 16w + l/4 and r0 + 8; element i sits
+// in row r0 + 8 * ((i / 2) % 2), column 8 * (i / 4) + 2 * (l % 4) + i % 2. A row's values are
+// spread over the 4 lanes of a quad, so row reductions are two shuffles.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/sm90/tile.cuh"
+#include "ptx/convert.cuh"
+#include "ptx/wgmma.cuh"
+
+namespace hattn::sm90 {
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kMmaM = 64;  // wgmma's M: one warpgroup computes 64 rows
+constexpr int kAccRowsPerThread = 2;
+
+// ---- wgmma by element type (S = Q K^T from shared memory; O += P V with P in registers) -------
+template <int N, class Elem, int kTransB>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, uint32_t accumulate) {
+    if constexpr (std::is_same_v<Elem, Bf16>) {
+        ptx::wgmma_ss_bf16<N, 0, kTransB>(d, da, db, accumulate);
+    } else {
+        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only");
+        ptx::wgmma_ss_f16<N, 0, kTransB>(d, da, db, accumulate);
+    }
+}
+
+template <int N, class Elem, int kTransB>
+__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, uint32_t accumulate) {
+    if constexpr (std::is_same_v<Elem, Bf16>) {
+        ptx::wgmma_rs_bf16<N, kTransB>(d, a, db, accumulate);
+    } else {
+        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only");
+        ptx::wgmma_rs_f16<N, kTransB>(d, a, db, accumulate);
+    }
+}
+
+// ---- Where each accumulator register lives -------------------------------------------------
+__device__ __forceinline__ int acc_row_in_warpgroup(int tid) { return 16 * (tid / 32) + (tid % 32) / 4; }
+__host__ __device__ constexpr int acc_row_half(int i) { return (i / 2) % 2; }  // 0: row r0, 1: r0 + 8
+__host__ __device__ constexpr int acc_col(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Multiply each of the thread's two rows by its factor.
+template <int kN>
+__device__ __forceinline__ void rescale_rows(float (&acc)[kN], const float (&row_scale)[kAccRowsPerThread]) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) acc[i] *= row_scale[acc_row_half(i)];
+}
+
+// fp32 accumulator (m64nN) -> 16-bit A fragments of an RS-wgmma with K = N. For 16-bit types the
+// k16 slice kk of the accumulator is its n8 groups 2kk and 2kk+1, which is exactly the A
+// fragment's register order: a conversion, no shuffles, no trip through shared memory.
+// (8-bit A fragments hold 4 consecutive k per register instead of 2: FP8 needs a byte permute.)
+template <class Elem, int N>
+__device__ __forceinline__ void acc_to_a_fragment(const float (&acc)[N / 2], uint32_t (&a)[N / Elem::kMmaK][4]) {
+    static_assert(Elem::kBytes == 2, "16-bit A fragments");
+    constexpr bool kIsBf16 = std::is_same_v<Elem, Bf16>;
+#pragma unroll
+    for (int kk = 0; kk < N / Elem::kMmaK; ++kk) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) a[kk][j] = ptx::pack_f32x2<kIsBf16>(acc[8 * kk + 2 * j], acc[8 * kk + 2 * j + 1]);
+    }
+}
+
+}  // namespace hattn::sm90

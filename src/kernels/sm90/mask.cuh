@@ -1,0 +1,80 @@
+// hattn/src/kernels/sm90/mask.cuh -- which keys a query row may see: the seqlen_k tail and the
+// causal mask aligned bottom-right (query i sees key j iff j <= i + seqlen_k - seqlen_q, so the
+// last query row sees every key whatever the two lengths).
+//
+// Forward kernels hold a [query rows x keys] score tile (apply); the backward holds the transpose,
+// [keys x query rows] (apply_transposed). Both use the same two limits, so they cannot disagree.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/sm90/fragment.cuh"
+
+namespace hattn::sm90 {
+
+struct Mask {
+    int seqlen_q;
+    int seqlen_k;
+    bool causal;
+
+    // Keys [0, key_end(row)) are visible to query `row` (may be <= 0: the row sees nothing).
+    __host__ __device__ constexpr int key_end(int row) const {
+        return causal ? min_int(seqlen_k, row + seqlen_k - seqlen_q + 1) : seqlen_k;
+    }
+    // Queries [query_begin(key), seqlen_q) see `key` (key < seqlen_k).
+    __host__ __device__ constexpr int query_begin(int key) const {
+        return causal ? max_int(0, key - (seqlen_k - seqlen_q)) : 0;
+    }
+    __host__ __device__ constexpr bool visible(int row, int key) const {
+        return row >= 0 && row < seqlen_q && key >= 0 && key < key_end(row);
+    }
+
+    // KV blocks of width kBlockN that query rows [m0, m0 + rows) need: [0, n_blocks).
+    __host__ __device__ constexpr int n_blocks(int m0, int rows, int block_n) const {
+        const int end = causal ? min_int(seqlen_k, m0 + rows + seqlen_k - seqlen_q) : seqlen_k;
+        return end > 0 ? (end + block_n - 1) / block_n : 0;
+    }
+    // Blocks [first_masked_block, n_blocks) can hold a key some row of [m0, ...) may not see:
+    // the block reaching past seqlen_k, and (causal) those crossing the first row's diagonal.
+    __host__ __device__ constexpr int first_masked_block(int m0, int block_n) const {
+        const int first = seqlen_k / block_n;
+        return causal ? min_int(first, max_int(m0 + seqlen_k - seqlen_q + 1, 0) / block_n) : first;
+    }
+
+    // Scores of a forward fragment: rows first_row and first_row + 8, keys from col0 (the
+    // fragment's column 0 for this tile). Invisible ones become -inf.
+    template <int kN>
+    __device__ __forceinline__ void apply(float (&s)[kN / 2], int first_row, int col0) const {
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            const int end = key_end(first_row + 8 * r);
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r && col0 + acc_col(i, lane) >= end) s[i] = -INFINITY;
+        }
+    }
+
+    // Scores of a transposed fragment: rows are keys (first_key, first_key + 8), columns are
+    // query rows from query0.
+    template <int kN>
+    __device__ __forceinline__ void apply_transposed(float (&s)[kN / 2], int first_key, int query0) const {
+        const int lane = threadIdx.x % 32;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            const int key = first_key + 8 * r;
+            const int begin = key < seqlen_k ? query_begin(key) : seqlen_q;  // past the tail: nobody
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i) {
+                const int q = query0 + acc_col(i, lane);
+                if (acc_row_half(i) == r && (q < begin || q >= seqlen_q)) s[i] = -INFINITY;
+            }
+        }
+    }
+
+  private:
+    __host__ __device__ static constexpr int min_int(int a, int b) { return a < b ? a : b; }
+    __host__ __device__ static constexpr int max_int(int a, int b) { return a > b ? a : b; }
+};
+
+}  // namespace hattn::sm90

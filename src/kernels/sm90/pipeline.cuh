@@ -1,0 +1,74 @@
+// hattn/src/kernels/sm90/pipeline.cuh -- a ring of shared-memory slots between a TMA producer and
+// wgmma consumers, and the named barriers warpgroups use to take turns.
+//
+// A slot is guarded by two mbarriers. "full" completes when the producer's TMA bytes have landed
+// (one arrival, the producer's arrive.expect_tx, plus the transaction count); "empty" completes
+// when every consumer warp has finished reading the slot. Each use of a slot is one phase of
+// both barriers, so a waiter needs the parity of the pass it is on: PipelineState carries it
+// and advances by one increment per use (no division per wait).
+#pragma once
+
+#include <cstdint>
+
+#include "ptx/barrier.cuh"
+#include "ptx/mbarrier.cuh"
+
+namespace hattn::sm90 {
+
+// Which slot, and which pass over the ring (its parity), the next use falls on.
+template <int kStages>
+struct PipelineState {
+    int stage = 0;
+    uint32_t phase = 0;
+
+    __device__ __forceinline__ void advance() {
+        if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+        }
+    }
+    __device__ __forceinline__ void advance(int n) {
+        for (int i = 0; i < n; ++i) advance();
+    }
+};
+
+template <int kStages_>
+struct Ring {
+    static constexpr int kStages = kStages_;
+    using State = PipelineState<kStages>;
+    uint64_t full[kStages];
+    uint64_t empty[kStages];
+
+    // By one thread, before the CTA-wide barrier that publishes every mbarrier.
+    __device__ __forceinline__ void init(uint32_t consumer_arrivals) {
+        for (int s = 0; s < kStages; ++s) {
+            ptx::mbarrier_init(&full[s], 1);
+            ptx::mbarrier_init(&empty[s], consumer_arrivals);
+        }
+    }
+
+    // Producer: wait until the consumers have emptied the slot, then announce the bytes the TMA
+    // copies will deliver. On the first pass every slot starts empty: waiting on the parity of
+    // the phase *before* the current one returns at once.
+    __device__ __forceinline__ uint64_t* producer_acquire(const State& st, uint32_t tx_bytes) {
+        ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u);
+        ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes);
+        return &full[st.stage];
+    }
+
+    // Consumer: wait for the slot's data; release it once the last wgmma reading it completed.
+    __device__ __forceinline__ void consumer_wait(const State& st) { ptx::mbarrier_wait(&full[st.stage], st.phase); }
+    __device__ __forceinline__ void consumer_release(const State& st) { ptx::mbarrier_arrive(&empty[st.stage]); }
+};
+
+// A named barrier (bar.sync / bar.arrive id, count) whose thread count is part of its type, so
+// every use of one barrier agrees on it. Ids come from one enum per kernel; 0 is __syncthreads.
+template <uint32_t kThreads>
+struct NamedBarrier {
+    static_assert(kThreads % 32 == 0, "named barriers count whole warps");
+    uint32_t id;
+    __device__ __forceinline__ void sync() const { ptx::bar_sync(id, kThreads); }
+    __device__ __forceinline__ void arrive() const { ptx::bar_arrive(id, kThreads); }
+};
+
+}  // namespace hattn::sm90

@@ -1,0 +1,45 @@
+// hattn/src/kernels/sm90/scheduler.cuh -- which work tile a CTA takes next.
+//
+// A tile is kBlockM query rows of one (head, batch). Tiles are numbered with the query block
+// fastest, so CTAs running at the same time share a head's K and V in L2. Under a causal mask a
+// head's tiles go longest first (the highest query block sees the most keys), so the short ones
+// fill the tail.
+//
+// CTA b of a grid of G walks its tiles in passes: pass p takes tile p*G + b on even passes and
+// p*G + (G-1-b) on odd ones. With one CTA per tile that is simply tile b. On a persistent grid
+// (G = number of SMs) the alternation balances causal costs: were the tile order to repeat with
+// a period dividing G, a plain stride would hand a CTA the same query-block position, and so the
+// same cost, on every pass; the back-and-forth pairs a long position with a short one.
+#pragma once
+
+namespace hattn::sm90 {
+
+struct Tile {
+    int m_block, head, batch, kv_head;
+};
+
+struct TileScheduler {
+    int num_m_blocks;
+    int heads_q;
+    int heads_per_kv;  // GQA group size
+    int num_tiles;     // num_m_blocks * heads_q * batch
+    bool longest_first;
+
+    __host__ __device__ Tile tile_at(int index) const {
+        Tile t;
+        const int m_index = index % num_m_blocks;
+        const int head_batch = index / num_m_blocks;
+        t.m_block = longest_first ? num_m_blocks - 1 - m_index : m_index;
+        t.head = head_batch % heads_q;
+        t.batch = head_batch / heads_q;
+        t.kv_head = t.head / heads_per_kv;
+        return t;
+    }
+
+    // The tile of pass `pass` for CTA `cta` of `grid`; >= num_tiles once the CTA is done.
+    __host__ __device__ static int walk(int pass, int cta, int grid) {
+        return pass * grid + (pass % 2 == 0 ? cta : grid - 1 - cta);
+    }
+};
+
+}  // namespace hattn::sm90

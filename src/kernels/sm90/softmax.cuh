@@ -1,0 +1,89 @@
+// hattn/src/kernels/sm90/softmax.cuh -- the online softmax of one warpgroup's score fragments,
+// split into its steps so a mainloop can place each one where it overlaps best, and a backward
+// pass can reuse the exponentiation against a stored LSE.
+//
+//   1. update_max:   new running row max; the factor exp(old max - new max) by which O and the
+//                    running sum must be rescaled;
+//   2. exponentiate: s <- exp(scale * s - scale * max) in place, accumulated into the row sum;
+//   3. finalize:     1 / row sum for O, and LSE = scale * max + log(sum).
+// exp(x) is computed as exp2(x * log2 e) with log2 e folded into the scale once (one FFMA and one
+// MUFU.EX2 per score).
+#pragma once
+
+#include <cmath>
+
+#include "kernels/sm90/fragment.cuh"
+#include "ptx/mufu.cuh"
+
+namespace hattn::sm90 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kN>  // the score fragment is m64 x kN
+struct OnlineSoftmax {
+    float row_max[kAccRowsPerThread];     // running max of raw scores (-inf: nothing seen yet)
+    float row_sum[kAccRowsPerThread];     // running sum of exps, per thread until finalize
+    float max_scaled[kAccRowsPerThread];  // row_max * scale_log2, the exponent's offset
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            row_max[r] = -INFINITY;
+            row_sum[r] = 0.f;
+        }
+    }
+
+    __device__ __forceinline__ void update_max(const float (&s)[kN / 2], float scale_log2,
+                                               float (&o_scale)[kAccRowsPerThread]) {
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            float m = row_max[r];
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) m = fmaxf(m, s[i]);
+            m = quad_max(m);
+            // A row whose keys were all masked so far keeps max = -inf; exponentiate against 0
+            // instead, so that exp2(-inf - (-inf)) never produces a NaN.
+            max_scaled[r] = (m == -INFINITY) ? 0.f : m * scale_log2;
+            o_scale[r] = ptx::ex2_approx_f32(row_max[r] * scale_log2 - max_scaled[r]);
+            row_max[r] = m;
+        }
+    }
+
+    __device__ __forceinline__ void exponentiate(float (&s)[kN / 2], float scale_log2,
+                                                 const float (&o_scale)[kAccRowsPerThread]) {
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            float sum = 0.f;
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i) {
+                if (acc_row_half(i) == r) {
+                    s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
+                    sum += s[i];
+                }
+            }
+            row_sum[r] = row_sum[r] * o_scale[r] + sum;
+        }
+    }
+
+    // Steps 1 and 2 back to back, the forward's usual order.
+    __device__ __forceinline__ void online_update(float (&s)[kN / 2], float scale_log2,
+                                                  float (&o_scale)[kAccRowsPerThread]) {
+        update_max(s, scale_log2, o_scale);
+        exponentiate(s, scale_log2, o_scale);
+    }
+
+    // inv_sum: what O is multiplied by (0 for a row that saw no key); lse: natural-log LSE
+    // (-inf for such a row). Reduces the per-thread sums over the quad.
+    __device__ __forceinline__ void finalize(float scale, float (&inv_sum)[kAccRowsPerThread],
+                                             float (&lse)[kAccRowsPerThread]) const {
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            const float sum = quad_sum(row_sum[r]);
+            inv_sum[r] = sum > 0.f ? 1.f / sum : 0.f;
+            lse[r] = sum > 0.f ? row_max[r] * scale + logf(sum) : -INFINITY;
+        }
+    }
+};
+
+}  // namespace hattn::sm90

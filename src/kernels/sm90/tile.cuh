@@ -1,0 +1,102 @@
+// hattn/src/kernels/sm90/tile.cuh -- element types and 128B-swizzled operand tiles: one type
+// answers the TMA box, the expect_tx byte count, the shared-memory footprint and the wgmma
+// descriptors, so none of these can disagree with another.
+//
+// A [kRows x kCols] tile is stored as kCols / kAtomCols column blocks ("atoms") of
+// [kRows][128 bytes], exactly what a TMA load with a box of {128 bytes, kRows} and the 128-byte
+// swizzle writes. wgmma reads it K-major (Q, K: the 128-byte rows run along the reduction) or
+// MN-major (V for O += P V: rows are the reduction).
+// NOTE: 128B swizzle -> every atom starts 1024-byte aligned (8 rows of 128 bytes repeat the
+//       XOR pattern), hence alignas(1024) and kRows % 8 == 0.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "ptx/tma.cuh"
+#include "ptx/wgmma.cuh"
+
+namespace hattn::sm90 {
+
+// ---- Element types -------------------------------------------------------------------------
+// kMmaK is wgmma's reduction depth per instruction: 32 bytes of K per row for every type.
+struct Bf16 {
+    using Storage = uint16_t;
+    static constexpr int kBytes = 2;
+    static constexpr int kMmaK = 16;
+    static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+};
+struct Fp16 {
+    using Storage = uint16_t;
+    static constexpr int kBytes = 2;
+    static constexpr int kMmaK = 16;
+    static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+};
+// FP8 operands: wgmma reads both K-major only (no transpose bit), so V needs a transposed tile.
+struct E4m3 {
+    using Storage = uint8_t;
+    static constexpr int kBytes = 1;
+    static constexpr int kMmaK = 32;
+    static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+};
+
+constexpr int kSwizzleBytes = 128;  // TMA + wgmma swizzle span: one row of an atom
+constexpr int kSwizzleRowsPerAtom = 8;
+constexpr int kSwizzleChunkBytes = 16;
+
+template <class Elem, int kRows_, int kCols_>
+struct alignas(1024) SwizzledTile {
+    static constexpr int kRows = kRows_;
+    static constexpr int kCols = kCols_;
+    static constexpr int kAtomCols = kSwizzleBytes / Elem::kBytes;  // TMA box width
+    static constexpr int kAtoms = kCols / kAtomCols;
+    static constexpr uint32_t kAtomBytes = kRows * kSwizzleBytes;
+    static constexpr uint32_t kBytes = kAtoms * kAtomBytes;         // footprint == expect_tx bytes
+    static constexpr uint32_t kTxBytes = kRows * kCols * Elem::kBytes;
+    static constexpr int kKStepsPerAtom = kAtomCols / Elem::kMmaK;
+    static constexpr uint32_t kKStepBytes = Elem::kMmaK * Elem::kBytes;
+    static_assert(kCols % kAtomCols == 0, "tile width must be whole 128-byte swizzle rows");
+    static_assert(kRows % kSwizzleRowsPerAtom == 0, "swizzled atoms are 8-row groups");
+    static_assert(kTxBytes == kBytes, "the tile is dense: TMA delivers exactly its footprint");
+
+    uint8_t bytes[kBytes];
+
+    __device__ __forceinline__ uint8_t* atom(int a) { return bytes + a * kAtomBytes; }
+
+    // TMA: the whole tile, one box per atom, from a 4-D map {cols, rows, heads, batch}.
+    __device__ __forceinline__ void load(const CUtensorMap* map, uint64_t* bar, int row0, int head, int batch) {
+#pragma unroll 1
+        for (int a = 0; a < kAtoms; ++a) ptx::tma_load_4d(atom(a), map, bar, a * kAtomCols, row0, head, batch);
+    }
+    // TMA store of rows [first_row, first_row + rows) of the tile (rows a multiple of 8).
+    __device__ __forceinline__ void store_rows(const CUtensorMap* map, int first_row, int row0, int head, int batch) {
+        for (int a = 0; a < kAtoms; ++a)
+            ptx::tma_store_4d(map, atom(a) + first_row * kSwizzleBytes, a * kAtomCols, row0, head, batch);
+    }
+
+    // K-major descriptor of k-step kk for the rows starting at `first_row` (a multiple of 8):
+    // inside an atom a k-step is kKStepBytes further along the 128-byte row.
+    __device__ __forceinline__ uint64_t desc_k_major(int first_row, int kk) const {
+        const uint32_t base = ptx::smem_u32(bytes) + first_row * kSwizzleBytes;
+        return ptx::make_smem_desc_k_major(
+            base + (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes, ptx::Swizzle::k128B);
+    }
+    // MN-major descriptor of k-step kk (rows are the reduction): kMmaK rows further per step; the
+    // atoms along MN lie one atom apart (the leading byte offset).
+    __device__ __forceinline__ uint64_t desc_mn_major(int kk) const {
+        return ptx::make_smem_desc_mn_major(ptx::smem_u32(bytes) + kk * Elem::kMmaK * kSwizzleBytes,
+                                            ptx::Swizzle::k128B, kAtomBytes);
+    }
+
+    // Byte offset of element (row, col): the 16-byte chunk index is XORed with row % 8, which
+    // spreads the 8 rows of an 8x8 core matrix over all 32 banks.
+    __host__ __device__ static constexpr uint32_t offset(int row, int col) {
+        const int byte_in_row = (col % kAtomCols) * Elem::kBytes;
+        const int chunk = (byte_in_row / kSwizzleChunkBytes) ^ (row % kSwizzleRowsPerAtom);
+        return (col / kAtomCols) * kAtomBytes + row * kSwizzleBytes + chunk * kSwizzleChunkBytes +
+               byte_in_row % kSwizzleChunkBytes;
+    }
+};
+
+}  // namespace hattn::sm90

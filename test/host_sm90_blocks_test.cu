@@ -1,0 +1,113 @@
+// hattn/test/host_sm90_blocks_test.cu -- CPU tests of the kernel building blocks' index arithmetic
+// (src/kernels/sm90/): the mask's limits and block counts, the tile walk, the swizzled layout.
+// These are the pieces every kernel shares; a wrong limit here is a wrong attention everywhere.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <vector>
+
+#include "kernels/sm90/mask.cuh"
+#include "kernels/sm90/scheduler.cuh"
+#include "kernels/sm90/tile.cuh"
+
+namespace {
+
+using hattn::sm90::Mask;
+using hattn::sm90::TileScheduler;
+
+// The definition, spelled out: bottom-right causal, and the seqlen_k tail.
+bool visible_by_definition(const Mask& m, int row, int key) {
+    if (row < 0 || row >= m.seqlen_q || key < 0 || key >= m.seqlen_k) return false;
+    return !m.causal || key <= row + m.seqlen_k - m.seqlen_q;
+}
+
+TEST(Sm90Mask, LimitsMatchTheDefinitionBothWays) {
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 200; ++trial) {
+        const Mask m{1 + static_cast<int>(rng() % 300), 1 + static_cast<int>(rng() % 300), trial % 2 == 0};
+        for (int row = 0; row < m.seqlen_q; ++row) {
+            for (int key = 0; key < m.seqlen_k; ++key) {
+                const bool want = visible_by_definition(m, row, key);
+                ASSERT_EQ(m.visible(row, key), want) << "row " << row << " key " << key;
+                // The transposed form (the backward's) must agree with the forward's.
+                ASSERT_EQ(row >= m.query_begin(key), want) << "query_begin, row " << row << " key " << key;
+            }
+        }
+    }
+}
+
+TEST(Sm90Mask, BlockCountsCoverExactlyTheVisibleKeysAndFlagEveryMaskedBlock) {
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 300; ++trial) {
+        const Mask m{1 + static_cast<int>(rng() % 1000), 1 + static_cast<int>(rng() % 1000), trial % 2 == 1};
+        const int block_m = trial % 3 == 0 ? 192 : 128, block_n = trial % 4 == 0 ? 80 : 128;
+        for (int m0 = 0; m0 < m.seqlen_q; m0 += block_m) {
+            const int n_blocks = m.n_blocks(m0, block_m, block_n);
+            const int first_masked = m.first_masked_block(m0, block_n);
+            for (int b = 0; b < (m.seqlen_k + block_n - 1) / block_n; ++b) {
+                bool any_visible = false, all_visible = true;
+                for (int row = m0; row < m0 + block_m; ++row) {
+                    for (int key = b * block_n; key < (b + 1) * block_n; ++key) {
+                        const bool v = visible_by_definition(m, row, key);
+                        any_visible |= v;
+                        // Rows past seqlen_q are never stored: they do not need a mask.
+                        if (row < m.seqlen_q) all_visible &= v;
+                    }
+                }
+                if (any_visible) ASSERT_LT(b, n_blocks) << "block " << b << " holds a visible key but is skipped";
+                if (b < n_blocks && !all_visible) ASSERT_GE(b, first_masked) << "block " << b << " needs a mask";
+            }
+        }
+    }
+}
+
+TEST(Sm90Scheduler, EveryGridWalksEveryTileExactlyOnce) {
+    for (int tiles : {1, 17, 132, 133, 1000, 4097}) {
+        for (int grid : {1, 7, 132, tiles}) {
+            if (grid > tiles) continue;
+            std::vector<int> seen(tiles, 0);
+            for (int cta = 0; cta < grid; ++cta) {
+                for (int pass = 0;; ++pass) {
+                    const int index = TileScheduler::walk(pass, cta, grid);
+                    if (index >= tiles) break;
+                    ASSERT_GE(index, 0);
+                    ++seen[index];
+                }
+            }
+            for (int i = 0; i < tiles; ++i) ASSERT_EQ(seen[i], 1) << "tile " << i << " of " << tiles << ", grid " << grid;
+        }
+    }
+}
+
+TEST(Sm90Scheduler, TilesCoverEveryBlockHeadAndBatchLongestFirstWhenAsked) {
+    const TileScheduler s{5, 6, 3, 5 * 6 * 2, true};
+    std::set<std::tuple<int, int, int>> seen;
+    for (int i = 0; i < s.num_tiles; ++i) {
+        const auto t = s.tile_at(i);
+        EXPECT_EQ(t.kv_head, t.head / 3);
+        seen.insert({t.m_block, t.head, t.batch});
+        if (i % s.num_m_blocks == 0) EXPECT_EQ(t.m_block, s.num_m_blocks - 1) << "a head starts with its longest tile";
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), s.num_tiles);
+}
+
+TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {
+    using Tile = hattn::sm90::SwizzledTile<hattn::sm90::Bf16, 64, 128>;
+    static_assert(Tile::kAtoms == 2 && Tile::kBytes == 64 * 128 * 2, "two 64-column atoms");
+    std::set<uint32_t> offsets;
+    for (int row = 0; row < Tile::kRows; ++row) {
+        for (int col = 0; col < Tile::kCols; ++col) {
+            const uint32_t off = Tile::offset(row, col);
+            ASSERT_LT(off, Tile::kBytes);
+            ASSERT_TRUE(offsets.insert(off).second) << "row " << row << " col " << col;
+            // 8 consecutive 16-bit elements stay one 16-byte chunk (what stmatrix/ldmatrix need).
+            if (col % 8 != 0) ASSERT_EQ(off, Tile::offset(row, col - 1) + 2);
+        }
+    }
+    // The 128B pattern: row 1's first chunk is the second 16-byte slot of its 128-byte row.
+    EXPECT_EQ(Tile::offset(1, 0), 128u + 16u);
+    EXPECT_EQ(Tile::offset(0, 64), Tile::kAtomBytes);
+}
+
+}  // namespace
