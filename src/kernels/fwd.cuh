@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 2048
 #endif
 #ifndef HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K
-#define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 0
+#define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 2048
 #endif
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
@@ -500,9 +500,10 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
     if (a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
         // Short tiles spend a large share of their time starting up (barrier setup, first Q/K
-        // loads, O store); one persistent CTA per SM overlaps that with the previous tile
-        // (+4-15% at seqlen_k <= 2k without a mask, bench/RESULTS.md run 6). Long tiles amortize
-        // it, and the hardware's block scheduler balances them as well as any static walk.
+        // loads, O store); one persistent CTA per SM overlaps that with the previous tile:
+        // +4-15% at seqlen_k <= 2k without a mask, and with a causal mask +8-14% at d128 once
+        // the back-and-forth walk balances the tile costs (bench/RESULTS.md, runs 6 and 11).
+        // Long tiles amortize the start-up.
         int device = 0, sms = 0;
         rc = cudaGetDevice(&device);
         if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
