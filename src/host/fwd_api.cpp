@@ -64,6 +64,11 @@ constexpr hattn_dtype kAblationDtype = HATTN_DTYPE_BF16;
 constexpr int kRequiredCcMajor = 9;
 constexpr int kRequiredCcMinor = 0;
 
+#define HATTN_STRINGIFY_(x) #x
+#define HATTN_STRINGIFY(x) HATTN_STRINGIFY_(x)
+constexpr const char* kVersionString = HATTN_STRINGIFY(HATTN_VERSION_MAJOR) "." HATTN_STRINGIFY(
+    HATTN_VERSION_MINOR) "." HATTN_STRINGIFY(HATTN_VERSION_PATCH);
+
 // Set to a non-zero value to have hattn_fwd print launcher errors to stderr.
 constexpr const char* kLogErrorsEnv = "HATTN_LOG_ERRORS";
 
@@ -118,7 +123,8 @@ Failure check_pointers(const hattn_fwd_params& p) {
 Failure check_dtype_and_head_dim(const hattn_fwd_params& p) {
     if (p.dtype != HATTN_DTYPE_BF16 && p.dtype != HATTN_DTYPE_FP16) {
         return fail(HATTN_ERROR_UNSUPPORTED_DTYPE,
-                    format("dtype = %d is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)", static_cast<int>(p.dtype)));
+                    format("dtype = %d is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)",
+                           static_cast<int>(p.dtype)));
     }
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
         return fail(HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
@@ -183,8 +189,9 @@ Failure check_alignment(const hattn_fwd_params& p) {
         }
     }
     if (p.lse != nullptr && reinterpret_cast<uintptr_t>(p.lse) % kLseAlignBytes != 0) {
-        return fail(HATTN_ERROR_MISALIGNED, format("lse = %p is not %zu-byte aligned (fp32)",
-                                                   static_cast<const void*>(p.lse), static_cast<size_t>(kLseAlignBytes)));
+        return fail(HATTN_ERROR_MISALIGNED,
+                    format("lse = %p is not %zu-byte aligned (fp32)", static_cast<const void*>(p.lse),
+                           static_cast<size_t>(kLseAlignBytes)));
     }
     return {};
 }
@@ -462,5 +469,7 @@ const char* hattn_status_string(hattn_status status) {
     }
     return "unknown hattn_status value";
 }
+
+const char* hattn_version(void) { return kVersionString; }
 
 }  // extern "C"
