@@ -13,6 +13,22 @@
 
 #include <cuda_runtime_api.h>
 
+/* The version of this header. CMake reads it from here (project version, soname, package
+ * version); hattn_version() returns the version of the library actually loaded. */
+#define HATTN_VERSION_MAJOR 0
+#define HATTN_VERSION_MINOR 1
+#define HATTN_VERSION_PATCH 0
+#define HATTN_VERSION (HATTN_VERSION_MAJOR * 10000 + HATTN_VERSION_MINOR * 100 + HATTN_VERSION_PATCH)
+
+/* The functions libhattn.so exports; everything else in it is hidden. */
+#ifndef HATTN_API
+#if defined(__GNUC__) || defined(__clang__)
+#define HATTN_API __attribute__((visibility("default")))
+#else
+#define HATTN_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -73,13 +89,13 @@ typedef struct hattn_fwd_params {
 
 /* Fill params for contiguous [b, s, h, d] tensors (strides derived from the sizes), the
  * default scale, no causal mask and no LSE. Returns params with everything else zeroed. */
-hattn_fwd_params hattn_fwd_params_contiguous(const void* q, const void* k, const void* v, void* o,
-                                             int batch, int heads_q, int heads_kv, int seqlen_q,
-                                             int seqlen_k, int head_dim, hattn_dtype dtype);
+HATTN_API hattn_fwd_params hattn_fwd_params_contiguous(const void* q, const void* k, const void* v, void* o,
+                                                       int batch, int heads_q, int heads_kv, int seqlen_q,
+                                                       int seqlen_k, int head_dim, hattn_dtype dtype);
 
 /* Check params without launching. On failure, writes a message naming the bad argument to
  * msg (if msg != NULL and msg_len > 0, always NUL-terminated). Touches no device state. */
-hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_t msg_len);
+HATTN_API hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_t msg_len);
 
 /* Forward attention on `stream`: O = softmax(scale * Q K^T + mask) V, and LSE if requested.
  * Validates first (same checks and order as hattn_fwd_validate) and returns before any CUDA call
@@ -87,10 +103,14 @@ hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_
  * (not checked). A query row that sees no key (causal with seqlen_q > seqlen_k) gets O = 0 and
  * LSE = -inf. On HATTN_ERROR_CUDA, set the environment variable HATTN_LOG_ERRORS=1 to have the
  * launcher's message printed to stderr. */
-hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream);
+HATTN_API hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream);
 
 /* A static, human-readable description of a status. */
-const char* hattn_status_string(hattn_status status);
+HATTN_API const char* hattn_status_string(hattn_status status);
+
+/* The library's version, "MAJOR.MINOR.PATCH" (a static string). Compare with the HATTN_VERSION_*
+ * macros to detect a header / library mismatch. */
+HATTN_API const char* hattn_version(void);
 
 #ifdef __cplusplus
 }

@@ -19,8 +19,11 @@
 
 #include <cstdint>
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 900)
-#error "hattn's PTX layer targets Hopper (sm_90a): build with -gencode=arch=compute_90a,code=sm_90a"
+// wgmma, setmaxnreg and TMA multicast exist only in the arch-specific target sm_90a: a device pass
+// for any other target (plain sm_90 included, where __CUDA_ARCH__ is also 900) stops here with
+// this message instead of a page of ptxas errors. Host passes are unaffected.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "hattn's kernels need the arch-specific Hopper target sm_90a (wgmma, setmaxnreg): compile with -gencode=arch=compute_90a,code=sm_90a (plain sm_90 or another architecture cannot run them)"
 #endif
 
 namespace hattn::ptx {

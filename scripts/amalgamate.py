@@ -6,7 +6,8 @@ Starting from src/kernels/fwd.cuh, follow the `#include "..."` graph through the
 local header exactly once, at its first inclusion -- which is what the preprocessor does with
 `#pragma once`, so the result means the same thing and comes out in dependency order. Local
 `#include "..."` lines and `#pragma once` are dropped; system includes (`#include <...>`) stay
-where they were. The result needs only the CUDA toolkit headers and cudart.
+where they were. The result needs only the CUDA toolkit headers and cudart. Its first lines carry
+hattn's version (from include/hattn.h) and licence (LICENSE), which every copy must keep.
 
 Usage: python3 scripts/amalgamate.py [-o build/hattn_fwd_single.cuh] [--root src/kernels/fwd.cuh]
 """
@@ -34,6 +35,9 @@ DEFAULT_OUTPUT = "build/hattn_fwd_single.cuh"
 # The same quoted-include search path as the CMake build (hattn_cuda_options), after the
 # including file's own directory.
 INCLUDE_DIRS = [REPO, REPO / "include", REPO / "src"]
+LICENSE = REPO / "LICENSE"
+VERSION_HEADER = REPO / "include" / "hattn.h"
+VERSION_DEFINE = re.compile(r"^#define HATTN_VERSION_(MAJOR|MINOR|PATCH) +([0-9]+)$", re.MULTILINE)
 
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 SYSTEM_INCLUDE = re.compile(r"^\s*#\s*include\s*<([^>]+)>")
@@ -137,10 +141,27 @@ def provenance(files: list[Path]) -> str:
     return commit
 
 
+def version() -> str:
+    """MAJOR.MINOR.PATCH from include/hattn.h's HATTN_VERSION_* macros (as CMake reads it)."""
+    parts = dict(VERSION_DEFINE.findall(VERSION_HEADER.read_text()))
+    if set(parts) != {"MAJOR", "MINOR", "PATCH"}:
+        raise AmalgamationError(f"{rel(VERSION_HEADER)}: HATTN_VERSION_MAJOR/MINOR/PATCH not all defined")
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
+
+
+def license_notice() -> str:
+    """The LICENSE file as a // comment block: the notice that must travel with every copy."""
+    if not LICENSE.is_file():
+        raise AmalgamationError(f"{rel(LICENSE)} is missing")
+    return "".join(f"// {line}".rstrip() + "\n" for line in LICENSE.read_text().splitlines())
+
+
 def banner(output_name: str, roots: list[Path], files: list[Path]) -> str:
     listing = "\n".join(f"//   {rel(f)}" for f in files)
-    return f"""// {output_name} -- hattn forward attention for NVIDIA Hopper (sm_90a), as one self-contained header.
+    return f"""// {output_name} -- hattn {version()} forward attention for NVIDIA Hopper (sm_90a), as one self-contained header.
+// SPDX-License-Identifier: MIT
 //
+{license_notice()}//
 // GENERATED FILE -- DO NOT EDIT. Made by `python3 scripts/amalgamate.py` from hattn commit
 //   {provenance(files)}
 // by inlining, once each and in dependency order, the local headers reachable from
@@ -149,8 +170,9 @@ def banner(output_name: str, roots: list[Path], files: list[Path]) -> str:
 // (their `#pragma once` and local #include lines removed, system #includes kept).
 //
 // Needs only the CUDA toolkit headers and cudart: the tensor-map encoder is reached through
-// cudaGetDriverEntryPointByVersion, so nothing links -lcuda. Compile for sm_90a, e.g.
-//   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a my_file.cu
+// cudaGetDriverEntryPointByVersion, so nothing links -lcuda. Needs CUDA 12.8 or newer. Compile for
+// sm_90a, e.g.
+//   nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a my_file.cu -o my_file
 // Entry point: hattn::fwd::launch_fwd_head_dim<kHeadDim>(const hattn::fwd::FwdArgs&, cudaStream_t,
 // std::string* error), kHeadDim in {{64, 128, 256}}; see FwdArgs for the tensor layout. The launcher
 // trusts its arguments: the checks live in hattn's C API (hattn_fwd_validate), not in this file.
@@ -175,6 +197,7 @@ def main() -> int:
             if not root.is_file():
                 raise AmalgamationError(f"root {root} does not exist")
             amalgamator.emit_file(root)
+        head = banner(Path(args.output).name, roots, amalgamator.inlined)
     except AmalgamationError as error:
         print(f"amalgamate.py: error: {error}", file=sys.stderr)
         return 1
@@ -183,7 +206,7 @@ def main() -> int:
     if not output.is_absolute():
         output = REPO / output
     output.parent.mkdir(parents=True, exist_ok=True)
-    text = banner(output.name, roots, amalgamator.inlined) + "".join(amalgamator.out)
+    text = head + "".join(amalgamator.out)
     output.write_text(text)
     print(f"amalgamate.py: wrote {output} ({len(text.splitlines())} lines, "
           f"{len(amalgamator.inlined)} files: {', '.join(rel(f) for f in amalgamator.inlined)})")

@@ -11,13 +11,15 @@
 #   micro     scripts/run_micro.sh $OUT/micro, if that script exists
 #   sanitize  scripts/sanitize_ptx_tests.sh if it exists, then compute-sanitizer memcheck and
 #             racecheck on `build/bin/hattn fwd` for every variant at a small odd size
-# A failing phase is reported and the next one still runs. Everything lands in $OUT, kept to a
-# few files (the device tool brings back at most 8): summary.txt, logs.tgz (every full log),
-# bench.json, compare.json, compare.csv, compare.png, and micro/ when it fits. The summary is
-# rewritten after every phase (so a run cut short still has one) and printed last.
+# A failing phase is reported and the next one still runs. Everything lands in $OUT, kept to at
+# most MAX_RETURNED_FILES files so the results are easy to copy off the GPU host: summary.txt,
+# logs.tgz (every full log), bench.json, compare.json, compare.csv, compare.png, and micro/ when it
+# fits. The summary is rewritten after every phase (so a run cut short still has one) and printed
+# last.
 #
 # Environment: OUT (default ./gpu_suite_out), BUILD_DIR (build), JOBS (nproc),
-#   SUITE_BUDGET_S (570: stop starting phases that cannot finish inside the device's 600 s),
+#   SUITE_BUDGET_S (570: the suite's time budget in seconds; no phase starts that cannot finish
+#   inside it, and each phase's timeout is clipped to what is left),
 #   TESTS_TIMEOUT_S (300), BENCH_TIMEOUT_S (180), COMPARE_TIMEOUT_S (300), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300),
 #   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments, e.g. "--quick"),
 #   SANITIZE_SEQLEN (300), SANITIZE_CLI_ARGS (see cli_args below).
@@ -29,7 +31,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 SUITE_BUDGET_S=${SUITE_BUDGET_S:-570}
 SANITIZE_SEQLEN=${SANITIZE_SEQLEN:-300}
-MAX_RETURNED_FILES=8       # what the device tool brings back from $OUT
+MAX_RETURNED_FILES=8       # keep $OUT to this many files, so it is easy to copy off the GPU host
 PHASE_MIN_S=30             # do not start a phase with less time than this left
 SUMMARY_RESERVE_S=10       # time kept for packing logs and writing the summary
 
@@ -77,14 +79,14 @@ publish() {
   { echo "$HEADER"; echo; cat "$DETAILS"; echo "== phase status (total ${SECONDS} s)"; cat "$STATUS"; } >"$OUT/summary.txt"
 }
 
-# The device tool returns at most 8 files: fold micro/ into logs.tgz if it would overflow that.
+# Keep $OUT to MAX_RETURNED_FILES files: fold micro/ into logs.tgz if it would overflow that.
 fit_returned_files() {
   local count
   count=$(find "$OUT" -type f | wc -l)
   if [ "$count" -gt "$MAX_RETURNED_FILES" ] && [ -d "$OUT/micro" ]; then
     rm -rf "$LOGS/micro" && cp -r "$OUT/micro" "$LOGS/micro" && rm -rf "$OUT/micro"
     tar -czf "$OUT/logs.tgz" -C "$LOGS" --exclude=details.txt --exclude=status.txt . 2>/dev/null
-    echo "(micro/ had too many files to come back on its own: it is inside logs.tgz)" >>"$DETAILS"
+    echo "(micro/ would take $OUT past $MAX_RETURNED_FILES files: it is inside logs.tgz)" >>"$DETAILS"
   fi
 }
 

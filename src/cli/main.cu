@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "host/device_info.h"
 #include "testing/device_random.cuh"
 #include "testing/numerics.h"
 #include "testing/gpu_reference.h"
@@ -353,10 +354,17 @@ int main(int argc, char** argv) {
         return kExitUsage;
     }
 
-    int device_count = 0;
-    const cudaError_t count_rc = cudaGetDeviceCount(&device_count);
-    if (count_rc != cudaSuccess || device_count == 0) {
-        std::fprintf(stderr, "hattn: no CUDA device available (%s)\n", cudaGetErrorString(count_rc));
+    // The device must be usable before anything is allocated or filled: no driver, no GPU or a
+    // non-Hopper GPU stops here with what is needed.
+    const std::string no_gpu = hattn::host::gpu_unavailable_reason();
+    if (!no_gpu.empty()) {
+        std::fprintf(stderr, "hattn: no usable NVIDIA GPU: %s. %s.\n", no_gpu.c_str(),
+                     hattn::host::hopper_requirements().c_str());
+        return kExitCuda;
+    }
+    const std::string not_hopper = hattn::host::hopper_unavailable_reason();
+    if (!not_hopper.empty()) {
+        std::fprintf(stderr, "hattn: %s\n", not_hopper.c_str());
         return kExitCuda;
     }
     int device = 0;

@@ -8,6 +8,8 @@
 //     problems always reports the same, most basic one first.
 //   * Offsets and extents are computed in 128-bit integers: with int sizes (< 2^31) and int64
 //     strides (< 2^63) every product and sum fits, so the overflow checks cannot overflow.
+//   * Messages are built with common::format (vsnprintf), never with iostreams: see the NOTES in
+//     src/common/format.h for the crash that iostreams' locale facets cause inside other processes.
 #include "hattn.h"
 
 #include <cuda_runtime_api.h>
@@ -18,13 +20,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <string>
 
+#include "common/format.h"
 #include "host/fwd_launch.h"
 #include "kernels/fwd_args.h"
 
 namespace {
+
+using hattn::common::format;
 
 // 128-bit intermediates for offset arithmetic (GCC/Clang extension; __extension__ keeps
 // -Wpedantic quiet).
@@ -59,6 +63,11 @@ constexpr hattn_dtype kAblationDtype = HATTN_DTYPE_BF16;
 // Hopper: the sm_90a kernels (wgmma, setmaxnreg, TMA multicast) run on CC 9.0 only.
 constexpr int kRequiredCcMajor = 9;
 constexpr int kRequiredCcMinor = 0;
+
+#define HATTN_STRINGIFY_(x) #x
+#define HATTN_STRINGIFY(x) HATTN_STRINGIFY_(x)
+constexpr const char* kVersionString = HATTN_STRINGIFY(HATTN_VERSION_MAJOR) "." HATTN_STRINGIFY(
+    HATTN_VERSION_MINOR) "." HATTN_STRINGIFY(HATTN_VERSION_PATCH);
 
 // Set to a non-zero value to have hattn_fwd print launcher errors to stderr.
 constexpr const char* kLogErrorsEnv = "HATTN_LOG_ERRORS";
@@ -106,19 +115,20 @@ Failure check_pointers(const hattn_fwd_params& p) {
     TensorView views[4];
     make_views(p, views);
     for (const TensorView& t : views) {
-        if (t.ptr == nullptr) return fail(HATTN_ERROR_NULL_POINTER, std::string(t.name) + " is NULL");
+        if (t.ptr == nullptr) return fail(HATTN_ERROR_NULL_POINTER, format("%s is NULL", t.name));
     }
     return {};
 }
 
 Failure check_dtype_and_head_dim(const hattn_fwd_params& p) {
     if (p.dtype != HATTN_DTYPE_BF16 && p.dtype != HATTN_DTYPE_FP16) {
-        return fail(HATTN_ERROR_UNSUPPORTED_DTYPE, "dtype = " + std::to_string(static_cast<int>(p.dtype)) +
-                                                       " is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)");
+        return fail(HATTN_ERROR_UNSUPPORTED_DTYPE,
+                    format("dtype = %d is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)",
+                           static_cast<int>(p.dtype)));
     }
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) {
         return fail(HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
-                    "head_dim = " + std::to_string(p.head_dim) + " is not one of the built sizes 64, 128, 256");
+                    format("head_dim = %d is not one of the built sizes 64, 128, 256", p.head_dim));
     }
     return {};
 }
@@ -131,14 +141,14 @@ Failure check_sizes(const hattn_fwd_params& p) {
                  {"seqlen_q", p.seqlen_q}, {"seqlen_k", p.seqlen_k}};
     for (const auto& s : sizes) {
         if (s.value <= 0) {
-            return fail(HATTN_ERROR_INVALID_SIZE, std::string(s.name) + " = " + std::to_string(s.value) +
-                                                      " must be positive");
+            return fail(HATTN_ERROR_INVALID_SIZE, format("%s = %d must be positive", s.name, s.value));
         }
     }
     if (p.heads_q % p.heads_kv != 0) {
         return fail(HATTN_ERROR_HEADS_NOT_DIVISIBLE,
-                    "heads_q = " + std::to_string(p.heads_q) + " is not a multiple of heads_kv = " +
-                        std::to_string(p.heads_kv) + " (each KV head must serve a whole group of query heads)");
+                    format("heads_q = %d is not a multiple of heads_kv = %d (each KV head must serve a whole group "
+                           "of query heads)",
+                           p.heads_q, p.heads_kv));
     }
     return {};
 }
@@ -152,18 +162,17 @@ Failure check_alignment(const hattn_fwd_params& p) {
         strides_of(t, p.batch, strides);
         for (const StrideRef& s : strides) {
             if (s.stride <= 0) {
-                return fail(HATTN_ERROR_INVALID_STRIDE, std::string(t.name) + s.suffix + " = " +
-                                                            std::to_string(s.stride) + " must be positive");
+                return fail(HATTN_ERROR_INVALID_STRIDE, format("%s%s = %lld must be positive", t.name, s.suffix,
+                                                               static_cast<long long>(s.stride)));
             }
         }
     }
     for (const TensorView& t : views) {
         const uintptr_t address = reinterpret_cast<uintptr_t>(t.ptr);
         if (address % kTmaAlignBytes != 0) {
-            std::ostringstream m;
-            m << t.name << " = " << t.ptr << " is not " << kTmaAlignBytes
-              << "-byte aligned (TMA needs 16-byte aligned base addresses)";
-            return fail(HATTN_ERROR_MISALIGNED, m.str());
+            return fail(HATTN_ERROR_MISALIGNED,
+                        format("%s = %p is not %lld-byte aligned (TMA needs 16-byte aligned base addresses)", t.name,
+                               t.ptr, static_cast<long long>(kTmaAlignBytes)));
         }
         StrideRef strides[3];
         strides_of(t, p.batch, strides);
@@ -172,16 +181,17 @@ Failure check_alignment(const hattn_fwd_params& p) {
             const Int128 bytes = static_cast<Int128>(s.stride) * kElemBytes;
             if (bytes % kTmaAlignBytes != 0) {
                 return fail(HATTN_ERROR_MISALIGNED,
-                            std::string(t.name) + s.suffix + " = " + std::to_string(s.stride) + " elements (" +
-                                std::to_string(static_cast<long long>(s.stride) * kElemBytes) +
-                                " bytes) is not a multiple of 16 bytes (TMA needs 16-byte aligned strides)");
+                            format("%s%s = %lld elements (%lld bytes) is not a multiple of 16 bytes (TMA needs "
+                                   "16-byte aligned strides)",
+                                   t.name, s.suffix, static_cast<long long>(s.stride),
+                                   static_cast<long long>(bytes)));
             }
         }
     }
     if (p.lse != nullptr && reinterpret_cast<uintptr_t>(p.lse) % kLseAlignBytes != 0) {
-        std::ostringstream m;
-        m << "lse = " << static_cast<const void*>(p.lse) << " is not " << kLseAlignBytes << "-byte aligned (fp32)";
-        return fail(HATTN_ERROR_MISALIGNED, m.str());
+        return fail(HATTN_ERROR_MISALIGNED,
+                    format("lse = %p is not %zu-byte aligned (fp32)", static_cast<const void*>(p.lse),
+                           static_cast<size_t>(kLseAlignBytes)));
     }
     return {};
 }
@@ -195,27 +205,29 @@ Int128 extent_elements(const TensorView& t, int batch, int head_dim) {
 Failure check_extent(const char* name, const void* base, Int128 extent_elems, int64_t elem_bytes) {
     if (extent_elems - 1 > kMaxInt64) {
         return fail(HATTN_ERROR_SIZE_OVERFLOW,
-                    std::string(name) + ": the largest element offset does not fit in int64 (check its sizes and strides)");
+                    format("%s: the largest element offset does not fit in int64 (check its sizes and strides)", name));
     }
     const Int128 extent_bytes = extent_elems * elem_bytes;
     const Int128 last_address = static_cast<Int128>(reinterpret_cast<uintptr_t>(base)) + extent_bytes;
     if (extent_bytes > kMaxInt64 || last_address > static_cast<Int128>(std::numeric_limits<uintptr_t>::max())) {
         return fail(HATTN_ERROR_SIZE_OVERFLOW,
-                    std::string(name) + ": the addressed byte range overflows the address space (check its sizes and strides)");
+                    format("%s: the addressed byte range overflows the address space (check its sizes and strides)",
+                           name));
     }
     return {};
 }
 
 Failure check_overflow(const hattn_fwd_params& p) {
     if (static_cast<int64_t>(p.batch) * p.heads_q > kMaxInt32) {
-        return fail(HATTN_ERROR_SIZE_OVERFLOW, "batch * heads_q = " +
-                                                   std::to_string(static_cast<int64_t>(p.batch) * p.heads_q) +
-                                                   " does not fit in int32");
+        return fail(HATTN_ERROR_SIZE_OVERFLOW, format("batch * heads_q = %lld does not fit in int32",
+                                                      static_cast<long long>(p.batch) * p.heads_q));
     }
     const int64_t tiles = (p.seqlen_q + kRowsPerTile - 1) / kRowsPerTile * p.heads_q * p.batch;
     if (tiles > kMaxInt32) {
-        return fail(HATTN_ERROR_SIZE_OVERFLOW, "ceil(seqlen_q / 128) * heads_q * batch = " + std::to_string(tiles) +
-                                                   " work tiles does not fit in int32 (the grid's limit)");
+        return fail(HATTN_ERROR_SIZE_OVERFLOW,
+                    format("ceil(seqlen_q / 128) * heads_q * batch = %lld work tiles does not fit in int32 (the "
+                           "grid's limit)",
+                           static_cast<long long>(tiles)));
     }
     // Sizes are ints, so every TMA dimension (head_dim, seqlen, heads, batch) is below 2^31 <= 2^32.
     static_assert(static_cast<int64_t>(std::numeric_limits<int>::max()) < kTmaMaxDim,
@@ -228,9 +240,9 @@ Failure check_overflow(const hattn_fwd_params& p) {
         for (const StrideRef& s : strides) {
             const Int128 bytes = static_cast<Int128>(s.stride) * kElemBytes;
             if (bytes >= kTmaMaxStrideBytes) {
-                return fail(HATTN_ERROR_SIZE_OVERFLOW, std::string(t.name) + s.suffix + " = " +
-                                                           std::to_string(s.stride) +
-                                                           " elements is 2^40 bytes or more (the TMA stride limit)");
+                return fail(HATTN_ERROR_SIZE_OVERFLOW,
+                            format("%s%s = %lld elements is 2^40 bytes or more (the TMA stride limit)", t.name,
+                                   s.suffix, static_cast<long long>(s.stride)));
             }
         }
         Failure f = check_extent(t.name, t.ptr, extent_elements(t, p.batch, p.head_dim), kElemBytes);
@@ -265,9 +277,9 @@ Failure check_output_overlap(const hattn_fwd_params& p) {
         if (d.size == 1) continue;
         if (d.stride < span) {
             return fail(HATTN_ERROR_INVALID_STRIDE,
-                        std::string(d.suffix) + " = " + std::to_string(d.stride) +
-                            " makes rows of o overlap (it must be at least " +
-                            std::to_string(static_cast<long long>(span)) + " elements, the span of the inner dimensions)");
+                        format("%s = %lld makes rows of o overlap (it must be at least %lld elements, the span of "
+                               "the inner dimensions)",
+                               d.suffix, static_cast<long long>(d.stride), static_cast<long long>(span)));
         }
         span = static_cast<Int128>(d.stride) * (d.size - 1) + span;
     }
@@ -276,20 +288,19 @@ Failure check_output_overlap(const hattn_fwd_params& p) {
 
 Failure check_scale_and_flags(const hattn_fwd_params& p) {
     if (!std::isfinite(p.softmax_scale) || p.softmax_scale < 0.f) {
-        std::ostringstream m;
-        m << "softmax_scale = " << p.softmax_scale << " must be finite and >= 0 (0 selects 1/sqrt(head_dim))";
-        return fail(HATTN_ERROR_INVALID_SCALE, m.str());
+        return fail(HATTN_ERROR_INVALID_SCALE,
+                    format("softmax_scale = %g must be finite and >= 0 (0 selects 1/sqrt(head_dim))",
+                           static_cast<double>(p.softmax_scale)));
     }
     if ((p.flags & ~kKnownFlags) != 0) {
-        std::ostringstream m;
-        m << "flags = 0x" << std::hex << p.flags << " has unknown bits 0x" << (p.flags & ~kKnownFlags);
-        return fail(HATTN_ERROR_INVALID_FLAGS, m.str());
+        return fail(HATTN_ERROR_INVALID_FLAGS,
+                    format("flags = 0x%x has unknown bits 0x%x", p.flags, p.flags & ~kKnownFlags));
     }
     if ((p.flags & kAblationFlags) != 0 && (p.head_dim != kAblationHeadDim || p.dtype != kAblationDtype)) {
         return fail(HATTN_ERROR_INVALID_FLAGS,
-                    "flags: the ablation variants (HATTN_FWD_NO_PINGPONG, HATTN_FWD_NO_INTRA_WG_OVERLAP) are built "
-                    "only for head_dim 128 with bf16, got head_dim = " +
-                        std::to_string(p.head_dim) + (p.dtype == HATTN_DTYPE_BF16 ? " bf16" : " fp16"));
+                    format("flags: the ablation variants (HATTN_FWD_NO_PINGPONG, HATTN_FWD_NO_INTRA_WG_OVERLAP) are "
+                           "built only for head_dim 128 with bf16, got head_dim = %d %s",
+                           p.head_dim, p.dtype == HATTN_DTYPE_BF16 ? "bf16" : "fp16"));
     }
     return {};
 }
@@ -458,5 +469,7 @@ const char* hattn_status_string(hattn_status status) {
     }
     return "unknown hattn_status value";
 }
+
+const char* hattn_version(void) { return kVersionString; }
 
 }  // extern "C"

@@ -11,8 +11,15 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <sstream>
 #include <string>
+
+#include "common/format.h"
+
+// cudaGetDriverEntryPointByVersion first shipped in CUDA 12.5; hattn is built and tested with
+// CUDA 12.8 and newer.
+#if CUDART_VERSION < 12080
+#error "hattn needs the CUDA Toolkit 12.8 or newer (it calls cudaGetDriverEntryPointByVersion)"
+#endif
 
 namespace hattn::sm90 {
 
@@ -58,50 +65,44 @@ inline uint32_t tensor_map_swizzle_bytes(CUtensorMapSwizzle swizzle) {
 }
 
 inline std::string validate_tensor_map(const TensorMapSpec& spec) {
-    std::ostringstream err;
+    using common::format;
     if (spec.rank < 1 || spec.rank > kTensorMapMaxRank) {
-        err << "rank " << spec.rank << " is outside [1, " << kTensorMapMaxRank << "]";
-        return err.str();
+        return format("rank %d is outside [1, %d]", spec.rank, kTensorMapMaxRank);
     }
     const size_t elem = tensor_map_elem_bytes(spec.dtype);
     if (elem == 0) return "dtype is not one of the element types hattn encodes";
     if (spec.base == nullptr) return "base address is null";
     if (reinterpret_cast<uintptr_t>(spec.base) % kTmaAlignBytes != 0) {
-        err << "base address " << spec.base << " is not " << kTmaAlignBytes << "-byte aligned";
-        return err.str();
+        return format("base address %p is not %llu-byte aligned", spec.base,
+                      static_cast<unsigned long long>(kTmaAlignBytes));
     }
     for (int i = 0; i < spec.rank; ++i) {
         if (spec.dims[i] == 0 || spec.dims[i] > kTmaMaxDim) {
-            err << "dims[" << i << "] = " << spec.dims[i] << " is outside [1, 2^32]";
-            return err.str();
+            return format("dims[%d] = %llu is outside [1, 2^32]", i, static_cast<unsigned long long>(spec.dims[i]));
         }
         if (spec.box[i] == 0 || spec.box[i] > kTmaMaxBoxDim) {
-            err << "box[" << i << "] = " << spec.box[i] << " is outside [1, " << kTmaMaxBoxDim << "]";
-            return err.str();
+            return format("box[%d] = %u is outside [1, %u]", i, spec.box[i], kTmaMaxBoxDim);
         }
     }
     for (int i = 0; i + 1 < spec.rank; ++i) {
-        const uint64_t s = spec.strides_bytes[i];
+        const unsigned long long s = spec.strides_bytes[i];
         if (s % kTmaAlignBytes != 0) {
-            err << "strides_bytes[" << i << "] = " << s << " is not a multiple of " << kTmaAlignBytes;
-            return err.str();
+            return format("strides_bytes[%d] = %llu is not a multiple of %llu", i, s,
+                          static_cast<unsigned long long>(kTmaAlignBytes));
         }
         if (s == 0 || s >= kTmaMaxStrideBytes) {
-            err << "strides_bytes[" << i << "] = " << s << " is outside (0, 2^40)";
-            return err.str();
+            return format("strides_bytes[%d] = %llu is outside (0, 2^40)", i, s);
         }
     }
     const uint64_t inner_box_bytes = static_cast<uint64_t>(spec.box[0]) * elem;
     if (inner_box_bytes % kTmaAlignBytes != 0) {
-        err << "inner box " << spec.box[0] << " x " << elem << " bytes is not a multiple of "
-            << kTmaAlignBytes << " bytes";
-        return err.str();
+        return format("inner box %u x %zu bytes is not a multiple of %llu bytes", spec.box[0], elem,
+                      static_cast<unsigned long long>(kTmaAlignBytes));
     }
     const uint32_t span = tensor_map_swizzle_bytes(spec.swizzle);
     if (span != 0 && inner_box_bytes > span) {
-        err << "inner box of " << inner_box_bytes << " bytes exceeds the " << span
-            << "-byte swizzle span";
-        return err.str();
+        return format("inner box of %llu bytes exceeds the %u-byte swizzle span",
+                      static_cast<unsigned long long>(inner_box_bytes), span);
     }
     return {};
 }
@@ -151,11 +152,7 @@ inline bool encode_tensor_map(CUtensorMap* out, const TensorMapSpec& spec, std::
                                strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, spec.swizzle,
                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (rc != CUDA_SUCCESS) {
-        if (error) {
-            std::ostringstream e;
-            e << "cuTensorMapEncodeTiled failed with CUresult " << static_cast<int>(rc);
-            *error = e.str();
-        }
+        if (error) *error = common::format("cuTensorMapEncodeTiled failed with CUresult %d", static_cast<int>(rc));
         return false;
     }
     return true;
