@@ -197,13 +197,15 @@ TEST(Stress, ConcurrentThreads) {
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
     for (int s = 0; s < num_shapes; ++s) {
         const hattn_fwd_params p = params_for(serial, s);
+        HATTN_CUDA_CHECK(cudaMemset(o_out[serial][s]->ptr, kPoisonByte, o_out[serial][s]->bytes));
+        HATTN_CUDA_CHECK(cudaMemset(lse_out[serial][s]->ptr, kPoisonByte, lse_out[serial][s]->bytes));
         const hattn_status st = hattn_fwd(&p, nullptr);
         ASSERT_EQ(st, HATTN_SUCCESS) << shapes[s].name << ": " << hattn_status_string(st);
         HATTN_CUDA_CHECK(cudaDeviceSynchronize());
         HATTN_CUDA_CHECK(download(serial, s, nullptr, &reference[s]));
         size_t nan_count = 0;
         for (uint16_t x : reference[s].o) nan_count += std::isnan(nm::half_to_float(x, shapes[s].dtype));
-        ASSERT_EQ(nan_count, 0u) << shapes[s].name << ": the serial run left NaN in O";
+        ASSERT_EQ(nan_count, 0u) << shapes[s].name << ": the serial run left NaN (unwritten poison?) in O";
     }
 
     // The concurrent run. Each thread poisons its outputs before every call, so a compared result
