@@ -102,7 +102,27 @@ HATTN_API hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* 
  * on failure; then requires the current device to be CC 9.0. O must not overlap q, k, v or lse
  * (not checked). A query row that sees no key (causal with seqlen_q > seqlen_k) gets O = 0 and
  * LSE = -inf. On HATTN_ERROR_CUDA, set the environment variable HATTN_LOG_ERRORS=1 to have the
- * launcher's message printed to stderr. */
+ * launcher's message printed to stderr.
+ *
+ * Non-finite inputs. Tensor contents are not checked. Row (b, i, h) of O and LSE[b, h, i] depend
+ * only on q[b, i, h, :] and on the keys and values of KV head g = h / (heads_q / heads_kv) that
+ * the row sees; every element that does not depend on a NaN or infinity is bit-identical to what
+ * the same call gives with that element finite. With one non-finite element, in a row that sees
+ * at least one key (a row that sees none keeps O = 0, LSE = -inf):
+ *   (a) NaN in q[b, i, h, c]: O[b, i, h, :] is all NaN and LSE[b, h, i] is NaN.
+ *   (b) NaN in k[b, j, g, c]: every row of a query head of group g (batch b) that sees key j
+ *       gets all-NaN O and NaN LSE.
+ *   (c) NaN in v[b, j, g, c]: column c of O is NaN in every row of group g that sees key j; its
+ *       other columns and LSE are unaffected. Rows of group g that do not see key j may also
+ *       get NaN in column c (keys are multiplied in blocks, and a masked key's zero weight
+ *       times NaN is NaN); their other columns and LSE are unaffected.
+ *   (d) +-Inf in q or k: each score with that element becomes +-Inf (NaN for Inf * 0). A row
+ *       with a +Inf or NaN score becomes all NaN (O and LSE). A -Inf score drops its key as the
+ *       mask does: the row equals the result without that key, and a row whose every score is
+ *       -Inf is a row that sees no key (O = 0, LSE = -inf).
+ *   (e) +-Inf in v[b, j, g, c]: column c of O is +-Inf or NaN in the rows of group g that see
+ *       key j (and may be NaN in the other rows of group g); other columns and LSE are
+ *       unaffected. */
 HATTN_API hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream);
 
 /* A static, human-readable description of a status. */

@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from compare_torch import HattnFwdParams  # noqa: E402  (the one ctypes mirror of include/hattn.h)
+from hattn_ctypes import HattnFwdParams  # noqa: E402  (the one ctypes mirror of include/hattn.h)
 
 REL_L2_LIMIT = 1e-2
 HATTN_DTYPE_BF16 = 0

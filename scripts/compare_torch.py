@@ -39,12 +39,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# ---- include/hattn.h, mirrored ---------------------------------------------------------------
-HATTN_SUCCESS = 0
-HATTN_DTYPE_BF16 = 0
-HATTN_DTYPE_FP16 = 1
-HATTN_FWD_NO_PINGPONG = 1 << 0
-HATTN_FWD_NO_INTRA_WG_OVERLAP = 1 << 1
+# ---- include/hattn.h, mirrored (scripts/hattn_ctypes.py) --------------------------------------
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hattn_ctypes import (EXPECTED_OFFSETS, EXPECTED_SIZE, HATTN_DTYPE_BF16, HATTN_DTYPE_FP16,  # noqa: E402
+                          HATTN_FWD_NO_INTRA_WG_OVERLAP, HATTN_FWD_NO_PINGPONG, HATTN_SUCCESS, Hattn,
+                          HattnFwdParams, check_struct_layout)
 
 FLAG_NAMES = {
     0: "default",
@@ -52,110 +51,6 @@ FLAG_NAMES = {
     HATTN_FWD_NO_INTRA_WG_OVERLAP: "no_intra_wg_overlap",
     HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP: "no_pingpong+no_intra_wg_overlap",
 }
-
-
-class HattnFwdParams(ctypes.Structure):
-    """struct hattn_fwd_params, field by field (enums are C ints, `unsigned` is c_uint)."""
-    _fields_ = [
-        ("q", ctypes.c_void_p),
-        ("k", ctypes.c_void_p),
-        ("v", ctypes.c_void_p),
-        ("o", ctypes.c_void_p),
-        ("lse", ctypes.c_void_p),  # float*
-        ("batch", ctypes.c_int),
-        ("heads_q", ctypes.c_int),
-        ("heads_kv", ctypes.c_int),
-        ("seqlen_q", ctypes.c_int),
-        ("seqlen_k", ctypes.c_int),
-        ("head_dim", ctypes.c_int),
-        ("q_batch_stride", ctypes.c_int64),
-        ("q_seq_stride", ctypes.c_int64),
-        ("q_head_stride", ctypes.c_int64),
-        ("k_batch_stride", ctypes.c_int64),
-        ("k_seq_stride", ctypes.c_int64),
-        ("k_head_stride", ctypes.c_int64),
-        ("v_batch_stride", ctypes.c_int64),
-        ("v_seq_stride", ctypes.c_int64),
-        ("v_head_stride", ctypes.c_int64),
-        ("o_batch_stride", ctypes.c_int64),
-        ("o_seq_stride", ctypes.c_int64),
-        ("o_head_stride", ctypes.c_int64),
-        ("dtype", ctypes.c_int),  # hattn_dtype
-        ("softmax_scale", ctypes.c_float),
-        ("causal", ctypes.c_int),
-        ("flags", ctypes.c_uint),
-    ]
-
-
-# x86-64 (LP64, System V) layout, worked out by hand: five 8-byte pointers (0..39), six ints
-# (40..63; 64 is 8-aligned, so no padding before the strides), twelve int64 strides (64..159),
-# then dtype/scale/causal/flags, 4 bytes each (160..175). Size 176 = a multiple of the 8-byte
-# alignment, so no tail padding. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
-EXPECTED_SIZE = 176
-EXPECTED_OFFSETS = {
-    "q": 0, "k": 8, "v": 16, "o": 24, "lse": 32,
-    "batch": 40, "heads_q": 44, "heads_kv": 48, "seqlen_q": 52, "seqlen_k": 56, "head_dim": 60,
-    "q_batch_stride": 64, "q_seq_stride": 72, "q_head_stride": 80,
-    "k_batch_stride": 88, "k_seq_stride": 96, "k_head_stride": 104,
-    "v_batch_stride": 112, "v_seq_stride": 120, "v_head_stride": 128,
-    "o_batch_stride": 136, "o_seq_stride": 144, "o_head_stride": 152,
-    "dtype": 160, "softmax_scale": 164, "causal": 168, "flags": 172,
-}
-
-
-def check_struct_layout() -> None:
-    actual = {name: getattr(HattnFwdParams, name).offset for name, _ in HattnFwdParams._fields_}
-    problems = [f"{name}: ctypes offset {actual.get(name)} != expected {offset}"
-                for name, offset in EXPECTED_OFFSETS.items() if actual.get(name) != offset]
-    problems += [f"{name}: not in the expected table" for name in actual if name not in EXPECTED_OFFSETS]
-    if ctypes.sizeof(HattnFwdParams) != EXPECTED_SIZE:
-        problems.append(f"sizeof: ctypes {ctypes.sizeof(HattnFwdParams)} != expected {EXPECTED_SIZE}")
-    if ctypes.sizeof(ctypes.c_void_p) != 8:
-        problems.append("this is not a 64-bit platform; the expected table is for x86-64")
-    if problems:
-        raise SystemExit("hattn_fwd_params layout mismatch:\n  " + "\n  ".join(problems))
-
-
-class Hattn:
-    """The C API of libhattn.so."""
-
-    def __init__(self, path: Path):
-        self.lib = ctypes.CDLL(str(path))
-        params_p = ctypes.POINTER(HattnFwdParams)
-        self.lib.hattn_fwd.argtypes = [params_p, ctypes.c_void_p]
-        self.lib.hattn_fwd.restype = ctypes.c_int
-        self.lib.hattn_fwd_validate.argtypes = [params_p, ctypes.c_char_p, ctypes.c_size_t]
-        self.lib.hattn_fwd_validate.restype = ctypes.c_int
-        self.lib.hattn_status_string.argtypes = [ctypes.c_int]
-        self.lib.hattn_status_string.restype = ctypes.c_char_p
-        self.lib.hattn_fwd_params_contiguous.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 7
-        self.lib.hattn_fwd_params_contiguous.restype = HattnFwdParams
-
-    def describe(self, status: int, params: HattnFwdParams) -> str:
-        text = (self.lib.hattn_status_string(status) or b"?").decode()
-        detail = ctypes.create_string_buffer(512)
-        if self.lib.hattn_fwd_validate(ctypes.byref(params), detail, len(detail)) != HATTN_SUCCESS:
-            text += f" ({detail.value.decode(errors='replace')})"
-        return f"hattn_fwd: status {status}: {text}"
-
-    def check_contiguous_helper(self) -> None:
-        """CPU-only: hattn_fwd_params_contiguous (returned by value) must match our own strides."""
-        b, hq, hkv, sq, sk, d = 2, 8, 2, 96, 80, 128
-        fake = [0x10000 * (i + 1) for i in range(4)]  # 16-byte-aligned addresses, never dereferenced
-        p = self.lib.hattn_fwd_params_contiguous(*fake, b, hq, hkv, sq, sk, d, HATTN_DTYPE_BF16)
-        want = dict(q=fake[0], k=fake[1], v=fake[2], o=fake[3], lse=None, batch=b, heads_q=hq, heads_kv=hkv,
-                    seqlen_q=sq, seqlen_k=sk, head_dim=d,
-                    q_batch_stride=sq * hq * d, q_seq_stride=hq * d, q_head_stride=d,
-                    k_batch_stride=sk * hkv * d, k_seq_stride=hkv * d, k_head_stride=d,
-                    v_batch_stride=sk * hkv * d, v_seq_stride=hkv * d, v_head_stride=d,
-                    o_batch_stride=sq * hq * d, o_seq_stride=hq * d, o_head_stride=d,
-                    dtype=HATTN_DTYPE_BF16, causal=0, flags=0)
-        bad = [f"{k}: {getattr(p, k)} != {v}" for k, v in want.items() if getattr(p, k) != v]
-        # "the default scale": 0 (resolved later) or 1/sqrt(head_dim) spelled out are both fine.
-        if not (p.softmax_scale == 0.0 or math.isclose(p.softmax_scale, 1 / math.sqrt(d), rel_tol=1e-6)):
-            bad.append(f"softmax_scale: {p.softmax_scale} is neither 0 nor 1/sqrt({d})")
-        if bad:
-            raise SystemExit("hattn_fwd_params_contiguous disagrees with the ctypes mirror:\n  " + "\n  ".join(bad))
 
 
 # ---- The sweep -----------------------------------------------------------------------------------

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # The one script to run on the GPU host (an H200), from the repository root:
 #
-#   OUT=/some/dir scripts/gpu_suite.sh [tests] [bench] [compare] [micro] [sanitize]
+#   OUT=/some/dir scripts/gpu_suite.sh [tests] [bench] [compare] [micro] [sanitize] [robust]
 #
 # Always configures (Ninja, Release, -DHATTN_PTXAS_WERROR=ON) and builds with every core; then runs
 # the phases named on the command line (all of them when none is named):
-#   tests     ctest (every GoogleTest suite) and scripts/check_vendored.sh --run
+#   tests     ctest (every GoogleTest suite but those labelled robust) and scripts/check_vendored.sh --run
 #   bench     build/bench/fwd_bench, JSON into $OUT/bench.json, TFLOPS grid in the summary
 #   compare   scripts/compare_torch.py into $OUT (hattn vs cuDNN vs FA2; compare.{json,csv,png})
 #   micro     scripts/run_micro.sh $OUT/micro, if that script exists
-#   sanitize  scripts/sanitize_ptx_tests.sh if it exists, then compute-sanitizer memcheck and
-#             racecheck on `build/bin/hattn fwd` for every variant at a small odd size
+#   sanitize  scripts/sanitize_ptx_tests.sh if it exists, then compute-sanitizer memcheck, racecheck
+#             and synccheck on `build/bin/hattn fwd` for every variant at a small odd size, plus GQA,
+#             persistent-grid (more tiles than SMs) and causal seqlen_q > seqlen_k shapes
+#             (SANITIZE_JOBS runs at a time)
+#   robust    build/test/stress_test (threads, 100k calls, >2^31 elements, NaN/Inf inputs),
+#             build/test/hang_guard_test (the debug hang guard traps) and
+#             test/python/bad_input_torch.py (every validation failure, from PyTorch processes)
 # A failing phase is reported and the next one still runs. Everything lands in $OUT, kept to at
 # most MAX_RETURNED_FILES files so the results are easy to copy off the GPU host: summary.txt,
 # logs.tgz (every full log), bench.json, compare.json, compare.csv, compare.png, and micro/ when it
@@ -21,6 +26,7 @@
 #   SUITE_BUDGET_S (570: the suite's time budget in seconds; no phase starts that cannot finish
 #   inside it, and each phase's timeout is clipped to what is left),
 #   TESTS_TIMEOUT_S (300), BENCH_TIMEOUT_S (180), COMPARE_TIMEOUT_S (300), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300),
+#   ROBUST_TIMEOUT_S (300), SANITIZE_JOBS (6),
 #   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments, e.g. "--quick"),
 #   SANITIZE_SEQLEN (300), SANITIZE_CLI_ARGS (see cli_args below).
 set -uo pipefail
@@ -45,7 +51,7 @@ STATUS="$LOGS/status.txt"     # one line per phase
 : >"$STATUS"
 SECONDS=0
 
-ALL_PHASES=(tests bench compare micro sanitize)
+ALL_PHASES=(tests bench compare micro sanitize robust)
 if [ $# -eq 0 ]; then
   PHASES=("${ALL_PHASES[@]}")
 else
@@ -149,7 +155,8 @@ phase_tests() {
   limit=$(phase_limit "${TESTS_TIMEOUT_S:-300}")
   section tests
   # -V keeps every test's output in the log, so skipped GPU tests (which pass) can be counted.
-  (cd "$BUILD_DIR" && timeout -k 10 "$limit" ctest --output-on-failure -V -j "$JOBS") >"$log" 2>&1 || rc=$?
+  # The robust-labelled suites (stress, hang guard) run in the robust phase, alone.
+  (cd "$BUILD_DIR" && timeout -k 10 "$limit" ctest --output-on-failure -V -j "$JOBS" -LE robust) >"$log" 2>&1 || rc=$?
   detail "$(grep -E 'tests passed|tests failed' "$log" | tail -1)"
   if grep -q 'The following tests FAILED' "$log"; then
     sed -n '/The following tests FAILED/,$p' "$log" | head -25 >>"$DETAILS"
@@ -269,11 +276,12 @@ phase_micro() {
 # ---- sanitize ---------------------------------------------------------------------------------------
 # Arguments of `build/bin/hattn fwd` (src/cli/main.cu) for one small variant at an odd seqlen (tail
 # tiles masked). SANITIZE_CLI_ARGS overrides the template; placeholders {d} {dtype} {causal}
-# {seqlen} {extra} are filled in per variant.
+# {seqlen} {extra} are filled in per variant. {extra} comes last, so a variant's own --batch,
+# --heads or --seqlen-q/-k override the template's. --iters 0: no timing runs under the tools.
 cli_args() {  # head_dim dtype causal(0/1) [extra flags]
   local causal_flag=""
   [ "$3" = 1 ] && causal_flag="--causal"
-  local t=${SANITIZE_CLI_ARGS:-"--batch 1 --heads 2 --seqlen {seqlen} --dim {d} --dtype {dtype} {causal} {extra} --iters 1 --warmup 0"}
+  local t=${SANITIZE_CLI_ARGS:-"--batch 1 --heads 2 --seqlen {seqlen} --dim {d} --dtype {dtype} {causal} {extra} --iters 0 --warmup 0"}
   t=${t//\{d\}/$1}
   t=${t//\{dtype\}/$2}
   t=${t//\{causal\}/$causal_flag}
@@ -281,7 +289,11 @@ cli_args() {  # head_dim dtype causal(0/1) [extra flags]
   echo "${t//\{seqlen\}/$SANITIZE_SEQLEN}"
 }
 
-# Every kernel variant the library builds: head_dim x dtype x mask, plus the d128 bf16 ablations.
+# Every kernel variant the library builds: head_dim x dtype x mask, plus the d128 bf16 ablations;
+# then shapes that take other paths through the kernel: GQA, a persistent grid with more tiles than
+# SMs (non-causal, seqlen_k <= 2048: one CTA per SM walks several tiles; 4 x 40 x 3 = 480 tiles;
+# d128 stages O in its own buffer, d256 in Q's), and causal with seqlen_q > seqlen_k (rows that see
+# no key). The large persistent shapes skip the reference check (the tools slow its kernel most).
 sanitize_variants() {  # prints "head_dim dtype causal extra-flags"
   local d dtype causal
   for d in 64 128 256; do
@@ -292,6 +304,21 @@ sanitize_variants() {  # prints "head_dim dtype causal extra-flags"
   echo "128 bf16 0 --no-pingpong"
   echo "128 bf16 0 --no-intra-wg-overlap"
   echo "128 bf16 0 --no-pingpong --no-intra-wg-overlap"
+  echo "128 bf16 1 --heads 8 --heads-kv 2"
+  echo "128 bf16 0 --batch 4 --heads 40 --no-verify"
+  echo "256 bf16 0 --batch 4 --heads 40 --no-verify"
+  echo "64 fp16 1 --seqlen-q 333 --seqlen-k 200"
+}
+
+SANITIZE_TOOLS=(memcheck racecheck synccheck)
+
+# One sanitizer run in the background: writes $dir/$idx.log and $dir/$idx.rc.
+sanitize_one() {  # dir idx sanitizer tool seconds cli args...
+  local dir=$1 idx=$2 sanitizer=$3 tool=$4 seconds=$5 cli=$6 rc=0
+  shift 6
+  timeout -k 5 "$seconds" "$sanitizer" --tool "$tool" --error-exitcode 99 "$cli" fwd "$@" \
+      </dev/null >"$dir/$idx.log" 2>&1 || rc=$?
+  echo "$rc" >"$dir/$idx.rc"
 }
 
 phase_sanitize() {
@@ -325,47 +352,143 @@ phase_sanitize() {
     publish
     return 0
   fi
-  local tool d dtype causal extra args rc per_run why name deadline=$((t0 + limit))
-  for tool in memcheck racecheck; do
-    local ok=0 total=0
-    while read -r d dtype causal extra; do
-      total=$((total + 1))
-      name="$tool d$d $dtype $([ "$causal" = 1 ] && echo causal || echo full)${extra:+ $extra}"
-      per_run=$((deadline - SECONDS))
-      if [ "$per_run" -lt 5 ]; then
-        detail "  $name: NOT RUN (sanitize time limit reached)"
-        failures=$((failures + 1))
-        continue
-      fi
-      [ "$per_run" -gt 120 ] && per_run=120
-      args=$(cli_args "$d" "$dtype" "$causal" "$extra")
-      rc=0
-      # shellcheck disable=SC2086  # args is a list of words
-      timeout -k 5 "$per_run" "$sanitizer" --tool "$tool" --error-exitcode 99 "$cli" fwd $args \
-          </dev/null >"$LOGS/run.tmp" 2>&1 || rc=$?  # stdin: keep the variant list away from the child
-      { echo "### $tool: $cli fwd $args -> exit $rc"; cat "$LOGS/run.tmp"; } >>"$log"
-      runs=$((runs + 1))
-      if [ "$rc" -eq 0 ]; then
-        ok=$((ok + 1))
-      else
-        failures=$((failures + 1))
-        case "$rc" in
-          99) why="sanitizer errors" ;;
-          124) why="timed out after $per_run s" ;;
-          1) why="hattn verification failed" ;;
-          2) why="bad CLI arguments" ;;
-          3) why="CUDA/device error" ;;
-          *) why="exit $rc" ;;
-        esac
-        detail "  $name: FAIL ($why): $(grep -m1 -iE 'invalid|race|hazard|error|usage|unknown|mismatch' "$LOGS/run.tmp" | cut -c1-160)"
-      fi
-    done < <(sanitize_variants)
-    detail "$tool: $ok/$total variants clean"
+  # Every (tool, variant) pair, SANITIZE_JOBS at a time (the tools are mostly host-bound), each
+  # under its own timeout and all inside the phase's limit.
+  local jobs=${SANITIZE_JOBS:-6} dir="$LOGS/sanitize_runs" deadline=$((t0 + limit)) per_run_cap=120
+  mkdir -p "$dir"
+  local -a variants names tools argss
+  mapfile -t variants < <(sanitize_variants)
+  local tool v d dtype causal extra idx=0 per_run
+  for tool in "${SANITIZE_TOOLS[@]}"; do
+    for v in "${variants[@]}"; do
+      read -r d dtype causal extra <<<"$v"
+      tools[idx]=$tool
+      names[idx]="$tool d$d $dtype $([ "$causal" = 1 ] && echo causal || echo full)${extra:+ $extra}"
+      argss[idx]=$(cli_args "$d" "$dtype" "$causal" "$extra")
+      idx=$((idx + 1))
+    done
   done
-  rm -f "$LOGS/run.tmp"
-  detail "(hattn fwd $(cli_args D DTYPE 0 | tr -s ' '))"
+  local total=$idx i
+  for ((i = 0; i < total; i++)); do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n 2>/dev/null || true; done
+    per_run=$((deadline - SECONDS))
+    if [ "$per_run" -lt 5 ]; then
+      echo "notrun" >"$dir/$i.rc"
+      continue
+    fi
+    [ "$per_run" -gt "$per_run_cap" ] && per_run=$per_run_cap
+    # shellcheck disable=SC2086  # the CLI arguments are a list of words
+    sanitize_one "$dir" "$i" "$sanitizer" "${tools[i]}" "$per_run" "$cli" ${argss[i]} &
+  done
+  wait
+  local rc why
+  declare -A ok_per_tool=() total_per_tool=()
+  for ((i = 0; i < total; i++)); do
+    tool=${tools[i]}
+    total_per_tool[$tool]=$(( ${total_per_tool[$tool]:-0} + 1 ))
+    rc=$(cat "$dir/$i.rc" 2>/dev/null || echo missing)
+    if [ "$rc" = notrun ]; then
+      detail "  ${names[i]}: NOT RUN (sanitize time limit reached)"
+      failures=$((failures + 1))
+      continue
+    fi
+    { echo "### $tool: $cli fwd ${argss[i]} -> exit $rc"; cat "$dir/$i.log" 2>/dev/null; } >>"$log"
+    runs=$((runs + 1))
+    if [ "$rc" = 0 ]; then
+      ok_per_tool[$tool]=$(( ${ok_per_tool[$tool]:-0} + 1 ))
+      continue
+    fi
+    failures=$((failures + 1))
+    case "$rc" in
+      99) why="sanitizer errors" ;;
+      124|137) why="timed out (limit ${per_run_cap} s per run, or the phase's end)" ;;
+      1) why="hattn verification failed" ;;
+      2) why="bad CLI arguments" ;;
+      3) why="CUDA/device error" ;;
+      *) why="exit $rc" ;;
+    esac
+    detail "  ${names[i]}: FAIL ($why): $(grep -m1 -iE 'invalid|race|hazard|error|barrier|usage|unknown|mismatch' "$dir/$i.log" 2>/dev/null | cut -c1-160)"
+  done
+  rm -rf "$dir"
+  for tool in "${SANITIZE_TOOLS[@]}"; do
+    detail "$tool: ${ok_per_tool[$tool]:-0}/${total_per_tool[$tool]:-0} variants clean"
+  done
+  detail "(hattn fwd $(cli_args D DTYPE 0 | tr -s ' '); $jobs runs at a time)"
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | sort | uniq -c | head -6 >>"$DETAILS"
   if [ "$failures" -eq 0 ]; then status sanitize "OK ($runs runs)" "$t0"; else status sanitize "FAIL ($failures problems)" "$t0"; fi
+  publish
+}
+
+# ---- robust -----------------------------------------------------------------------------------------
+# One step of the robust phase: runs a command under a timeout, logs it, summarises it.
+robust_step() {  # name seconds log command...
+  local name=$1 seconds=$2 log=$3 rc=0
+  shift 3
+  if [ "$seconds" -lt 10 ]; then
+    detail "$name: NOT RUN (robust time limit reached)"
+    return 1
+  fi
+  timeout -k 10 "$seconds" "$@" </dev/null >"$log" 2>&1 || rc=$?
+  [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && detail "$name: TIMED OUT after $seconds s"
+  return "$rc"
+}
+
+phase_robust() {
+  local t0=$SECONDS limit deadline failures=0 skipped=0 rc
+  out_of_time robust && return 0
+  limit=$(phase_limit "${ROBUST_TIMEOUT_S:-300}")
+  deadline=$((t0 + limit))
+  section "robust (stress, hang guard, invalid input from PyTorch)"
+  robust_left() {  # seconds left in the phase, capped at $1
+    local l=$((deadline - SECONDS))
+    [ "$l" -gt "$1" ] && l=$1
+    echo "$l"
+  }
+
+  # GoogleTest binaries: the pass/fail line, the failed tests, and each test's own summary lines.
+  local name bin log
+  for name in stress_test hang_guard_test; do
+    bin="$BUILD_DIR/test/$name"
+    log="$LOGS/robust_$name.log"
+    if [ ! -x "$bin" ]; then
+      detail "$name: no $bin (build failed?)"
+      failures=$((failures + 1))
+      continue
+    fi
+    rc=0
+    if [ "$name" = stress_test ]; then
+      robust_step "$name" "$(robust_left 180)" "$log" "$bin" --gtest_color=no || rc=$?
+    else
+      robust_step "$name" "$(robust_left 90)" "$log" "$bin" --gtest_color=no || rc=$?
+    fi
+    detail "$name: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$log" | tr '\n' ' ')"
+    grep -E '^(ConcurrentThreads|ManyCallsNoLeak|Over2Pow31Elements):|^  .*(TFLOPS|batch entry)|: WRONG$|^hang guard child:|^\[  FAILED  \] [A-Za-z]' "$log" \
+        | awk '!seen[$0]++' | head -40 | sed 's/^/  /' >>"$DETAILS"
+    local s
+    s=$(grep -cE '^\[  SKIPPED \] [A-Za-z].*\([0-9]+ ms\)' "$log")
+    if [ "$s" -gt 0 ]; then
+      skipped=$((skipped + s))
+      grep -hoE '(GPU test skipped|Skipped): .*|needs [0-9.]+ GB.*' "$log" | sort | uniq -c | head -3 | sed 's/^/  /' >>"$DETAILS"
+    fi
+    [ "$rc" -ne 0 ] && failures=$((failures + 1))
+  done
+
+  # Invalid input from PyTorch processes (one child per case).
+  log="$LOGS/robust_bad_input_torch.log"
+  rc=0
+  robust_step bad_input_torch.py "$(robust_left 180)" "$log" \
+      env PYTHONUNBUFFERED=1 HATTN_LIB="$BUILD_DIR/libhattn.so" "${PYTHON:-python3}" test/python/bad_input_torch.py \
+      --lib "$BUILD_DIR/libhattn.so" --timeout 120 || rc=$?
+  detail "bad_input_torch.py: exit $rc; $(tail -n 1 "$log")"
+  grep -E '^(FAIL|SKIP)|^cpu checks|^children:' "$log" | head -20 | cut -c1-300 | sed 's/^/  /' >>"$DETAILS"
+  grep -q '^SKIP' "$log" && skipped=$((skipped + 1))
+  [ "$rc" -ne 0 ] && failures=$((failures + 1))
+
+  if [ "$failures" -eq 0 ]; then
+    status robust "OK$([ "$skipped" -gt 0 ] && echo " ($skipped SKIPPED)")" "$t0"
+  else
+    status robust "FAIL ($failures of 3 steps)" "$t0"
+  fi
   publish
 }
 

@@ -80,8 +80,9 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             const float sum = quad_sum(row_sum[r]);
-            inv_sum[r] = sum > 0.f ? 1.f / sum : 0.f;
-            lse[r] = sum > 0.f ? row_max[r] * scale + logf(sum) : -INFINITY;
+            // sum == 0: the row saw no key. A NaN sum (a NaN input) stays NaN in O and in LSE.
+            inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
+            lse[r] = sum == 0.f ? -INFINITY : row_max[r] * scale + logf(sum);
         }
     }
 };

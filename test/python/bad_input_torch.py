@@ -1,0 +1,492 @@
+#!/usr/bin/env python3
+"""Every validation failure of hattn's public entry points, each called from its own PyTorch process.
+
+For every case the parent starts a child process (`python -X faulthandler bad_input_torch.py --case
+NAME`) that imports torch first, allocates real CUDA tensors (b1 s128 h2 d64 bf16 unless the case
+says otherwise), fills O and LSE with a sentinel bit pattern, builds the params with
+hattn_fwd_params_contiguous, applies one defect and then
+  * calls hattn_fwd_validate: the status must be the expected one and the message must name the
+    offending field (also with msg = NULL and with a 1-byte buffer, which must hold just the NUL);
+  * calls hattn_fwd on torch's current stream and synchronizes: same status;
+  * checks that O and LSE still hold the sentinel bit for bit and that Q, K, V are unchanged.
+A child that dies (a signal, e.g. SIGSEGV from a launch that should never have happened) is a
+failure naming the signal; one that does not finish within --timeout seconds is a failure too.
+Positive controls (valid params, with and without LSE) must return HATTN_SUCCESS and write O.
+
+Before any child starts, the parent checks the same case table on the CPU (hattn_fwd_validate
+with placeholder addresses, which validation never dereferences) together with the ctypes
+struct layout, so a wrong expectation shows up even on a machine without a GPU.
+
+  python3 test/python/bad_input_torch.py                 # all cases (build/libhattn.so or $HATTN_LIB)
+  python3 test/python/bad_input_torch.py --lib PATH -j 8 # another library, 8 children at a time
+  python3 test/python/bad_input_torch.py --list          # case names
+  python3 test/python/bad_input_torch.py --case NAME     # one case in this process (what a child runs)
+
+Exit status 0 when every case passes, or when the run is skipped (no torch, no CUDA device, no
+Hopper GPU, no library: a line starting with SKIP says which); 1 otherwise. The last line is
+"N passed, M failed".
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+import hattn_ctypes as hc  # noqa: E402
+
+# Child exit codes (the parent reads the RESULT line; these only back it up).
+EXIT_PASS, EXIT_FAIL, EXIT_SKIP = 0, 1, 3
+
+# Sentinels: O (16-bit) and LSE (32-bit) are filled with these bit patterns before the call.
+O_SENTINEL = 0x5A5A      # bf16 1.5e16 / fp16 203: never an attention output of N(0,1) inputs
+LSE_SENTINEL = 0x7FC0DEAD  # a quiet fp32 NaN with a payload
+MSG_FILL = 0x7F          # fills the 1-byte message buffer test's guard bytes
+
+INT32_MAX = 2**31 - 1
+TMA_STRIDE_LIMIT_ELEMS = 2**39  # 2^40 bytes of 2-byte elements
+
+
+@dataclass(frozen=True)
+class Shape:
+    batch: int = 1
+    seqlen: int = 128
+    heads: int = 2
+    head_dim: int = 64
+    dtype: int = hc.HATTN_DTYPE_BF16
+
+
+@dataclass
+class Bases:
+    """Device addresses of the case's buffers (placeholders in the CPU check)."""
+    q: int
+    k: int
+    v: int
+    o: int
+    lse: int
+
+
+# A defect: takes the library, valid params for the case's shape and the buffer addresses,
+# returns the params to pass (None = a NULL params pointer).
+Mutate = Callable[[hc.Hattn, hc.HattnFwdParams, Bases, Shape], Optional[hc.HattnFwdParams]]
+
+
+@dataclass
+class Case:
+    name: str
+    mutate: Mutate
+    expect: tuple[int, ...]   # acceptable statuses (one, except where noted)
+    field_re: str             # the validation message must match this (the offending field)
+    shape: Shape = field(default_factory=Shape)
+
+    @property
+    def positive(self) -> bool:
+        return self.expect == (hc.HATTN_SUCCESS,)
+
+
+def setter(**values) -> Mutate:
+    def mutate(lib, p, bases, shape):
+        for name, value in values.items():
+            setattr(p, name, value)
+        return p
+    return mutate
+
+
+def offset_pointer(name: str, delta: int) -> Mutate:
+    def mutate(lib, p, bases, shape):
+        setattr(p, name, getattr(bases, name) + delta)
+        return p
+    return mutate
+
+
+def contiguous(**overrides) -> Mutate:
+    """hattn_fwd_params_contiguous called with some arguments replaced (its misuse)."""
+    def mutate(lib, p, bases, shape):
+        args = dict(q=bases.q, k=bases.k, v=bases.v, o=bases.o, batch=shape.batch, heads_q=shape.heads,
+                    heads_kv=shape.heads, seqlen_q=shape.seqlen, seqlen_k=shape.seqlen, head_dim=shape.head_dim,
+                    dtype=shape.dtype)
+        args.update(overrides)
+        for ptr in ("q", "k", "v", "o"):
+            if callable(args[ptr]):
+                args[ptr] = args[ptr](bases)
+        new = lib.params_contiguous(**args)
+        new.lse = bases.lse
+        return new
+    return mutate
+
+
+def field_word(name: str) -> str:
+    return rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])"
+
+
+def build_cases() -> list[Case]:
+    E = hc
+    cases: list[Case] = []
+
+    def add(name, mutate, expect, field_re, shape=Shape()):
+        cases.append(Case(name, mutate, expect if isinstance(expect, tuple) else (expect,), field_re, shape))
+
+    # ---- positive controls ----
+    add("control_valid", setter(), E.HATTN_SUCCESS, r"^ok$")
+    add("control_valid_without_lse", setter(lse=None), E.HATTN_SUCCESS, r"^ok$")
+    add("control_valid_d128_bf16_ablation", setter(flags=E.HATTN_FWD_NO_PINGPONG), E.HATTN_SUCCESS, r"^ok$",
+        Shape(head_dim=128, dtype=E.HATTN_DTYPE_BF16))
+
+    # ---- NULL pointers ----
+    add("null_params", lambda lib, p, b, s: None, E.HATTN_ERROR_NULL_PARAMS, field_word("params"))
+    for t in ("q", "k", "v", "o"):
+        add(f"null_{t}", setter(**{t: None}), E.HATTN_ERROR_NULL_POINTER, field_word(t))
+
+    # ---- dtype and head_dim ----
+    for dtype in (2, -1, INT32_MAX):
+        add(f"dtype_{dtype}", setter(dtype=dtype), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
+    for d in (96, 0, -1, 32, 512):
+        add(f"head_dim_{d}", setter(head_dim=d), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))
+
+    # ---- sizes ----
+    for size in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"):
+        for value in (0, -1, -(2**31)):
+            add(f"{size}_{value}", setter(**{size: value}), E.HATTN_ERROR_INVALID_SIZE, field_word(size))
+    add("heads_q_2_heads_kv_3", setter(heads_kv=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_kv"))
+    add("heads_q_3_heads_kv_2", setter(heads_q=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_q"))
+
+    # ---- alignment of the base pointers (TMA: 16 bytes; LSE: 4 bytes) ----
+    for t in ("q", "k", "v", "o"):
+        add(f"misaligned_{t}_by_2", offset_pointer(t, 2), E.HATTN_ERROR_MISALIGNED, field_word(t))
+    add("misaligned_q_by_8", offset_pointer("q", 8), E.HATTN_ERROR_MISALIGNED, field_word("q"))
+    add("misaligned_lse_by_2", offset_pointer("lse", 2), E.HATTN_ERROR_MISALIGNED, field_word("lse"))
+
+    # ---- strides: non-positive, or not a multiple of 8 elements (16 bytes) ----
+    for t in ("q", "k", "v", "o"):
+        for dim in ("batch", "seq", "head"):
+            name = f"{t}_{dim}_stride"
+
+            def scaled(factor, extra, name=name):
+                def mutate(lib, p, bases, shape):
+                    setattr(p, name, getattr(p, name) * factor + extra)
+                    return p
+                return mutate
+            add(f"{name}_zero", scaled(0, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_negative", scaled(-1, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_not_multiple_of_8", scaled(1, 4), E.HATTN_ERROR_MISALIGNED, field_word(name))
+
+    # ---- overlapping output rows ----
+    o_stride = r"o_(batch|seq|head)_stride"
+    add("o_rows_overlap_seq_stride_64", setter(o_seq_stride=64), E.HATTN_ERROR_INVALID_STRIDE, o_stride)
+    add("o_heads_overlap_head_stride_32", setter(o_head_stride=32), E.HATTN_ERROR_INVALID_STRIDE, o_stride)
+    add("o_batches_overlap", setter(batch=2, o_batch_stride=8), E.HATTN_ERROR_INVALID_STRIDE, o_stride)
+
+    # ---- sizes, strides and extents beyond what int32, TMA or int64 hold ----
+    add("batch_times_heads_over_int32", setter(batch=2**20, heads_q=2**12), E.HATTN_ERROR_SIZE_OVERFLOW,
+        field_word("batch"))
+    add("tiles_over_int32", setter(batch=2**15, heads_q=2**15, seqlen_q=512), E.HATTN_ERROR_SIZE_OVERFLOW,
+        field_word("seqlen_q"))
+    for name in ("q_batch_stride", "k_batch_stride", "v_batch_stride", "o_batch_stride", "k_seq_stride"):
+        add(f"{name}_2pow40_bytes", setter(**{name: TMA_STRIDE_LIMIT_ELEMS}), E.HATTN_ERROR_SIZE_OVERFLOW,
+            field_word(name))
+    # (2^31 - 2) * (2^39 - 8) elements: ~2^70, beyond int64.
+    for t in ("k", "v"):
+        add(f"{t}_extent_over_int64", setter(seqlen_k=INT32_MAX, **{f"{t}_seq_stride": TMA_STRIDE_LIMIT_ELEMS - 8}),
+            E.HATTN_ERROR_SIZE_OVERFLOW, rf"^{t}:")
+    # (2^31 - 2) * 2^32 elements fit int64, their bytes do not.
+    add("k_byte_range_over_int64", setter(seqlen_k=INT32_MAX, k_seq_stride=2**32), E.HATTN_ERROR_SIZE_OVERFLOW, r"^k:")
+    # Buffers that would run past the top of the address space (placeholders; never dereferenced).
+    add("o_past_address_space", setter(o=2**64 - 4096), E.HATTN_ERROR_SIZE_OVERFLOW, r"^o:")
+    add("lse_past_address_space", setter(lse=2**64 - 256), E.HATTN_ERROR_SIZE_OVERFLOW, r"^lse:")
+
+    # ---- softmax scale ----
+    for label, value in (("nan", math.nan), ("inf", math.inf), ("minus_inf", -math.inf), ("minus_1", -1.0),
+                         ("minus_tiny", -1e-30)):
+        add(f"softmax_scale_{label}", setter(softmax_scale=value), E.HATTN_ERROR_INVALID_SCALE,
+            field_word("softmax_scale"))
+
+    # ---- flags ----
+    for bits in (1 << 2, 1 << 31, 0xFFFFFFFF):
+        add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
+    add("ablation_on_d64_bf16", setter(flags=E.HATTN_FWD_NO_PINGPONG), E.HATTN_ERROR_INVALID_FLAGS,
+        field_word("flags"))
+    add("ablation_on_d128_fp16", setter(flags=E.HATTN_FWD_NO_INTRA_WG_OVERLAP), E.HATTN_ERROR_INVALID_FLAGS,
+        field_word("flags"), Shape(head_dim=128, dtype=E.HATTN_DTYPE_FP16))
+    add("ablation_on_d256_bf16", setter(flags=E.HATTN_FWD_NO_PINGPONG | E.HATTN_FWD_NO_INTRA_WG_OVERLAP),
+        E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"), Shape(head_dim=256))
+
+    # ---- hattn_fwd_params_contiguous misused ----
+    add("contiguous_null_q", contiguous(q=None), E.HATTN_ERROR_NULL_POINTER, field_word("q"))
+    add("contiguous_head_dim_96", contiguous(head_dim=96), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))
+    add("contiguous_dtype_7", contiguous(dtype=7), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
+    add("contiguous_seqlen_q_negative", contiguous(seqlen_q=-128), E.HATTN_ERROR_INVALID_SIZE, field_word("seqlen_q"))
+    add("contiguous_misaligned_v", contiguous(v=lambda b: b.v + 2), E.HATTN_ERROR_MISALIGNED, field_word("v"))
+    # seqlen_k * heads_kv * head_dim ~ 2^70 wraps int64 inside the helper; either the wrapped stride
+    # (negative) or the true size (too large) must be rejected.
+    add("contiguous_kv_size_wraps_int64",
+        contiguous(heads_q=INT32_MAX, heads_kv=INT32_MAX, seqlen_k=INT32_MAX, head_dim=256),
+        (E.HATTN_ERROR_INVALID_STRIDE, E.HATTN_ERROR_SIZE_OVERFLOW), r"(?<![A-Za-z_])k(_|:|\b)")
+    return cases
+
+
+CASES = {c.name: c for c in build_cases()}
+assert len(CASES) == len(build_cases()), "duplicate case names"
+
+
+def params_for(lib: hc.Hattn, case: Case, bases: Bases) -> Optional[hc.HattnFwdParams]:
+    s = case.shape
+    p = lib.params_contiguous(bases.q, bases.k, bases.v, bases.o, s.batch, s.heads, s.heads, s.seqlen, s.seqlen,
+                              s.head_dim, s.dtype)
+    p.lse = bases.lse
+    return case.mutate(lib, p, bases, s)
+
+
+def check_validate(lib: hc.Hattn, case: Case, params: Optional[hc.HattnFwdParams]) -> list[str]:
+    """hattn_fwd_validate: status, message, and the msg = NULL and 1-byte-buffer forms."""
+    problems = []
+    status, msg = lib.validate(params)
+    if status not in case.expect:
+        problems.append(f"hattn_fwd_validate returned {hc.status_name(status)}, expected "
+                        f"{' or '.join(map(hc.status_name, case.expect))} (message: {msg!r})")
+    if not msg:
+        problems.append("hattn_fwd_validate left the message empty")
+    elif not re.search(case.field_re, msg):
+        problems.append(f"the message {msg!r} does not name the field (/{case.field_re}/)")
+    ptr = None if params is None else ctypes.byref(params)
+    status_null = lib.lib.hattn_fwd_validate(ptr, None, 0)
+    if status_null != status:
+        problems.append(f"hattn_fwd_validate(msg = NULL) returned {hc.status_name(status_null)}")
+    tiny = ctypes.create_string_buffer(4)
+    ctypes.memset(tiny, MSG_FILL, 4)
+    status_tiny = lib.lib.hattn_fwd_validate(ptr, tiny, 1)
+    if status_tiny != status or tiny.raw != bytes([0, MSG_FILL, MSG_FILL, MSG_FILL]):
+        problems.append(f"hattn_fwd_validate(msg_len = 1) returned {hc.status_name(status_tiny)} and left the buffer "
+                        f"{tiny.raw!r} (expected b'\\x00' then untouched bytes)")
+    return problems
+
+
+# ---- the child: one case, with torch ------------------------------------------------------------
+def run_child(case_name: str, lib_path: Path) -> int:
+    import torch  # first, before libhattn is loaded: the point is hattn inside a torch process
+
+    case = CASES.get(case_name)
+    if case is None:
+        print(f"RESULT {case_name} FAIL: no such case (see --list)")
+        return EXIT_FAIL
+    if not torch.cuda.is_available():
+        print(f"RESULT {case_name} SKIP: torch sees no CUDA device")
+        return EXIT_SKIP
+    lib = hc.Hattn(lib_path)
+    s = case.shape
+    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(sum(map(ord, case_name)))
+    q, k, v = (torch.randn((s.batch, s.seqlen, s.heads, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
+               for _ in range(3))
+    inputs_before = [t.clone() for t in (q, k, v)]
+    o = torch.empty_like(q)
+    o.view(torch.int16).fill_(O_SENTINEL)
+    lse = torch.empty((s.batch, s.heads, s.seqlen), device=dev, dtype=torch.float32)
+    lse.view(torch.int32).fill_(LSE_SENTINEL)
+    torch.cuda.synchronize()
+
+    bases = Bases(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+    params = params_for(lib, case, bases)
+    problems = check_validate(lib, case, params)
+
+    stream = torch.cuda.current_stream().cuda_stream
+    status = lib.fwd(params, stream)
+    if status not in case.expect:
+        problems.append(f"hattn_fwd returned {hc.status_name(status)}, expected "
+                        f"{' or '.join(map(hc.status_name, case.expect))}")
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as error:  # a kernel that faulted: the context is gone
+        problems.append(f"torch.cuda.synchronize() after hattn_fwd failed: {str(error).splitlines()[0]}")
+        print(f"RESULT {case_name} FAIL: " + "; ".join(problems))
+        return EXIT_FAIL
+
+    o_kept = int((o.view(torch.int16) == O_SENTINEL).sum().item())
+    lse_kept = int((lse.view(torch.int32) == LSE_SENTINEL).sum().item())
+    lse_requested = params is not None and params.lse == bases.lse
+    if case.positive:
+        if o_kept:
+            problems.append(f"{o_kept} of {o.numel()} elements of O still hold the sentinel after hattn_fwd")
+        elif not torch.isfinite(o.float()).all():
+            problems.append("O has non-finite elements after hattn_fwd on N(0,1) inputs")
+        if lse_requested and lse_kept:
+            problems.append(f"{lse_kept} of {lse.numel()} LSE elements still hold the sentinel")
+        if not lse_requested and lse_kept != lse.numel():
+            problems.append(f"LSE was not requested but {lse.numel() - lse_kept} of its elements changed")
+    else:
+        if o_kept != o.numel():
+            problems.append(f"{o.numel() - o_kept} of {o.numel()} elements of O were written by a rejected call")
+        if lse_kept != lse.numel():
+            problems.append(f"{lse.numel() - lse_kept} of {lse.numel()} LSE elements were written by a rejected call")
+    for name, before, after in zip("qkv", inputs_before, (q, k, v)):
+        if not torch.equal(before.view(torch.int16), after.view(torch.int16)):
+            problems.append(f"input {name} changed")
+
+    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+    print(f"RESULT {case_name} {verdict}")
+    return EXIT_PASS if not problems else EXIT_FAIL
+
+
+def run_probe() -> int:
+    """Child: is there a Hopper GPU that torch can use?"""
+    try:
+        import torch
+    except ImportError as error:
+        print(f"PROBE SKIP: torch does not import ({error})")
+        return EXIT_SKIP
+    if not torch.cuda.is_available():
+        print(f"PROBE SKIP: torch {torch.__version__} sees no CUDA device")
+        return EXIT_SKIP
+    cap = torch.cuda.get_device_capability()
+    name = torch.cuda.get_device_name()
+    if cap != (9, 0):
+        print(f"PROBE SKIP: {name} is sm_{cap[0]}{cap[1]}, hattn needs sm_90a (Hopper)")
+        return EXIT_SKIP
+    print(f"PROBE OK: {name}, torch {torch.__version__} (CUDA {torch.version.cuda})")
+    return EXIT_PASS
+
+
+# ---- the parent -------------------------------------------------------------------------------
+PLACEHOLDER = Bases(q=0x10000, k=0x20000, v=0x30000, o=0x40000, lse=0x50000)  # aligned, never dereferenced
+
+
+def cpu_checks(lib: hc.Hattn) -> list[str]:
+    """Struct layout, status strings and every case's validation result, without a GPU."""
+    problems = []
+    try:
+        hc.check_struct_layout()
+        lib.check_contiguous_helper()
+    except SystemExit as error:
+        problems.append(str(error))
+    for status in hc.STATUS_NAMES:
+        if lib.status_string(status) == lib.status_string(max(hc.STATUS_NAMES) + 1):
+            problems.append(f"hattn_status_string({status}) ({hc.status_name(status)}) is the unknown-status text: "
+                            "the ctypes enum mirror is out of date")
+    for case in CASES.values():
+        for p in check_validate(lib, case, params_for(lib, case, PLACEHOLDER)):
+            problems.append(f"{case.name}: {p}")
+    return problems
+
+
+def describe_exit(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"crashed: killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"crashed: killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+def run_case_process(name: str, lib_path: Path, timeout_s: float) -> tuple[str, bool, str, float]:
+    cmd = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()), "--case", name, "--lib", str(lib_path)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as error:
+        tail = (error.stderr or b"")[-600:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return name, False, f"timed out after {timeout_s:.0f} s (killed); stderr tail: {tail.strip()!r}", timeout_s
+    elapsed = time.monotonic() - t0
+    result = [line for line in r.stdout.splitlines() if line.startswith(f"RESULT {name} ")]
+    err_lines = r.stderr.strip().splitlines()
+    # faulthandler prints "Fatal Python error: ..." and then the stack, innermost frame first.
+    fatal = next((i for i, line in enumerate(err_lines) if line.startswith("Fatal Python error")), None)
+    shown = err_lines[fatal:fatal + 6] if fatal is not None else err_lines[-6:]
+    stderr_tail = " | ".join(line.strip() for line in shown)
+    if r.returncode < 0:
+        return name, False, f"{describe_exit(r.returncode)}; stderr: {stderr_tail}", elapsed
+    if not result:
+        return name, False, f"{describe_exit(r.returncode)} without a RESULT line; stderr: {stderr_tail}", elapsed
+    verdict = result[-1][len(f"RESULT {name} "):]
+    ok = verdict == "PASS" and r.returncode == EXIT_PASS
+    if verdict == "PASS" and r.returncode != EXIT_PASS:
+        verdict = f"printed PASS but {describe_exit(r.returncode)}; stderr: {stderr_tail}"
+    return name, ok, verdict, elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--lib", type=Path, default=None, help=f"libhattn.so (default: ${hc.LIB_ENV} or build/libhattn.so)")
+    parser.add_argument("--case", help="run one case in this process (child mode)")
+    parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--list", action="store_true", help="print the case names and exit")
+    parser.add_argument("-j", "--jobs", type=int, default=min(8, os.cpu_count() or 1), help="children at a time")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per child before it is killed")
+    parser.add_argument("-k", "--filter", default="", help="only cases whose name contains this")
+    args = parser.parse_args()
+    lib_path = (args.lib or hc.default_library_path()).resolve()
+
+    if args.list:
+        print("\n".join(CASES))
+        return 0
+    if args.probe:
+        return run_probe()
+    if args.case:
+        return run_child(args.case, lib_path)
+
+    names = [n for n in CASES if args.filter in n]
+    if not lib_path.exists():
+        print(f"SKIP: {lib_path} not found (build it: cmake --build build --target hattn_shared; "
+              f"or point {hc.LIB_ENV} / --lib at it)")
+        print("0 passed, 0 failed")
+        return 0
+    lib = hc.Hattn(lib_path)
+    cpu_problems = cpu_checks(lib)
+    for p in cpu_problems:
+        print(f"FAIL cpu_checks: {p}")
+    cpu_line = (f"cpu checks ({len(CASES)} validation expectations, struct layout, status strings): "
+                + ("ok" if not cpu_problems else f"{len(cpu_problems)} problems"))
+    print(cpu_line, flush=True)
+    cpu_failed = 1 if cpu_problems else 0
+
+    if importlib.util.find_spec("torch") is None:
+        print("SKIP: PyTorch is not installed (the GPU cases need it)")
+        print(f"{1 - cpu_failed} passed, {cpu_failed} failed")
+        return 1 if cpu_failed else 0
+    probe = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--probe"], capture_output=True, text=True,
+                           timeout=args.timeout)
+    probe_line = next((line for line in probe.stdout.splitlines() if line.startswith("PROBE ")), "")
+    if probe.returncode == EXIT_SKIP:
+        print("SKIP:" + probe_line.split(":", 1)[-1])
+        print(f"{1 - cpu_failed} passed, {cpu_failed} failed")
+        return 1 if cpu_failed else 0
+    if probe.returncode != EXIT_PASS:
+        print(f"FAIL probe: {describe_exit(probe.returncode)}: {probe.stderr.strip()[-600:]}")
+        print(f"0 passed, {1 + cpu_failed} failed")
+        return 1
+    print(f"{probe_line[len('PROBE OK: '):]}; library {lib_path}; {len(names)} cases, {args.jobs} at a time, "
+          f"{args.timeout:.0f} s limit each", flush=True)
+
+    t0 = time.monotonic()
+    passed = failed = 0
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(run_case_process, n, lib_path, args.timeout) for n in names]
+        for future in futures:  # in case order; children run in parallel meanwhile
+            name, ok, verdict, elapsed = future.result()
+            print(f"{'PASS' if ok else 'FAIL'} {name} ({elapsed:.1f} s)" + ("" if ok else f": {verdict}"), flush=True)
+            passed += ok
+            failed += not ok
+    passed += 1 - cpu_failed
+    failed += cpu_failed
+    print(f"children: {len(names)} in {time.monotonic() - t0:.0f} s; the CPU checks count as one case")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
