@@ -23,12 +23,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import gen_wgmma  # noqa: E402  (the wgmma wrapper generator, to vendor a subset of it)
 
-# The wgmma shapes the forward kernel instantiates: S = Q K^T at N = kBlockN (128, or 80 at
+# The wgmma shapes the forward kernel instantiates: S = Q K^T at N = kBlockN (128; 176 for d128 with long keys; 80 at
 # head_dim 256) and O += P V at N = head_dim, bf16 and fp16. Vendoring only these instead of all
 # of ptx/wgmma_instr.cuh (every N, fp8 too) keeps the single file small. scripts/vendor_example.cu
 # instantiates every head dim, so a shape missing here fails CI's check_vendored.sh.
 WGMMA_HEADER = "ptx/wgmma_instr.cuh"
-VENDORED_WGMMA_N = [64, 80, 128, 256]
+VENDORED_WGMMA_N = [64, 80, 128, 176, 256]
 VENDORED_WGMMA_TYPES = ["bf16", "f16"]
 DEFAULT_ROOT = "src/kernels/fwd.cuh"
 DEFAULT_OUTPUT = "build/hattn_fwd_single.cuh"

@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 2048
 #endif
 #ifndef HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K
-#define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 2048
+#define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
 #endif
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
@@ -502,7 +502,8 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         // Short tiles spend a large share of their time starting up (barrier setup, first Q/K
         // loads, O store); one persistent CTA per SM overlaps that with the previous tile:
         // +4-15% at seqlen_k <= 2k without a mask, and with a causal mask +8-14% at d128 once
-        // the back-and-forth walk balances the tile costs (bench/RESULTS.md, runs 6 and 11).
+        // the back-and-forth walk balances the tile costs, up to 4k (bench/RESULTS.md, runs 6,
+        // 11, 12; at 8k-16k the persistent causal grid loses 10-40%).
         // Long tiles amortize the start-up.
         int device = 0, sms = 0;
         rc = cudaGetDevice(&device);
@@ -518,6 +519,9 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     if (rc != cudaSuccess && error) *error = std::string("forward kernel launch: ") + cudaGetErrorString(rc);
     return rc;
 }
+
+constexpr int kWideBlockN = 176;
+constexpr int kWideBlockMinSeqlenK = 4096;
 
 // Entry point for one head dim: picks dtype and (d = 128, bf16 only) the ablation variant.
 template <int kHeadDim>
@@ -537,6 +541,15 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
     if (ablation) {
         if (error) *error = "ablation variants are built for head_dim 128 bf16 only";
         return cudaErrorInvalidValue;
+    }
+    // d = 128 with long keys: 176-wide KV blocks (FA3's tile) give each GEMM more work per
+    // wait and per turn, +1-6% at seqlen_k >= 4k; short problems lose up to 27% with them
+    // (fewer, more masked blocks), so they keep 128 (bench/RESULTS.md run 12).
+    if constexpr (kHeadDim == 128) {
+        if (a.seqlen_k >= kWideBlockMinSeqlenK) {
+            if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, true, 2, kWideBlockN>>(a, stream, error);
+            return launch_fwd<Config<kHeadDim, Fp16, true, true, 2, kWideBlockN>>(a, stream, error);
+        }
     }
     if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16>>(a, stream, error);
     return launch_fwd<Config<kHeadDim, Fp16>>(a, stream, error);
