@@ -189,10 +189,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) {
             typename Ring<1>::State q_state;
             typename Ring<Cfg::kStages>::State k_state, v_state;
-            for (int pass = 0;; ++pass) {
-                const int index = TileScheduler::walk(pass, blockIdx.x, gridDim.x);
-                if (index >= p.scheduler.num_tiles) break;
-                const Tile t = p.scheduler.tile_at(index);
+            Tile t;
+            for (int pass = 0; p.scheduler.tile_for_pass(pass, t); ++pass) {
                 const int m0 = t.m_block * kBlockM;
                 const int n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
                 // Q is loaded for every tile, even one with nothing to attend to, so that Q's
@@ -256,16 +254,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         auto pass_turn = [&]() {
             if constexpr (Cfg::kPingPong) next_turn.arrive();
         };
+        // One GEMM batch in our turn, waited for before anything else runs.
+        auto gemm_alone = [&](auto issue) {
+            take_turn();
+            ptx::wgmma_fence();
+            issue();
+            ptx::wgmma_commit_group();
+            pass_turn();
+            ptx::wgmma_wait_group<0>();
+        };
         auto release = [&](auto& ring, const auto& state) {
             if (lane == 0) ring.consumer_release(state);
         };
 
         typename Ring<1>::State q_state;
         typename Ring<Cfg::kStages>::State k_state, v_state;
-        for (int pass = 0;; ++pass) {
-            const int index = TileScheduler::walk(pass, blockIdx.x, gridDim.x);
-            if (index >= p.scheduler.num_tiles) break;
-            const Tile t = p.scheduler.tile_at(index);
+        Tile t;
+        for (int pass = 0; p.scheduler.tile_for_pass(pass, t); ++pass) {
             const int m0 = t.m_block * kBlockM;
             const int n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
@@ -276,12 +281,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // block, or every block without the intra-warpgroup overlap).
             auto s_block = [&](int it) {
                 smem.k_ring.consumer_wait(k_state);
-                take_turn();
-                ptx::wgmma_fence();
-                gemm_qk(k_state.stage);
-                ptx::wgmma_commit_group();
-                pass_turn();
-                ptx::wgmma_wait_group<0>();
+                gemm_alone([&] { gemm_qk(k_state.stage); });
                 ptx::wgmma_fence_operand(s);
                 release(smem.k_ring, k_state);
                 k_state.advance();
@@ -290,12 +290,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             };
             // O += P V for the V slot in v_state (already waited for), alone on the tensor cores.
             auto pv_block = [&]() {
-                take_turn();
-                ptx::wgmma_fence();
-                gemm_pv(v_state.stage);
-                ptx::wgmma_commit_group();
-                pass_turn();
-                ptx::wgmma_wait_group<0>();
+                gemm_alone([&] { gemm_pv(v_state.stage); });
                 ptx::wgmma_fence_operand(o);
                 release(smem.v_ring, v_state);
                 v_state.advance();

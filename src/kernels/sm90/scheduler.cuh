@@ -36,6 +36,14 @@ struct TileScheduler {
         return t;
     }
 
+    // This CTA's tile on pass `pass` of its walk; false once the walk is over.
+    __device__ bool tile_for_pass(int pass, Tile& t) const {
+        const int index = walk(pass, blockIdx.x, gridDim.x);
+        if (index >= num_tiles) return false;
+        t = tile_at(index);
+        return true;
+    }
+
     // The tile of pass `pass` for CTA `cta` of `grid`; >= num_tiles once the CTA is done.
     __host__ __device__ static int walk(int pass, int cta, int grid) {
         return pass * grid + (pass % 2 == 0 ? cta : grid - 1 - cta);
