@@ -47,7 +47,8 @@ typedef enum hattn_status {
     HATTN_ERROR_INVALID_SCALE,         /* softmax_scale is negative, NaN or infinite */
     HATTN_ERROR_INVALID_FLAGS,         /* unknown flag bits, or a variant not built for this shape */
     HATTN_ERROR_UNSUPPORTED_DEVICE,    /* the current device is not compute capability 9.0 */
-    HATTN_ERROR_CUDA                   /* a CUDA runtime/driver call failed */
+    HATTN_ERROR_CUDA,                  /* a CUDA runtime/driver call failed */
+    HATTN_ERROR_WORKSPACE              /* the backward's workspace is NULL, misaligned or too small */
 } hattn_status;
 
 typedef enum hattn_dtype {
@@ -124,6 +125,72 @@ HATTN_API hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* 
  *       key j (and may be NaN in the other rows of group g); other columns and LSE are
  *       unaffected. */
 HATTN_API hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream);
+
+/* ---- Backward ---------------------------------------------------------------------------- */
+
+/* Backward variant flags (0 = the fastest schedule). */
+enum {
+    HATTN_BWD_DETERMINISTIC = 1u << 0  /* dQ is reduced across KV blocks in a fixed order:
+                                          bit-identical results from run to run (dK and dV are
+                                          always reduced in a fixed order) */
+};
+
+typedef struct hattn_bwd_params {
+    const void* q;     /* [batch, seqlen_q, heads_q,  head_dim] */
+    const void* k;     /* [batch, seqlen_k, heads_kv, head_dim] */
+    const void* v;     /* [batch, seqlen_k, heads_kv, head_dim] */
+    const void* o;     /* [batch, seqlen_q, heads_q,  head_dim]: the forward's output */
+    const void* dout;  /* [batch, seqlen_q, heads_q,  head_dim]: dL/dO */
+    const float* lse;  /* [batch, heads_q, seqlen_q] fp32, natural log: the forward's LSE */
+    void* dq;          /* [batch, seqlen_q, heads_q,  head_dim] */
+    void* dk;          /* [batch, seqlen_k, heads_kv, head_dim]: summed over each GQA group */
+    void* dv;          /* [batch, seqlen_k, heads_kv, head_dim]: summed over each GQA group */
+    void* workspace;   /* >= hattn_bwd_workspace_size(...) bytes of device memory, 256-byte aligned;
+                          contents need not be initialized and are overwritten */
+    size_t workspace_size;
+
+    int batch;
+    int heads_q;
+    int heads_kv;
+    int seqlen_q;
+    int seqlen_k;
+    int head_dim;      /* 64, 128 or 256 */
+
+    /* Strides in elements. head_dim is contiguous (stride 1). */
+    int64_t q_batch_stride, q_seq_stride, q_head_stride;
+    int64_t k_batch_stride, k_seq_stride, k_head_stride;
+    int64_t v_batch_stride, v_seq_stride, v_head_stride;
+    int64_t o_batch_stride, o_seq_stride, o_head_stride;
+    int64_t do_batch_stride, do_seq_stride, do_head_stride;
+    int64_t dq_batch_stride, dq_seq_stride, dq_head_stride;
+    int64_t dk_batch_stride, dk_seq_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_seq_stride, dv_head_stride;
+
+    hattn_dtype dtype;   /* of q, k, v, o, dout, dq, dk, dv */
+    float softmax_scale; /* 0 selects the default 1/sqrt(head_dim); must equal the forward's */
+    int causal;          /* as in the forward */
+    unsigned flags;      /* HATTN_BWD_* bits */
+} hattn_bwd_params;
+
+/* Bytes of device workspace hattn_bwd needs for these sizes (0 if a size is non-positive or the
+ * total overflows). */
+HATTN_API size_t hattn_bwd_workspace_size(int batch, int heads_q, int seqlen_q, int head_dim);
+
+/* Fill params for contiguous [b, s, h, d] tensors, the default scale, no mask, no flags, and no
+ * workspace (set workspace / workspace_size before calling hattn_bwd). */
+HATTN_API hattn_bwd_params hattn_bwd_params_contiguous(const void* q, const void* k, const void* v,
+                                                       const void* o, const void* dout, const float* lse,
+                                                       void* dq, void* dk, void* dv, int batch, int heads_q,
+                                                       int heads_kv, int seqlen_q, int seqlen_k, int head_dim,
+                                                       hattn_dtype dtype);
+
+/* Check params without launching (as hattn_fwd_validate). */
+HATTN_API hattn_status hattn_bwd_validate(const hattn_bwd_params* params, char* msg, size_t msg_len);
+
+/* Backward attention on `stream`: dQ, dK, dV of L given dO = dL/dO, for the forward that produced
+ * O and LSE from the same q, k, v, scale and mask. Validates first and returns before any CUDA call
+ * on failure. Query rows that see no key get dQ = 0; keys no query sees get dK = dV = 0. */
+HATTN_API hattn_status hattn_bwd(const hattn_bwd_params* params, cudaStream_t stream);
 
 /* A static, human-readable description of a status. */
 HATTN_API const char* hattn_status_string(hattn_status status);
