@@ -1,4 +1,4 @@
-// hattn/ptx/convert.cuh -- packing conversions from f32 pairs to 16-bit and 8-bit pairs.
+// hattn/ptx/convert.cuh -- packing conversions from f32 pairs to 16-bit and 8-bit pairs, and back.
 //
 // Convention: the first argument lands in the LOW half of the result (lower address when
 // stored), matching how wgmma register fragments hold consecutive columns.
@@ -43,6 +43,26 @@ __device__ __forceinline__ uint32_t pack_f32x2(float lo, float hi) {
         return cvt_rn_bf16x2_f32(lo, hi);
     } else {
         return cvt_rn_f16x2_f32(lo, hi);
+    }
+}
+
+// PTX ISA 9.7.9.21 cvt.f32.f16: one half-precision value (the low 16 bits) to f32, exactly.
+__device__ __forceinline__ float cvt_f32_f16(uint16_t h) {
+    float d;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(d) : "h"(h));
+    return d;
+}
+
+// A 16-bit pair (low half first) to two floats. bf16 is the top half of an f32, so widening it
+// is a shift, no instruction of its own.
+template <bool kIsBf16>
+__device__ __forceinline__ void unpack_x2_f32(uint32_t pair, float& lo, float& hi) {
+    if constexpr (kIsBf16) {
+        lo = __uint_as_float(pair << 16);
+        hi = __uint_as_float(pair & 0xFFFF0000u);
+    } else {
+        lo = cvt_f32_f16(static_cast<uint16_t>(pair & 0xFFFFu));
+        hi = cvt_f32_f16(static_cast<uint16_t>(pair >> 16));
     }
 }
 

@@ -1,6 +1,7 @@
 // hattn/ptx/hattn_ptx.cuh -- the whole PTX layer in one include.
 #pragma once
 
+#include "atomic.cuh"
 #include "barrier.cuh"
 #include "common.cuh"
 #include "convert.cuh"

@@ -71,6 +71,16 @@ __device__ __forceinline__ void tma_load_5d(void* smem_dst, const CUtensorMap* t
         : "memory");
 }
 
+// PTX ISA 9.7.9.25.4.1 cp.async.bulk (global -> shared, no tensor map): `bytes` contiguous bytes,
+// a multiple of 16 with both addresses 16-byte aligned, completing on an mbarrier like a TMA load.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(smem_dst)),
+        "l"(gmem_src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+
 // PTX ISA 9.7.9.25.5.1 cp.async.bulk.tensor (shared -> global, bulk-group completion).
 // The smem source must have been made visible to the async proxy first
 // (fence_proxy_async_shared_cta in every writing thread, then a barrier).

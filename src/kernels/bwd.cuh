@@ -1,18 +1,675 @@
-// hattn/src/kernels/bwd.cuh -- backward attention (placeholder until the kernel lands).
+// hattn/src/kernels/bwd.cuh -- FlashAttention-3-style backward attention for Hopper (bf16/fp16).
+//
+// From Q, K, V, the forward's O and LSE, and dO = dL/dO, three kernels compute dQ, dK and dV:
+//
+//   1. bwd_preprocess   per query row: D = rowsum(dO * O), and LSE in log2 units (+inf where the
+//                       row is padding or sees no key, so its probabilities come out as 0); zeroes
+//                       dQ's fp32 accumulator and the deterministic mode's counters.
+//   2. bwd_kernel       one CTA per (KV block of kBlockN keys, KV head, batch). K_j and V_j stay
+//                       in shared memory while a producer warp streams Q_i, dO_i, LSE_i and D_i
+//                       through a ring, for every query block i (of every query head of the GQA
+//                       group) that sees the block. Consumer warpgroup w owns keys [64w, 64w + 64)
+//                       of the block and, per query block, computes with keys as wgmma's M:
+//                         S^T  = K_w Q_i^T      (SS)   P^T  = exp2(S^T scale log2e - LSE_i)
+//                         dP^T = V_w dO_i^T     (SS)   dS^T = P^T o (dP^T - D_i)
+//                         dV_w += P^T dO_i      (RS)
+//                         dK_w += dS^T Q_i      (RS)
+//                         dQ_i^T += K^T dS^T    (SS, dS^T through shared memory), added to dQ's
+//                                               fp32 accumulator in global memory (red.add)
+//                       and at the end writes dK_w (times the scale) and dV_w with TMA.
+//   3. bwd_dq_convert   dQ = scale * accumulator, to 16-bit, in the caller's layout.
+//
+// Why keys are M. wgmma takes its A operand from registers or shared memory, its B operand from
+// shared memory only. Held transposed, the accumulators of S^T and dP^T are already the A
+// fragments of dV += P^T dO and dK += dS^T Q: P and dS never leave the registers for those two
+// GEMMs (a conversion to 16 bits, as P in the forward). Only dQ, which needs dS the other way
+// round, reads dS^T back from shared memory.
+//
+// NOTES (hardware facts this file depends on; measurements in bench/RESULTS.md)
+//   * dK and dV of 64 keys x head_dim take head_dim fp32 registers per thread together. At
+//     head_dim 256 that is more than a thread has, so head_dim 256 runs two kernels over the same
+//     blocks: one accumulates dV, the other dK and dQ (S and P are computed in both).
+//   * dQ's accumulator is summed across CTAs with red.global.add (performed in L2, the issuing
+//     thread does not wait). Floating-point addition is not associative, so the order of those
+//     additions changes the result's last bits from run to run; the deterministic mode makes KV
+//     block j wait for blocks 0..j-1 of the same query block (a counter per query block).
+//   * dK and dV of a GQA group are summed in registers: one CTA loops over the group's query
+//     heads, so they are deterministic in both modes.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/bwd_args.h"
+#include "kernels/sm90/epilogue.cuh"
+#include "kernels/sm90/fragment.cuh"
+#include "kernels/sm90/mask.cuh"
+#include "kernels/sm90/pipeline.cuh"
+#include "kernels/sm90/softmax.cuh"
+#include "kernels/sm90/tensor_map.h"
+#include "kernels/sm90/tile.cuh"
+#include "ptx/atomic.cuh"
+#include "ptx/convert.cuh"
+#include "ptx/fence.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/mufu.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/warp.cuh"
+#include "ptx/wgmma.cuh"
 
 namespace hattn::bwd {
 
+using namespace hattn::sm90;
+
+// ---------------------------------------------------------------------------------------
+// Tile configuration
+// ---------------------------------------------------------------------------------------
+constexpr int kSharedAlign = 1024;
+constexpr int kMaxSharedBytes = 227 * 1024;
+
+// Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
+enum class Grads { kAll, kDv, kDkDq };
+
+template <int kHeadDim_, class Elem_, Grads kGrads_ = Grads::kAll, int kStages_ = 2, int kDsBuffers_ = 2>
+struct Config {
+    using Elem = Elem_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr Grads kGrads = kGrads_;
+    static constexpr int kConsumers = 2;
+    static constexpr int kBlockN = kConsumers * kMmaM;  // keys per CTA, 64 per consumer
+    static constexpr int kBlockM = kQueryBlockRows;     // query rows per step
+    static constexpr int kStages = kStages_;            // Q / dO slots in the ring
+    static constexpr int kDsBuffers = kDsBuffers_;      // dS^T tiles (2: no wait before rewriting)
+    static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+    static constexpr uint32_t kProducerRegs = 24;       // 128 x 24 + 256 x 240 = 64512 of 65536
+    static constexpr uint32_t kConsumerRegs = 240;
+
+    static constexpr bool kAccDv = kGrads != Grads::kDkDq;
+    static constexpr bool kAccDk = kGrads != Grads::kDv;  // and dQ
+    static constexpr bool kNeedV = kAccDk;                // dP^T = V dO^T feeds dS only
+    // dQ^T = K^T dS^T, in 64-row slices of head_dim. At head_dim 64 each warpgroup multiplies its
+    // own 64 keys (a partial sum; both add theirs) and never waits for the other's dS^T; wider
+    // heads split the slices between the warpgroups, each summing over all kBlockN keys, so every
+    // dQ element is added once per CTA.
+    static constexpr bool kDqOwnKeys = kHeadDim == kMmaM;
+    static constexpr int kDqSlices = kDqOwnKeys ? 1 : kHeadDim / kMmaM / kConsumers;
+    static constexpr int kDqKeys = kDqOwnKeys ? kMmaM : kBlockN;
+
+    using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
+    using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
+    using DsTile = SwizzledTile<Elem, kBlockN, kBlockM>;  // dS^T: keys x query rows
+    static_assert(kHeadDim % (kMmaM * (kDqOwnKeys ? 1 : kConsumers)) == 0, "dQ slices split evenly");
+};
+
+// Named barriers (0 is __syncthreads).
+enum BarrierId : uint32_t {
+    kConsumersSync = 1,  // both consumer warpgroups
+    kWarpgroupFirst = 2, // kWarpgroupFirst + consumer: one warpgroup's own
+};
+using ConsumersBarrier = NamedBarrier<2 * kWarpgroupThreads>;
+using WarpgroupBarrier = NamedBarrier<kWarpgroupThreads>;
+
+// ---------------------------------------------------------------------------------------
+// Shared memory
+// ---------------------------------------------------------------------------------------
+struct NoTile {};
+
+template <class Cfg>
+struct alignas(kSharedAlign) SharedStorage {
+    typename Cfg::KvTile k;
+    std::conditional_t<Cfg::kNeedV, typename Cfg::KvTile, NoTile> v;
+    typename Cfg::QTile q[Cfg::kStages];
+    typename Cfg::QTile dout[Cfg::kStages];
+    std::conditional_t<Cfg::kAccDk, typename Cfg::DsTile[Cfg::kDsBuffers], NoTile> ds;
+    alignas(16) float lse_log2[Cfg::kStages][Cfg::kBlockM];
+    alignas(16) float dpsum[Cfg::kStages][Cfg::kBlockM];
+    Ring<1> kv_ring;  // K and V arrive once
+    Ring<Cfg::kStages> q_ring;
+};
+
+template <class Cfg>
+constexpr int shared_bytes() {
+    return static_cast<int>(sizeof(SharedStorage<Cfg>)) + kSharedAlign;  // + slack to align the base
+}
+
+// Scalars the main kernel needs besides its tensor maps. Workspace rows of (batch b, query head
+// h) start at (b * heads_q + h) * seqlen_q_padded.
+struct KernelParams {
+    const float* lse_log2;
+    const float* dpsum;
+    float* dq_accum;
+    int32_t* semaphores;
+    Mask mask;
+    int heads_q, heads_kv, heads_per_kv;
+    int num_n_blocks, num_m_blocks;
+    int64_t seqlen_q_padded;
+    float scale;       // dK and dQ carry the softmax scale (S = scale * Q K^T)
+    float scale_log2;  // scale * log2(e)
+    bool deterministic;
+};
+
+// Blocks until *counter == value (acquire). Debug builds trap after the mbarrier timeout.
+__device__ __forceinline__ void wait_counter(const int32_t* counter, int32_t value) {
+#ifdef HATTN_DEBUG_HANG
+    const uint64_t start = ptx::read_globaltimer();
+#endif
+    while (ptx::ld_acquire_gpu_global_s32(counter) != value) {
+#ifdef HATTN_DEBUG_HANG
+        if (ptx::read_globaltimer() - start > ptx::kMbarrierTimeoutNs) ptx::trap();
+#endif
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The main kernel
+// ---------------------------------------------------------------------------------------
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    bwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+               const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_do,
+               const __grid_constant__ CUtensorMap tmap_dk, const __grid_constant__ CUtensorMap tmap_dv,
+               const KernelParams p) {
+    using Elem = typename Cfg::Elem;
+    using KvTile = typename Cfg::KvTile;
+    using QTile = typename Cfg::QTile;
+    constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+    constexpr uint32_t kConsumerWarps = Cfg::kConsumers * kWarpgroupThreads / 32;
+    constexpr uint32_t kRowBytes = kBlockM * sizeof(float);
+
+    extern __shared__ uint8_t smem_raw[];
+    auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
+
+    // The KV block is the fastest-varying index, so the blocks of one head start in order: the
+    // deterministic mode's wait for block j - 1 is then always a wait for a CTA already running.
+    const int n_block = blockIdx.x % p.num_n_blocks;
+    const int kv_head = (blockIdx.x / p.num_n_blocks) % p.heads_kv;
+    const int batch = blockIdx.x / p.num_n_blocks / p.heads_kv;
+    const int n0 = n_block * kBlockN;
+    const int head_begin = kv_head * p.heads_per_kv;
+    const int m_begin = p.mask.first_query_block(n0, kBlockM);  // earlier query blocks see none of these keys
+    const int m_unmasked = max(m_begin, p.mask.first_unmasked_query_block(n0, kBlockN, kBlockM));
+    auto head_rows = [&](int head) { return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q_padded; };
+
+    const uint32_t warpgroup = ptx::warpgroup_index();
+    if (threadIdx.x == 0) {
+        ptx::prefetch_tensormap(&tmap_q);
+        ptx::prefetch_tensormap(&tmap_k);
+        ptx::prefetch_tensormap(&tmap_v);
+        ptx::prefetch_tensormap(&tmap_do);
+        smem.kv_ring.init(1);
+        smem.q_ring.init(kConsumerWarps);
+        ptx::fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // ================================ producer ================================
+        ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+        if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) {
+            typename Ring<1>::State kv_state;
+            uint64_t* kv_full = smem.kv_ring.producer_acquire(kv_state, KvTile::kTxBytes * (Cfg::kNeedV ? 2 : 1));
+            smem.k.load(&tmap_k, kv_full, n0, kv_head, batch);
+            if constexpr (Cfg::kNeedV) smem.v.load(&tmap_v, kv_full, n0, kv_head, batch);
+
+            typename Ring<Cfg::kStages>::State st;
+            constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
+            for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
+                for (int m = m_begin; m < p.num_m_blocks; ++m) {
+                    uint64_t* full = smem.q_ring.producer_acquire(st, kStageTxBytes);
+                    smem.q[st.stage].load(&tmap_q, full, m * kBlockM, head, batch);
+                    smem.dout[st.stage].load(&tmap_do, full, m * kBlockM, head, batch);
+                    const int64_t row = head_rows(head) + static_cast<int64_t>(m) * kBlockM;
+                    ptx::bulk_load(smem.lse_log2[st.stage], p.lse_log2 + row, kRowBytes, full);
+                    ptx::bulk_load(smem.dpsum[st.stage], p.dpsum + row, kRowBytes, full);
+                    st.advance();
+                }
+            }
+        }
+    } else {
+        // ================================ consumers ===============================
+        ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+        const int cw = warpgroup - 1;  // which 64 keys of the block
+        const int tid = threadIdx.x % kWarpgroupThreads;
+        const int lane = tid % 32;
+        const int first_key_in_block = cw * kMmaM;
+        const int first_key = n0 + first_key_in_block + acc_row_in_warpgroup(tid);  // this thread's key (and +8)
+        const ConsumersBarrier consumers{kConsumersSync};
+        const WarpgroupBarrier own_warpgroup{static_cast<uint32_t>(kWarpgroupFirst + cw)};
+
+        float dv[kHeadDim / 2];
+        float dk[kHeadDim / 2];
+#pragma unroll
+        for (int i = 0; i < kHeadDim / 2; ++i) dv[i] = dk[i] = 0.f;
+
+        // dQ^T slice sl of this warpgroup: head_dim columns [dq_col(sl), +64), keys from dq_key0.
+        auto dq_col = [&](int sl) { return Cfg::kDqOwnKeys ? 0 : (cw * Cfg::kDqSlices + sl) * kMmaM; };
+        constexpr int kDqFirstStep = 0;
+        const int dq_key_step0 = Cfg::kDqOwnKeys ? first_key_in_block / Elem::kMmaK : kDqFirstStep;
+
+        // Adds this warpgroup's dQ^T slices to the accumulator block of query block m: element
+        // (column c, row r) of a block sits at c * kBlockM + r, so each register pair is one
+        // 8-byte red.
+        auto add_dq = [&](float* block, const float (&dq)[Cfg::kDqSlices][kBlockM / 2]) {
+#pragma unroll
+            for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+                const int col0 = dq_col(sl) + acc_row_in_warpgroup(tid);
+#pragma unroll
+                for (int i = 0; i < kBlockM / 2; i += 2) {
+                    const int col = col0 + 8 * acc_row_half(i);
+                    ptx::red_global_add_v2_f32(block + col * kBlockM + acc_col(i, lane), dq[sl][i], dq[sl][i + 1]);
+                }
+            }
+        };
+
+        typename Ring<1>::State kv_state;
+        smem.kv_ring.consumer_wait(kv_state);
+        typename Ring<Cfg::kStages>::State st;
+        int ds_buf = 0;
+
+        // One query block: the five GEMMs, the softmax recomputed from LSE, the dQ addition.
+        auto step = [&](int head, int m, auto masked) {
+            const int stage = st.stage;
+            smem.q_ring.consumer_wait(st);
+            float s[kBlockM / 2];
+            [[maybe_unused]] float dp[kBlockM / 2];
+
+            // S^T = K_w Q^T and dP^T = V_w dO^T, issued together; P^T is computed while dP^T runs.
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk), smem.q[stage].desc_k_major(0, kk),
+                                         kk > 0 ? 1u : 0u);
+            ptx::wgmma_commit_group();
+            if constexpr (Cfg::kAccDk) {
+#pragma unroll
+                for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                    mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
+                                             smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                ptx::wgmma_commit_group();
+                ptx::wgmma_wait_group<1>();
+            } else {
+                ptx::wgmma_wait_group<0>();
+            }
+            ptx::wgmma_fence_operand(s);
+            if constexpr (decltype(masked)::value) p.mask.apply_transposed<kBlockM>(s, first_key, m * kBlockM);
+            const float* lse = smem.lse_log2[stage];
+#pragma unroll
+            for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -lse[acc_col(i, lane)]));
+
+            uint32_t pf[kBlockM / Elem::kMmaK][4];
+            [[maybe_unused]] uint32_t dsf[kBlockM / Elem::kMmaK][4];
+            acc_to_a_fragment<Elem, kBlockM>(s, pf);
+            if constexpr (Cfg::kAccDk) {
+                ptx::wgmma_wait_group<0>();
+                ptx::wgmma_fence_operand(dp);
+                const float* dpsum = smem.dpsum[stage];
+#pragma unroll
+                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - dpsum[acc_col(i, lane)]);  // dS^T
+                acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
+                // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
+                // the previous step must be done reading it.
+                if constexpr (Cfg::kDsBuffers == 1 && !Cfg::kDqOwnKeys) consumers.sync();
+                store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
+                store_fence();
+            }
+
+            // dV += P^T dO and dK += dS^T Q from registers.
+            ptx::wgmma_fence();
+            if constexpr (Cfg::kAccDv) {
+#pragma unroll
+                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
+                    mma_rs<kHeadDim, Elem, 1>(dv, pf[kk], smem.dout[stage].desc_mn_major(kk), 1u);
+            }
+            if constexpr (Cfg::kAccDk) {
+#pragma unroll
+                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
+                    mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[stage].desc_mn_major(kk), 1u);
+            }
+            ptx::wgmma_commit_group();
+
+            // dQ^T = K^T dS^T once the dS^T rows it reads are in shared memory.
+            [[maybe_unused]] float dq[Cfg::kDqSlices][kBlockM / 2];
+            if constexpr (Cfg::kAccDk) {
+                if constexpr (Cfg::kDqOwnKeys) own_warpgroup.sync();
+                else consumers.sync();
+                ptx::wgmma_fence();
+#pragma unroll
+                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+#pragma unroll
+                    for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
+                        mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
+                                                    smem.ds[ds_buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
+                }
+                ptx::wgmma_commit_group();
+            }
+            ptx::wgmma_wait_group<0>();
+            ptx::wgmma_fence_operand(dv);
+            ptx::wgmma_fence_operand(dk);
+            if (lane == 0) smem.q_ring.consumer_release(st);
+            st.advance();
+
+            if constexpr (Cfg::kAccDk) {
+#pragma unroll
+                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
+                float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+                if (!p.deterministic) {
+                    add_dq(block, dq);
+                } else {
+                    // KV block n_block is the n_block-th to add to this query block (every block
+                    // before it sees it too). Within the CTA, warpgroups whose slices overlap add
+                    // one after the other.
+                    int32_t* counter = p.semaphores + head_rows(head) / kBlockM + m;
+                    if (cw == 0 && tid == 0) wait_counter(counter, n_block);
+                    consumers.sync();
+#pragma unroll
+                    for (int turn = 0; turn < (Cfg::kDqOwnKeys ? Cfg::kConsumers : 1); ++turn) {
+                        if (!Cfg::kDqOwnKeys || cw == turn) add_dq(block, dq);
+                        ptx::fence_acq_rel_gpu();
+                        consumers.sync();
+                    }
+                    if (cw == 0 && tid == 0) ptx::red_release_gpu_global_add_s32(counter, 1);
+                }
+                if constexpr (Cfg::kDsBuffers == 2) ds_buf ^= 1;
+            }
+        };
+
+        for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
+            int m = m_begin;
+            for (; m < m_unmasked && m < p.num_m_blocks; ++m) step(head, m, std::true_type{});
+            for (; m < p.num_m_blocks; ++m) step(head, m, std::false_type{});
+        }
+
+        // ============================== epilogue ==============================
+        // dK (times the scale) and dV -> 16-bit -> the K (and V) tiles -> TMA store. K is free
+        // once both warpgroups' last dQ GEMMs (which read all of K) are done.
+        consumers.sync();
+        auto& dv_tile = [&]() -> KvTile& {
+            if constexpr (Cfg::kNeedV) return smem.v;
+            else return smem.k;
+        }();
+        if constexpr (Cfg::kAccDk) {
+#pragma unroll
+            for (int i = 0; i < kHeadDim / 2; ++i) dk[i] *= p.scale;
+            store_fragment<Elem, KvTile, kHeadDim>(smem.k, dk, first_key_in_block);
+        }
+        if constexpr (Cfg::kAccDv) store_fragment<Elem, KvTile, kHeadDim>(dv_tile, dv, first_key_in_block);
+        store_fence();
+        own_warpgroup.sync();
+        if (tid == 0) {
+            const int row0 = n0 + first_key_in_block;
+            if constexpr (Cfg::kAccDk) smem.k.store_rows(&tmap_dk, first_key_in_block, row0, kv_head, batch);
+            if constexpr (Cfg::kAccDv) dv_tile.store_rows(&tmap_dv, first_key_in_block, row0, kv_head, batch);
+            ptx::bulk_commit_group();
+            ptx::bulk_wait_group_read<0>();  // shared memory must outlive the stores' reads
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Pre- and post-processing
+// ---------------------------------------------------------------------------------------
+constexpr int kAuxThreads = 256;
+constexpr int kAuxThreadsPerRow = 8;  // preprocess: 8 threads share a row's dot product
+constexpr int kVecElems = 8;          // 16-byte vectors of 16-bit elements
+
+struct AuxParams {
+    const void* o;
+    const void* dout;
+    const float* lse;  // the forward's, natural log, [batch, heads_q, seqlen_q]
+    void* dq;
+    int64_t o_batch_stride, o_seq_stride, o_head_stride;
+    int64_t do_batch_stride, do_seq_stride, do_head_stride;
+    int64_t dq_batch_stride, dq_seq_stride, dq_head_stride;
+    float* lse_log2;
+    float* dpsum;
+    float* dq_accum;
+    int32_t* semaphores;
+    int seqlen_q, heads_q, num_m_blocks;
+    int64_t seqlen_q_padded;
+    float scale;
+};
+
+// Query block (m, head, batch) of a 1-D grid, the query block fastest.
+struct AuxBlock {
+    int m, head, batch;
+    int64_t rows;  // first workspace row of (batch, head)
+};
+__device__ __forceinline__ AuxBlock aux_block(const AuxParams& p) {
+    AuxBlock b;
+    b.m = blockIdx.x % p.num_m_blocks;
+    b.head = (blockIdx.x / p.num_m_blocks) % p.heads_q;
+    b.batch = blockIdx.x / p.num_m_blocks / p.heads_q;
+    b.rows = (static_cast<int64_t>(b.batch) * p.heads_q + b.head) * p.seqlen_q_padded;
+    return b;
+}
+
+template <int kHeadDim, class Elem>
+__global__ void __launch_bounds__(kAuxThreads) bwd_preprocess(const AuxParams p) {
+    constexpr bool kIsBf16 = std::is_same_v<Elem, Bf16>;
+    constexpr int kRowsPerPass = kAuxThreads / kAuxThreadsPerRow;
+    const AuxBlock blk = aux_block(p);
+    const int t = threadIdx.x;
+    const auto* o = static_cast<const uint8_t*>(p.o);
+    const auto* dout = static_cast<const uint8_t*>(p.dout);
+    for (int r = t / kAuxThreadsPerRow; r < kQueryBlockRows; r += kRowsPerPass) {
+        const int row = blk.m * kQueryBlockRows + r;
+        float sum = 0.f;
+        if (row < p.seqlen_q) {
+            const int64_t o_off = (blk.batch * p.o_batch_stride + row * p.o_seq_stride + blk.head * p.o_head_stride) * Elem::kBytes;
+            const int64_t d_off =
+                (blk.batch * p.do_batch_stride + row * p.do_seq_stride + blk.head * p.do_head_stride) * Elem::kBytes;
+            for (int c = (t % kAuxThreadsPerRow) * kVecElems; c < kHeadDim; c += kAuxThreadsPerRow * kVecElems) {
+                const uint4 ov = *reinterpret_cast<const uint4*>(o + o_off + c * Elem::kBytes);
+                const uint4 dv = *reinterpret_cast<const uint4*>(dout + d_off + c * Elem::kBytes);
+                const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float o0, o1, d0, d1;
+                    ptx::unpack_x2_f32<kIsBf16>(ow[j], o0, o1);
+                    ptx::unpack_x2_f32<kIsBf16>(dw[j], d0, d1);
+                    sum = fmaf(o0, d0, fmaf(o1, d1, sum));
+                }
+            }
+        }
+#pragma unroll
+        for (int off = 1; off < kAuxThreadsPerRow; off *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (t % kAuxThreadsPerRow == 0) {
+            const int64_t idx = blk.rows + row;
+            float lse = INFINITY;  // padding, or a row that sees no key (LSE = -inf): P = 0
+            if (row < p.seqlen_q) {
+                const float l = p.lse[(static_cast<int64_t>(blk.batch) * p.heads_q + blk.head) * p.seqlen_q + row];
+                if (l != -INFINITY) lse = l * kLog2e;
+            }
+            p.lse_log2[idx] = lse;
+            p.dpsum[idx] = sum;
+        }
+    }
+    float4* acc = reinterpret_cast<float4*>(p.dq_accum + (blk.rows + blk.m * kQueryBlockRows) * kHeadDim);
+    for (int i = t; i < kQueryBlockRows * kHeadDim / 4; i += kAuxThreads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (t == 0) p.semaphores[blk.rows / kQueryBlockRows + blk.m] = 0;
+}
+
+// dQ = scale * accumulator. The accumulator block is [head_dim][kQueryBlockRows]; a shared tile
+// turns it around 64 columns at a time so both the reads and the writes are coalesced.
+template <int kHeadDim, class Elem>
+__global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p) {
+    constexpr bool kIsBf16 = std::is_same_v<Elem, Bf16>;
+    constexpr int kCols = 64;
+    constexpr int kPad = 1;  // a padded row: column reads hit 32 different banks
+    constexpr int kColsPerThread = kCols * kQueryBlockRows / kAuxThreads;
+    __shared__ float tile[kQueryBlockRows][kCols + kPad];
+    const AuxBlock blk = aux_block(p);
+    const int t = threadIdx.x;
+    const float* acc = p.dq_accum + (blk.rows + blk.m * kQueryBlockRows) * kHeadDim;
+    const int r = t / (kAuxThreads / kQueryBlockRows);
+    const int c_first = (t % (kAuxThreads / kQueryBlockRows)) * kColsPerThread;
+    const int row = blk.m * kQueryBlockRows + r;
+    auto* dq = static_cast<uint8_t*>(p.dq) +
+               (blk.batch * p.dq_batch_stride + static_cast<int64_t>(row) * p.dq_seq_stride + blk.head * p.dq_head_stride) * Elem::kBytes;
+    for (int c0 = 0; c0 < kHeadDim; c0 += kCols) {
+        for (int i = t; i < kCols * kQueryBlockRows; i += kAuxThreads)
+            tile[i % kQueryBlockRows][i / kQueryBlockRows] = acc[(c0 + i / kQueryBlockRows) * kQueryBlockRows + i % kQueryBlockRows];
+        __syncthreads();
+        if (row < p.seqlen_q) {
+#pragma unroll
+            for (int v = 0; v < kColsPerThread / kVecElems; ++v) {
+                const int c = c_first + v * kVecElems;
+                uint32_t w[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    w[j] = ptx::pack_f32x2<kIsBf16>(p.scale * tile[r][c + 2 * j], p.scale * tile[r][c + 2 * j + 1]);
+                *reinterpret_cast<uint4*>(dq + (c0 + c) * Elem::kBytes) = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Launcher
+// ---------------------------------------------------------------------------------------
+// The checks a vendoring user gets without the C API in front: what would otherwise crash the
+// host or launch nonsense (the C API checks much more, naming each field).
+inline bool check_args(BwdArgs& a, std::string* error) {
+    auto fail = [&](const char* what) {
+        if (error) *error = what;
+        return false;
+    };
+    if (!a.q || !a.k || !a.v || !a.o || !a.dout || !a.lse || !a.dq || !a.dk || !a.dv)
+        return fail("q, k, v, o, dout, lse, dq, dk and dv must be non-NULL");
+    if (a.batch <= 0 || a.heads_q <= 0 || a.heads_kv <= 0 || a.seqlen_q <= 0 || a.seqlen_k <= 0)
+        return fail("batch, heads_q, heads_kv, seqlen_q and seqlen_k must be positive");
+    if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
+    if (a.dtype != Dtype::kBf16 && a.dtype != Dtype::kFp16) return fail("dtype must be kBf16 or kFp16");
+    if (!(a.softmax_scale >= 0.f) || std::isinf(a.softmax_scale))
+        return fail("softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
+    if (a.softmax_scale == 0.f) a.softmax_scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+    const WorkspaceLayout w = workspace_layout(a.batch, a.heads_q, a.seqlen_q, a.head_dim);
+    if (w.bytes == 0) return fail("the workspace size overflows");
+    if (!a.workspace || reinterpret_cast<uintptr_t>(a.workspace) % kWorkspaceAlign != 0 || a.workspace_size < w.bytes)
+        return fail("workspace must be non-NULL, 256-byte aligned and at least workspace_layout(...).bytes long");
+    // Base alignment, strides and sizes of the tensors are checked by make_bshd_map below.
+    return true;
+}
+
+template <class Cfg>
+cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStream_t stream, std::string* error) {
+    using Elem = typename Cfg::Elem;
+    constexpr uint32_t kBoxCols = Cfg::QTile::kAtomCols;
+    constexpr int d = Cfg::kHeadDim;
+    const BshdTensor q{a.q, d, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride, a.q_batch_stride};
+    const BshdTensor k{a.k, d, a.seqlen_k, a.heads_kv, a.batch, a.k_seq_stride, a.k_head_stride, a.k_batch_stride};
+    const BshdTensor v{a.v, d, a.seqlen_k, a.heads_kv, a.batch, a.v_seq_stride, a.v_head_stride, a.v_batch_stride};
+    const BshdTensor dout{a.dout, d, a.seqlen_q, a.heads_q, a.batch, a.do_seq_stride, a.do_head_stride, a.do_batch_stride};
+    const BshdTensor dk{a.dk, d, a.seqlen_k, a.heads_kv, a.batch, a.dk_seq_stride, a.dk_head_stride, a.dk_batch_stride};
+    const BshdTensor dv{a.dv, d, a.seqlen_k, a.heads_kv, a.batch, a.dv_seq_stride, a.dv_head_stride, a.dv_batch_stride};
+    CUtensorMap tq, tk, tv, tdo, tdk, tdv;
+    if (!make_bshd_map(&tq, q, Elem::kTmaType, kBoxCols, Cfg::kBlockM, error) ||
+        !make_bshd_map(&tk, k, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
+        !make_bshd_map(&tv, v, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
+        !make_bshd_map(&tdo, dout, Elem::kTmaType, kBoxCols, Cfg::kBlockM, error) ||
+        !make_bshd_map(&tdk, dk, Elem::kTmaType, kBoxCols, kMmaM, error) ||
+        !make_bshd_map(&tdv, dv, Elem::kTmaType, kBoxCols, kMmaM, error)) {
+        return cudaErrorInvalidValue;
+    }
+    constexpr int kSmem = shared_bytes<Cfg>();
+    static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
+    auto kernel = bwd_kernel<Cfg>;
+    cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (rc != cudaSuccess) {
+        if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
+        return rc;
+    }
+    const int64_t ctas = static_cast<int64_t>(p.num_n_blocks) * p.heads_kv * a.batch;
+    kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, tdo, tdk, tdv, p);
+    rc = cudaGetLastError();
+    if (rc != cudaSuccess && error) *error = std::string("backward kernel launch: ") + cudaGetErrorString(rc);
+    return rc;
+}
+
+template <int kHeadDim, class Elem>
+cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string* error) {
+    const WorkspaceLayout w = workspace_layout(a.batch, a.heads_q, a.seqlen_q, a.head_dim);
+    auto* ws = static_cast<uint8_t*>(a.workspace);
+    AuxParams aux;
+    aux.o = a.o;
+    aux.dout = a.dout;
+    aux.lse = a.lse;
+    aux.dq = a.dq;
+    aux.o_batch_stride = a.o_batch_stride, aux.o_seq_stride = a.o_seq_stride, aux.o_head_stride = a.o_head_stride;
+    aux.do_batch_stride = a.do_batch_stride, aux.do_seq_stride = a.do_seq_stride, aux.do_head_stride = a.do_head_stride;
+    aux.dq_batch_stride = a.dq_batch_stride, aux.dq_seq_stride = a.dq_seq_stride, aux.dq_head_stride = a.dq_head_stride;
+    aux.lse_log2 = reinterpret_cast<float*>(ws + w.lse_offset);
+    aux.dpsum = reinterpret_cast<float*>(ws + w.dpsum_offset);
+    aux.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum_offset);
+    aux.semaphores = reinterpret_cast<int32_t*>(ws + w.semaphore_offset);
+    aux.seqlen_q = a.seqlen_q;
+    aux.heads_q = a.heads_q;
+    aux.num_m_blocks = static_cast<int>(w.seqlen_q_padded / kQueryBlockRows);
+    aux.seqlen_q_padded = w.seqlen_q_padded;
+    aux.scale = a.softmax_scale;
+
+    KernelParams p;
+    p.lse_log2 = aux.lse_log2;
+    p.dpsum = aux.dpsum;
+    p.dq_accum = aux.dq_accum;
+    p.semaphores = aux.semaphores;
+    p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
+    p.heads_q = a.heads_q;
+    p.heads_kv = a.heads_kv;
+    p.heads_per_kv = a.heads_q / a.heads_kv;
+    p.num_m_blocks = aux.num_m_blocks;
+    p.seqlen_q_padded = w.seqlen_q_padded;
+    p.scale = a.softmax_scale;
+    p.scale_log2 = a.softmax_scale * kLog2e;
+    p.deterministic = a.deterministic;
+    using Cfg = Config<kHeadDim, Elem>;
+    p.num_n_blocks = (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+
+    const int64_t aux_blocks = static_cast<int64_t>(aux.num_m_blocks) * a.heads_q * a.batch;
+    const int64_t main_ctas = static_cast<int64_t>(p.num_n_blocks) * a.heads_kv * a.batch;
+    if (aux_blocks > INT32_MAX || main_ctas > INT32_MAX) {
+        if (error) *error = "batch * heads * (blocks of 64 queries or 128 keys) exceeds 2^31 - 1";
+        return cudaErrorInvalidValue;
+    }
+
+    bwd_preprocess<kHeadDim, Elem><<<static_cast<unsigned>(aux_blocks), kAuxThreads, 0, stream>>>(aux);
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess) {
+        if (error) *error = std::string("backward preprocess launch: ") + cudaGetErrorString(rc);
+        return rc;
+    }
+    if constexpr (kHeadDim == 256) {
+        // dK + dV would not fit the registers together (NOTES): two passes over the same blocks.
+        rc = launch_bwd_kernel<Config<kHeadDim, Elem, Grads::kDv, 2, 1>>(a, p, stream, error);
+        if (rc == cudaSuccess) rc = launch_bwd_kernel<Config<kHeadDim, Elem, Grads::kDkDq, 1, 1>>(a, p, stream, error);
+    } else {
+        rc = launch_bwd_kernel<Cfg>(a, p, stream, error);
+    }
+    if (rc != cudaSuccess) return rc;
+    bwd_dq_convert<kHeadDim, Elem><<<static_cast<unsigned>(aux_blocks), kAuxThreads, 0, stream>>>(aux);
+    rc = cudaGetLastError();
+    if (rc != cudaSuccess && error) *error = std::string("backward dQ conversion launch: ") + cudaGetErrorString(rc);
+    return rc;
+}
+
+// Entry point for one head dim.
 template <int kHeadDim>
-cudaError_t launch_bwd_head_dim(const BwdArgs&, cudaStream_t, std::string* error) {
-    if (error) *error = "the backward kernel is not built yet";
-    return cudaErrorNotSupported;
+cudaError_t launch_bwd_head_dim(const BwdArgs& args, cudaStream_t stream, std::string* error) {
+    BwdArgs a = args;
+    if (a.head_dim != kHeadDim) {
+        if (error) *error = "launch_bwd_head_dim: head_dim mismatch";
+        return cudaErrorInvalidValue;
+    }
+    if (!check_args(a, error)) return cudaErrorInvalidValue;
+    if (a.dtype == Dtype::kBf16) return launch_bwd_typed<kHeadDim, Bf16>(a, stream, error);
+    return launch_bwd_typed<kHeadDim, Fp16>(a, stream, error);
 }
 
 }  // namespace hattn::bwd

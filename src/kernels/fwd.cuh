@@ -434,40 +434,19 @@ inline bool check_args(FwdArgs& a, std::string* error) {
 }
 
 template <class Cfg>
-bool make_qkvo_map(CUtensorMap* map, const void* base, int seqlen, int heads, int batch, int64_t seq_stride,
-                   int64_t head_stride, int64_t batch_stride, uint32_t box_rows, std::string* error) {
-    using Elem = typename Cfg::Elem;
-    TensorMapSpec spec;
-    spec.base = base;
-    spec.dtype = Elem::kTmaType;
-    spec.rank = 4;  // {head_dim, seqlen, heads, batch}, innermost first
-    spec.dims[0] = Cfg::kHeadDim;
-    spec.dims[1] = seqlen;
-    spec.dims[2] = heads;
-    spec.dims[3] = batch;
-    spec.strides_bytes[0] = seq_stride * Elem::kBytes;
-    spec.strides_bytes[1] = head_stride * Elem::kBytes;
-    spec.strides_bytes[2] = batch_stride * Elem::kBytes;
-    spec.box[0] = Cfg::QTile::kAtomCols;
-    spec.box[1] = box_rows;
-    spec.box[2] = 1;
-    spec.box[3] = 1;
-    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-    return encode_tensor_map(map, spec, error);
-}
-
-template <class Cfg>
 cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     if (!check_args(a, error)) return cudaErrorInvalidValue;
+    using Elem = typename Cfg::Elem;
+    constexpr uint32_t kBoxCols = Cfg::QTile::kAtomCols;
+    const BshdTensor q{a.q, Cfg::kHeadDim, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride, a.q_batch_stride};
+    const BshdTensor k{a.k, Cfg::kHeadDim, a.seqlen_k, a.heads_kv, a.batch, a.k_seq_stride, a.k_head_stride, a.k_batch_stride};
+    const BshdTensor v{a.v, Cfg::kHeadDim, a.seqlen_k, a.heads_kv, a.batch, a.v_seq_stride, a.v_head_stride, a.v_batch_stride};
+    const BshdTensor o{a.o, Cfg::kHeadDim, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride, a.o_batch_stride};
     CUtensorMap tq, tk, tv, to;
-    if (!make_qkvo_map<Cfg>(&tq, a.q, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride,
-                            a.q_batch_stride, Cfg::kBlockM, error) ||
-        !make_qkvo_map<Cfg>(&tk, a.k, a.seqlen_k, a.heads_kv, a.batch, a.k_seq_stride, a.k_head_stride,
-                            a.k_batch_stride, Cfg::kBlockN, error) ||
-        !make_qkvo_map<Cfg>(&tv, a.v, a.seqlen_k, a.heads_kv, a.batch, a.v_seq_stride, a.v_head_stride,
-                            a.v_batch_stride, Cfg::kBlockN, error) ||
-        !make_qkvo_map<Cfg>(&to, a.o, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride,
-                            a.o_batch_stride, kMmaM, error)) {
+    if (!make_bshd_map(&tq, q, Elem::kTmaType, kBoxCols, Cfg::kBlockM, error) ||
+        !make_bshd_map(&tk, k, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
+        !make_bshd_map(&tv, v, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
+        !make_bshd_map(&to, o, Elem::kTmaType, kBoxCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
     KernelParams p;

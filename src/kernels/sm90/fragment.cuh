@@ -21,13 +21,14 @@ constexpr int kMmaM = 64;  // wgmma's M: one warpgroup computes 64 rows
 constexpr int kAccRowsPerThread = 2;
 
 // ---- wgmma by element type (S = Q K^T from shared memory; O += P V with P in registers) -------
-template <int N, class Elem, int kTransB>
+// kTransB / kTransA: 1 when that operand is stored MN-major (V in P V; K^T in the backward's dQ).
+template <int N, class Elem, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, uint32_t accumulate) {
     if constexpr (std::is_same_v<Elem, Bf16>) {
-        ptx::wgmma_ss_bf16<N, 0, kTransB>(d, da, db, accumulate);
+        ptx::wgmma_ss_bf16<N, kTransA, kTransB>(d, da, db, accumulate);
     } else {
         static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only");
-        ptx::wgmma_ss_f16<N, 0, kTransB>(d, da, db, accumulate);
+        ptx::wgmma_ss_f16<N, kTransA, kTransB>(d, da, db, accumulate);
     }
 }
 

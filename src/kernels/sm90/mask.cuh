@@ -41,6 +41,17 @@ struct Mask {
         return causal ? min_int(first, max_int(m0 + seqlen_k - seqlen_q + 1, 0) / block_n) : first;
     }
 
+    // The backward's view, from a KV block of keys [n0, n0 + block_n): query blocks of block_m
+    // rows from first_query_block on see some key of it (n0 < seqlen_k) ...
+    __host__ __device__ constexpr int first_query_block(int n0, int block_m) const {
+        return query_begin(n0) / block_m;
+    }
+    // ... and from first_unmasked_query_block on, every row sees every key of it.
+    __host__ __device__ constexpr int first_unmasked_query_block(int n0, int block_n, int block_m) const {
+        const int first_full_row = n0 + block_n - 1 - (seqlen_k - seqlen_q);  // sees the block's last key
+        return (!causal || first_full_row <= 0) ? 0 : (first_full_row + block_m - 1) / block_m;
+    }
+
     // Scores of a forward fragment: rows first_row and first_row + 8, keys from col0 (the
     // fragment's column 0 for this tile). Invisible ones become -inf.
     template <int kN>

@@ -158,4 +158,35 @@ inline bool encode_tensor_map(CUtensorMap* out, const TensorMapSpec& spec, std::
     return true;
 }
 
+// A [batch, seqlen, heads, head_dim] tensor (head_dim contiguous, strides in elements) as the
+// 4-D map {head_dim, seqlen, heads, batch} that attention kernels read and write in boxes of
+// {box_cols, box_rows, 1, 1} with the 128-byte swizzle.
+struct BshdTensor {
+    const void* base;
+    int head_dim, seqlen, heads, batch;
+    int64_t seq_stride, head_stride, batch_stride;
+};
+
+inline bool make_bshd_map(CUtensorMap* map, const BshdTensor& t, CUtensorMapDataType dtype, uint32_t box_cols,
+                          uint32_t box_rows, std::string* error) {
+    const int64_t elem_bytes = static_cast<int64_t>(tensor_map_elem_bytes(dtype));
+    TensorMapSpec spec;
+    spec.base = t.base;
+    spec.dtype = dtype;
+    spec.rank = 4;
+    spec.dims[0] = t.head_dim;
+    spec.dims[1] = t.seqlen;
+    spec.dims[2] = t.heads;
+    spec.dims[3] = t.batch;
+    spec.strides_bytes[0] = t.seq_stride * elem_bytes;
+    spec.strides_bytes[1] = t.head_stride * elem_bytes;
+    spec.strides_bytes[2] = t.batch_stride * elem_bytes;
+    spec.box[0] = box_cols;
+    spec.box[1] = box_rows;
+    spec.box[2] = 1;
+    spec.box[3] = 1;
+    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    return encode_tensor_map(map, spec, error);
+}
+
 }  // namespace hattn::sm90

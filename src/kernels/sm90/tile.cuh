@@ -83,10 +83,13 @@ struct alignas(1024) SwizzledTile {
             base + (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes, ptx::Swizzle::k128B);
     }
     // MN-major descriptor of k-step kk (rows are the reduction): kMmaK rows further per step; the
-    // atoms along MN lie one atom apart (the leading byte offset).
-    __device__ __forceinline__ uint64_t desc_mn_major(int kk) const {
-        return ptx::make_smem_desc_mn_major(ptx::smem_u32(bytes) + kk * Elem::kMmaK * kSwizzleBytes,
-                                            ptx::Swizzle::k128B, kAtomBytes);
+    // atoms along MN lie one atom apart (the leading byte offset). first_col (a multiple of
+    // kAtomCols) starts the operand at a later atom: the backward reads K^T one 64-column slice
+    // of head_dim at a time.
+    __device__ __forceinline__ uint64_t desc_mn_major(int kk, int first_col = 0) const {
+        return ptx::make_smem_desc_mn_major(
+            ptx::smem_u32(bytes) + (first_col / kAtomCols) * kAtomBytes + kk * Elem::kMmaK * kSwizzleBytes,
+            ptx::Swizzle::k128B, kAtomBytes);
     }
 
     // Byte offset of element (row, col): the 16-byte chunk index is XORed with row % 8, which
