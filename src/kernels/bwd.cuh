@@ -75,7 +75,11 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
 
-template <int kHeadDim_, class Elem_, Grads kGrads_ = Grads::kAll, int kStages_ = 2, int kDsBuffers_ = 2>
+// Q / dO slots: d64 gains from a third (+2-10%, its steps are short); d128 loses 1-2% with it.
+constexpr int default_stages(int head_dim) { return head_dim <= 64 ? 3 : 2; }
+
+template <int kHeadDim_, class Elem_, Grads kGrads_ = Grads::kAll, int kStages_ = default_stages(kHeadDim_),
+          int kDsBuffers_ = 2>
 struct Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
@@ -97,8 +101,13 @@ struct Config {
     // heads split the slices between the warpgroups, each summing over all kBlockN keys, so every
     // dQ element is added once per CTA.
     static constexpr bool kDqOwnKeys = kHeadDim == kMmaM;
-    static constexpr int kDqSlices = kDqOwnKeys ? 1 : kHeadDim / kMmaM / kConsumers;
+    static constexpr int kDqSlices = kDqOwnKeys ? kHeadDim / kMmaM : kHeadDim / kMmaM / kConsumers;
     static constexpr int kDqKeys = kDqOwnKeys ? kMmaM : kBlockN;
+
+    static constexpr int kDqSliceFloats = kMmaM * kBlockM;
+    // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
+    // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
+    static constexpr bool kEarlyDv = kHeadDim >= 128;
 
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
@@ -153,6 +162,15 @@ struct KernelParams {
     bool deterministic;
 };
 
+// dQ's accumulator holds each query block as head_dim / 64 slices of 64 x kQueryBlockRows floats
+// in wgmma's fragment order, so that a warp's adds touch whole contiguous lines: the four floats
+// of register pairs 2j and 2j + 1 of warpgroup thread `tid` sit at (j * 128 + tid) * 4. Pair
+// `pair` holds head_dim column 16 (tid / 32) + (tid % 32) / 4 + 8 (pair % 2) of the slice and
+// query rows 8 (pair / 2) + 2 (tid % 4) + {0, 1} of the block (the fragment of dQ^T).
+__host__ __device__ constexpr int dq_accum_index(int pair, int tid) {
+    return ((pair / 2) * kWarpgroupThreads + tid) * 4 + (pair % 2) * 2;
+}
+
 // Blocks until *counter == value (acquire). Debug builds trap after the mbarrier timeout.
 __device__ __forceinline__ void wait_counter(const int32_t* counter, int32_t value) {
 #ifdef HATTN_DEBUG_HANG
@@ -168,12 +186,13 @@ __device__ __forceinline__ void wait_counter(const int32_t* counter, int32_t val
 // ---------------------------------------------------------------------------------------
 // The main kernel
 // ---------------------------------------------------------------------------------------
+// The six tensor maps of one backward launch (they live in the kernel's parameter space).
+struct TensorMaps {
+    CUtensorMap q, k, v, dout, dk, dv;
+};
+
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    bwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
-               const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_do,
-               const __grid_constant__ CUtensorMap tmap_dk, const __grid_constant__ CUtensorMap tmap_dv,
-               const KernelParams p) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_constant__ TensorMaps maps, const KernelParams p) {
     using Elem = typename Cfg::Elem;
     using KvTile = typename Cfg::KvTile;
     using QTile = typename Cfg::QTile;
@@ -198,10 +217,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     const uint32_t warpgroup = ptx::warpgroup_index();
     if (threadIdx.x == 0) {
-        ptx::prefetch_tensormap(&tmap_q);
-        ptx::prefetch_tensormap(&tmap_k);
-        ptx::prefetch_tensormap(&tmap_v);
-        ptx::prefetch_tensormap(&tmap_do);
+        ptx::prefetch_tensormap(&maps.q);
+        ptx::prefetch_tensormap(&maps.k);
+        ptx::prefetch_tensormap(&maps.v);
+        ptx::prefetch_tensormap(&maps.dout);
         smem.kv_ring.init(1);
         smem.q_ring.init(kConsumerWarps);
         ptx::fence_mbarrier_init();
@@ -214,16 +233,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) {
             typename Ring<1>::State kv_state;
             uint64_t* kv_full = smem.kv_ring.producer_acquire(kv_state, KvTile::kTxBytes * (Cfg::kNeedV ? 2 : 1));
-            smem.k.load(&tmap_k, kv_full, n0, kv_head, batch);
-            if constexpr (Cfg::kNeedV) smem.v.load(&tmap_v, kv_full, n0, kv_head, batch);
+            smem.k.load(&maps.k, kv_full, n0, kv_head, batch);
+            if constexpr (Cfg::kNeedV) smem.v.load(&maps.v, kv_full, n0, kv_head, batch);
 
             typename Ring<Cfg::kStages>::State st;
             constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
                 for (int m = m_begin; m < p.num_m_blocks; ++m) {
                     uint64_t* full = smem.q_ring.producer_acquire(st, kStageTxBytes);
-                    smem.q[st.stage].load(&tmap_q, full, m * kBlockM, head, batch);
-                    smem.dout[st.stage].load(&tmap_do, full, m * kBlockM, head, batch);
+                    smem.q[st.stage].load(&maps.q, full, m * kBlockM, head, batch);
+                    smem.dout[st.stage].load(&maps.dout, full, m * kBlockM, head, batch);
                     const int64_t row = head_rows(head) + static_cast<int64_t>(m) * kBlockM;
                     ptx::bulk_load(smem.lse_log2[st.stage], p.lse_log2 + row, kRowBytes, full);
                     ptx::bulk_load(smem.dpsum[st.stage], p.dpsum + row, kRowBytes, full);
@@ -248,112 +267,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int i = 0; i < kHeadDim / 2; ++i) dv[i] = dk[i] = 0.f;
 
         // dQ^T slice sl of this warpgroup: head_dim columns [dq_col(sl), +64), keys from dq_key0.
-        auto dq_col = [&](int sl) { return Cfg::kDqOwnKeys ? 0 : (cw * Cfg::kDqSlices + sl) * kMmaM; };
+        auto dq_col = [&](int sl) { return (Cfg::kDqOwnKeys ? sl : cw * Cfg::kDqSlices + sl) * kMmaM; };
         constexpr int kDqFirstStep = 0;
         const int dq_key_step0 = Cfg::kDqOwnKeys ? first_key_in_block / Elem::kMmaK : kDqFirstStep;
 
-        // Adds this warpgroup's dQ^T slices to the accumulator block of query block m: element
-        // (column c, row r) of a block sits at c * kBlockM + r, so each register pair is one
-        // 8-byte red.
-        auto add_dq = [&](float* block, const float (&dq)[Cfg::kDqSlices][kBlockM / 2]) {
+        // Adds this warpgroup's dQ^T slices to the accumulator block of query block m, whose
+        // slices are stored in fragment order (dq_accum_index): a warp's register pair i is 256
+        // contiguous bytes, so the adds are fully coalesced (3.4x fewer L2 sectors touched than
+        // row-major, +20-35% overall; bench/RESULTS.md).
+        using DqFragment = float[Cfg::kDqSlices][kBlockM / 2];
+        auto add_dq = [&](float* block, const DqFragment& dq) {
 #pragma unroll
             for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
-                const int col0 = dq_col(sl) + acc_row_in_warpgroup(tid);
+                float* slice = block + (dq_col(sl) / kMmaM) * Cfg::kDqSliceFloats;
 #pragma unroll
-                for (int i = 0; i < kBlockM / 2; i += 2) {
-                    const int col = col0 + 8 * acc_row_half(i);
-                    ptx::red_global_add_v2_f32(block + col * kBlockM + acc_col(i, lane), dq[sl][i], dq[sl][i + 1]);
-                }
+                for (int i = 0; i < kBlockM / 2; i += 4)
+                    ptx::red_global_add_v4_f32(slice + dq_accum_index(i / 2, tid), dq[sl][i], dq[sl][i + 1], dq[sl][i + 2],
+                                               dq[sl][i + 3]);
             }
         };
 
         typename Ring<1>::State kv_state;
         smem.kv_ring.consumer_wait(kv_state);
-        typename Ring<Cfg::kStages>::State st;
+        typename Ring<Cfg::kStages>::State read_st, release_st;  // the slot to read next / to free next
         int ds_buf = 0;
+        [[maybe_unused]] float dq[Cfg::kDqSlices][kBlockM / 2];
 
-        // One query block: the five GEMMs, the softmax recomputed from LSE, the dQ addition.
-        auto step = [&](int head, int m, auto masked) {
-            const int stage = st.stage;
-            smem.q_ring.consumer_wait(st);
-            float s[kBlockM / 2];
-            [[maybe_unused]] float dp[kBlockM / 2];
-
-            // S^T = K_w Q^T and dP^T = V_w dO^T, issued together; P^T is computed while dP^T runs.
-            ptx::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk), smem.q[stage].desc_k_major(0, kk),
-                                         kk > 0 ? 1u : 0u);
-            ptx::wgmma_commit_group();
-            if constexpr (Cfg::kAccDk) {
-#pragma unroll
-                for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                    mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
-                                             smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
-                ptx::wgmma_commit_group();
-                ptx::wgmma_wait_group<1>();
-            } else {
-                ptx::wgmma_wait_group<0>();
-            }
-            ptx::wgmma_fence_operand(s);
-            if constexpr (decltype(masked)::value) p.mask.apply_transposed<kBlockM>(s, first_key, m * kBlockM);
-            const float* lse = smem.lse_log2[stage];
-#pragma unroll
-            for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -lse[acc_col(i, lane)]));
-
-            uint32_t pf[kBlockM / Elem::kMmaK][4];
-            [[maybe_unused]] uint32_t dsf[kBlockM / Elem::kMmaK][4];
-            acc_to_a_fragment<Elem, kBlockM>(s, pf);
-            if constexpr (Cfg::kAccDk) {
-                ptx::wgmma_wait_group<0>();
-                ptx::wgmma_fence_operand(dp);
-                const float* dpsum = smem.dpsum[stage];
-#pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - dpsum[acc_col(i, lane)]);  // dS^T
-                acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
-                // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
-                // the previous step must be done reading it.
-                if constexpr (Cfg::kDsBuffers == 1 && !Cfg::kDqOwnKeys) consumers.sync();
-                store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
-                store_fence();
-            }
-
-            // dV += P^T dO and dK += dS^T Q from registers.
-            ptx::wgmma_fence();
-            if constexpr (Cfg::kAccDv) {
-#pragma unroll
-                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
-                    mma_rs<kHeadDim, Elem, 1>(dv, pf[kk], smem.dout[stage].desc_mn_major(kk), 1u);
-            }
-            if constexpr (Cfg::kAccDk) {
-#pragma unroll
-                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
-                    mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[stage].desc_mn_major(kk), 1u);
-            }
-            ptx::wgmma_commit_group();
-
-            // dQ^T = K^T dS^T once the dS^T rows it reads are in shared memory.
-            [[maybe_unused]] float dq[Cfg::kDqSlices][kBlockM / 2];
-            if constexpr (Cfg::kAccDk) {
-                if constexpr (Cfg::kDqOwnKeys) own_warpgroup.sync();
-                else consumers.sync();
-                ptx::wgmma_fence();
-#pragma unroll
-                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
-#pragma unroll
-                    for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
-                        mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
-                                                    smem.ds[ds_buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
-                }
-                ptx::wgmma_commit_group();
-            }
-            ptx::wgmma_wait_group<0>();
+        // A step's GEMMs have completed: free its Q / dO slot and add its dQ.
+        auto finish = [&](int head, int m) {
             ptx::wgmma_fence_operand(dv);
             ptx::wgmma_fence_operand(dk);
-            if (lane == 0) smem.q_ring.consumer_release(st);
-            st.advance();
-
+            if (lane == 0) smem.q_ring.consumer_release(release_st);
+            release_st.advance();
             if constexpr (Cfg::kAccDk) {
 #pragma unroll
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
@@ -375,8 +320,91 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     }
                     if (cw == 0 && tid == 0) ptx::red_release_gpu_global_add_s32(counter, 1);
                 }
+            }
+        };
+
+        // One query block: the five GEMMs, the softmax recomputed from LSE.
+        auto step = [&](int head, int m, auto masked) {
+            const int stage = read_st.stage;
+            smem.q_ring.consumer_wait(read_st);
+            read_st.advance();
+            float s[kBlockM / 2];
+            [[maybe_unused]] float dp[kBlockM / 2];
+
+            // S^T = K_w Q^T and dP^T = V_w dO^T, issued together; P^T is computed while dP^T runs.
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk), smem.q[stage].desc_k_major(0, kk),
+                                         kk > 0 ? 1u : 0u);
+            ptx::wgmma_commit_group();
+            if constexpr (Cfg::kAccDk) {
+#pragma unroll
+                for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                    mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
+                                             smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                ptx::wgmma_commit_group();
+            }
+            if constexpr (Cfg::kAccDk) ptx::wgmma_wait_group<1>();
+            else ptx::wgmma_wait_group<0>();
+            ptx::wgmma_fence_operand(s);
+            if constexpr (decltype(masked)::value) p.mask.apply_transposed<kBlockM>(s, first_key, m * kBlockM);
+            const float* lse = smem.lse_log2[stage];
+#pragma unroll
+            for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -lse[acc_col(i, lane)]));
+
+            uint32_t pf[kBlockM / Elem::kMmaK][4];
+            acc_to_a_fragment<Elem, kBlockM>(s, pf);
+            auto gemm_dv = [&] {  // dV += P^T dO, P^T from registers
+#pragma unroll
+                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
+                    mma_rs<kHeadDim, Elem, 1>(dv, pf[kk], smem.dout[stage].desc_mn_major(kk), 1u);
+            };
+            if constexpr (Cfg::kAccDv && (Cfg::kEarlyDv || !Cfg::kAccDk)) {
+                ptx::wgmma_fence();
+                gemm_dv();
+                ptx::wgmma_commit_group();
+            }
+            if constexpr (Cfg::kAccDk) {
+                uint32_t dsf[kBlockM / Elem::kMmaK][4];
+                if constexpr (Cfg::kAccDv && Cfg::kEarlyDv) ptx::wgmma_wait_group<1>();  // dP^T; dV may still run
+                else ptx::wgmma_wait_group<0>();
+                ptx::wgmma_fence_operand(dp);
+                const float* dpsum = smem.dpsum[stage];
+#pragma unroll
+                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - dpsum[acc_col(i, lane)]);  // dS^T
+                acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
+                // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
+                // the previous step must be done reading it.
+                if constexpr (Cfg::kDsBuffers == 1 && !Cfg::kDqOwnKeys) consumers.sync();
+                store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
+                store_fence();
+                // dK += dS^T Q, dS^T from registers (after dV when that is not issued early).
+                ptx::wgmma_fence();
+                if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv();
+#pragma unroll
+                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
+                    mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[stage].desc_mn_major(kk), 1u);
+                ptx::wgmma_commit_group();
+            }
+
+            // dQ^T = K^T dS^T once the dS^T rows it reads are in shared memory.
+            if constexpr (Cfg::kAccDk) {
+                if constexpr (Cfg::kDqOwnKeys) own_warpgroup.sync();
+                else consumers.sync();
+                ptx::wgmma_fence();
+#pragma unroll
+                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+#pragma unroll
+                    for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
+                        mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
+                                                    smem.ds[ds_buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
+                }
+                ptx::wgmma_commit_group();
                 if constexpr (Cfg::kDsBuffers == 2) ds_buf ^= 1;
             }
+            ptx::wgmma_wait_group<0>();
+            finish(head, m);
         };
 
         for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
@@ -384,6 +412,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             for (; m < m_unmasked && m < p.num_m_blocks; ++m) step(head, m, std::true_type{});
             for (; m < p.num_m_blocks; ++m) step(head, m, std::false_type{});
         }
+
 
         // ============================== epilogue ==============================
         // dK (times the scale) and dV -> 16-bit -> the K (and V) tiles -> TMA store. K is free
@@ -403,8 +432,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         own_warpgroup.sync();
         if (tid == 0) {
             const int row0 = n0 + first_key_in_block;
-            if constexpr (Cfg::kAccDk) smem.k.store_rows(&tmap_dk, first_key_in_block, row0, kv_head, batch);
-            if constexpr (Cfg::kAccDv) dv_tile.store_rows(&tmap_dv, first_key_in_block, row0, kv_head, batch);
+            if constexpr (Cfg::kAccDk) smem.k.store_rows(&maps.dk, first_key_in_block, row0, kv_head, batch);
+            if constexpr (Cfg::kAccDv) dv_tile.store_rows(&maps.dv, first_key_in_block, row0, kv_head, batch);
             ptx::bulk_commit_group();
             ptx::bulk_wait_group_read<0>();  // shared memory must outlive the stores' reads
         }
@@ -495,14 +524,15 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_preprocess(const AuxParams p)
     if (t == 0) p.semaphores[blk.rows / kQueryBlockRows + blk.m] = 0;
 }
 
-// dQ = scale * accumulator. The accumulator block is [head_dim][kQueryBlockRows]; a shared tile
-// turns it around 64 columns at a time so both the reads and the writes are coalesced.
+// dQ = scale * accumulator. A shared tile turns each 64-column slice of a block from fragment order
+// (dq_accum_index) into rows, so both the reads and the writes are coalesced.
 template <int kHeadDim, class Elem>
 __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p) {
     constexpr bool kIsBf16 = std::is_same_v<Elem, Bf16>;
-    constexpr int kCols = 64;
-    constexpr int kPad = 1;  // a padded row: column reads hit 32 different banks
+    constexpr int kCols = kMmaM;  // head_dim columns per slice
+    constexpr int kPad = 1;       // a padded row: column writes hit 32 different banks
     constexpr int kColsPerThread = kCols * kQueryBlockRows / kAuxThreads;
+    constexpr int kSliceFloats = kCols * kQueryBlockRows;
     __shared__ float tile[kQueryBlockRows][kCols + kPad];
     const AuxBlock blk = aux_block(p);
     const int t = threadIdx.x;
@@ -513,8 +543,16 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
     auto* dq = static_cast<uint8_t*>(p.dq) +
                (blk.batch * p.dq_batch_stride + static_cast<int64_t>(row) * p.dq_seq_stride + blk.head * p.dq_head_stride) * Elem::kBytes;
     for (int c0 = 0; c0 < kHeadDim; c0 += kCols) {
-        for (int i = t; i < kCols * kQueryBlockRows; i += kAuxThreads)
-            tile[i % kQueryBlockRows][i / kQueryBlockRows] = acc[(c0 + i / kQueryBlockRows) * kQueryBlockRows + i % kQueryBlockRows];
+        const float2* slice = reinterpret_cast<const float2*>(acc + (c0 / kCols) * kSliceFloats);
+        for (int i = t; i < kSliceFloats / 2; i += kAuxThreads) {
+            // float2 i is pair 2 (i / 256) + i % 2 of thread (i / 2) % 128: dq_accum_index inverted
+            const int owner = (i / 2) % kWarpgroupThreads, pair = 2 * (i / (2 * kWarpgroupThreads)) + i % 2;
+            const float2 x = slice[i];
+            const int col = acc_row_in_warpgroup(owner) + 8 * (pair % 2);
+            const int q = 8 * (pair / 2) + 2 * (owner % 4);
+            tile[q][col] = x.x;
+            tile[q + 1][col] = x.y;
+        }
         __syncthreads();
         if (row < p.seqlen_q) {
 #pragma unroll
@@ -569,13 +607,13 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     const BshdTensor dout{a.dout, d, a.seqlen_q, a.heads_q, a.batch, a.do_seq_stride, a.do_head_stride, a.do_batch_stride};
     const BshdTensor dk{a.dk, d, a.seqlen_k, a.heads_kv, a.batch, a.dk_seq_stride, a.dk_head_stride, a.dk_batch_stride};
     const BshdTensor dv{a.dv, d, a.seqlen_k, a.heads_kv, a.batch, a.dv_seq_stride, a.dv_head_stride, a.dv_batch_stride};
-    CUtensorMap tq, tk, tv, tdo, tdk, tdv;
-    if (!make_bshd_map(&tq, q, Elem::kTmaType, kBoxCols, Cfg::kBlockM, error) ||
-        !make_bshd_map(&tk, k, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
-        !make_bshd_map(&tv, v, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
-        !make_bshd_map(&tdo, dout, Elem::kTmaType, kBoxCols, Cfg::kBlockM, error) ||
-        !make_bshd_map(&tdk, dk, Elem::kTmaType, kBoxCols, kMmaM, error) ||
-        !make_bshd_map(&tdv, dv, Elem::kTmaType, kBoxCols, kMmaM, error)) {
+    TensorMaps maps;
+    if (!make_bshd_map(&maps.q, q, Elem::kTmaType, kBoxCols, Cfg::kBlockM, error) ||
+        !make_bshd_map(&maps.k, k, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
+        !make_bshd_map(&maps.v, v, Elem::kTmaType, kBoxCols, Cfg::kBlockN, error) ||
+        !make_bshd_map(&maps.dout, dout, Elem::kTmaType, kBoxCols, Cfg::kBlockM, error) ||
+        !make_bshd_map(&maps.dk, dk, Elem::kTmaType, kBoxCols, kMmaM, error) ||
+        !make_bshd_map(&maps.dv, dv, Elem::kTmaType, kBoxCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
     constexpr int kSmem = shared_bytes<Cfg>();
@@ -587,7 +625,7 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
         return rc;
     }
     const int64_t ctas = static_cast<int64_t>(p.num_n_blocks) * p.heads_kv * a.batch;
-    kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, tdo, tdk, tdv, p);
+    kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, kSmem, stream>>>(maps, p);
     rc = cudaGetLastError();
     if (rc != cudaSuccess && error) *error = std::string("backward kernel launch: ") + cudaGetErrorString(rc);
     return rc;
