@@ -3,6 +3,7 @@
 // The backward pass adds every KV block's share of dQ into one fp32 buffer (red: no value comes
 // back, so the issuing thread does not wait), and its deterministic mode orders those additions
 // with a per-query-block counter (a release increment by the writer, acquire loads by the next).
+// Debug-build timeouts reuse the mbarrier wait's budget (kMbarrierTimeoutNs in mbarrier.cuh).
 #pragma once
 
 #include "common.cuh"
@@ -26,18 +27,31 @@ __device__ __forceinline__ void red_release_gpu_global_add_s32(int32_t* addr, in
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(addr), "r"(value) : "memory");
 }
 
-// PTX ISA 9.7.9.8 ld.acquire.gpu.global.b32: later reads and writes stay after this load.
-__device__ __forceinline__ int32_t ld_acquire_gpu_global_s32(const int32_t* addr) {
-    int32_t v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
-    return v;
+// PTX ISA 9.7.9.8 ld.acquire.gpu in a PTX loop: blocks until *addr == value. With a non-zero
+// timeout_ns the thread executes `trap` once that much wall time has passed (debug builds), so a
+// broken ordering fails the launch instead of hanging the GPU.
+__device__ __forceinline__ void spin_until_equal_acquire_gpu(const int32_t* addr, int32_t value, uint64_t timeout_ns) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .b32 v;\n\t.reg .u64 t0, t1;\n\t"
+        "mov.u64 t0, %%globaltimer;\n\t"
+        "SPIN_%=:\n\t"
+        "ld.acquire.gpu.global.b32 v, [%0];\n\t"
+        "setp.eq.s32 p, v, %1;\n\t"
+        "@p bra DONE_%=;\n\t"
+        "setp.eq.u64 p, %2, 0;\n\t"
+        "@p bra SPIN_%=;\n\t"
+        "mov.u64 t1, %%globaltimer;\n\t"
+        "sub.u64 t1, t1, t0;\n\t"
+        "setp.gt.u64 p, t1, %2;\n\t"
+        "@p trap;\n\t"
+        "bra SPIN_%=;\n\t"
+        "DONE_%=:\n\t}" ::"l"(addr),
+        "r"(value), "l"(timeout_ns)
+        : "memory");
 }
 
 // PTX ISA 9.7.13.4 membar/fence: fence.acq_rel.gpu, ordering this thread's global writes (red
 // included) before a later release by another thread of the CTA.
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-// PTX ISA 9.7.19.2 nanosleep: back off between polls of a counter.
-__device__ __forceinline__ void nanosleep(uint32_t ns) { asm volatile("nanosleep.u32 %0;" ::"r"(ns)); }
 
 }  // namespace hattn::ptx

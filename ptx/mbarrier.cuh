@@ -103,12 +103,24 @@ __device__ __forceinline__ void trap() { asm volatile("trap;" ::: "memory"); }
 
 // Debug variant: the same wait with a wall-clock deadline, then a trap. The launch then fails
 // with cudaErrorLaunchFailure instead of hanging; compute-sanitizer or cuda-gdb names the wait.
-// (No printf here: a call inside the wgmma pipeline would make ptxas serialize it, C7510.)
+// The loop is PTX too: a compiler-visible loop in the middle of a wgmma pipeline costs registers
+// (the backward kernel spilled with one). (No printf here: a call inside the wgmma pipeline would
+// make ptxas serialize it, C7510.)
 __device__ __forceinline__ void mbarrier_wait_parity_timeout(uint64_t* bar, uint32_t parity) {
-    const uint64_t start = read_globaltimer();
-    while (!mbarrier_try_wait_parity(bar, parity)) {
-        if (read_globaltimer() - start > kMbarrierTimeoutNs) trap();
-    }
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .u64 t0, t1;\n\t"
+        "mov.u64 t0, %%globaltimer;\n\t"
+        "WAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+        "@p bra DONE_%=;\n\t"
+        "mov.u64 t1, %%globaltimer;\n\t"
+        "sub.u64 t1, t1, t0;\n\t"
+        "setp.gt.u64 p, t1, %2;\n\t"
+        "@p trap;\n\t"
+        "bra WAIT_%=;\n\t"
+        "DONE_%=:\n\t}" ::"r"(smem_u32(bar)),
+        "r"(parity), "l"(kMbarrierTimeoutNs)
+        : "memory");
 }
 
 // The wait every kernel calls: bounded in debug builds, a pure PTX spin otherwise.

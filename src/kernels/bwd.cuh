@@ -171,16 +171,13 @@ __host__ __device__ constexpr int dq_accum_index(int pair, int tid) {
     return ((pair / 2) * kWarpgroupThreads + tid) * 4 + (pair % 2) * 2;
 }
 
-// Blocks until *counter == value (acquire). Debug builds trap after the mbarrier timeout.
+// Blocks until *counter == value (acquire). Debug builds trap after the mbarrier wait's timeout.
 __device__ __forceinline__ void wait_counter(const int32_t* counter, int32_t value) {
 #ifdef HATTN_DEBUG_HANG
-    const uint64_t start = ptx::read_globaltimer();
+    ptx::spin_until_equal_acquire_gpu(counter, value, ptx::kMbarrierTimeoutNs);
+#else
+    ptx::spin_until_equal_acquire_gpu(counter, value, 0);
 #endif
-    while (ptx::ld_acquire_gpu_global_s32(counter) != value) {
-#ifdef HATTN_DEBUG_HANG
-        if (ptx::read_globaltimer() - start > ptx::kMbarrierTimeoutNs) ptx::trap();
-#endif
-    }
 }
 
 // ---------------------------------------------------------------------------------------
