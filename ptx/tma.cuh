@@ -81,6 +81,15 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
         : "memory");
 }
 
+// PTX ISA 9.7.9.25.4.2 cp.reduce.async.bulk .add.f32 (shared -> global, bulk-group completion):
+// adds `bytes` of floats to global memory, performed in L2 in whole lines. Same alignment rules
+// and proxy fence as a TMA store.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem_dst),
+                 "r"(smem_u32(smem_src)), "r"(bytes)
+                 : "memory");
+}
+
 // PTX ISA 9.7.9.25.5.1 cp.async.bulk.tensor (shared -> global, bulk-group completion).
 // The smem source must have been made visible to the async proxy first
 // (fence_proxy_async_shared_cta in every writing thread, then a barrier).
