@@ -106,4 +106,5 @@ check_one() {  # kind
 for kind in "${kinds[@]}"; do
   check_one "$kind"
 done
-echo "check_vendored.sh: OK: $(IFS=';'; echo "${summary[*]}" | sed 's/;/, /g'); each compiles and links standalone for sm_90a"
+joined=$(printf '%s, ' "${summary[@]}")
+echo "check_vendored.sh: OK: ${joined%, }; each compiles and links standalone for sm_90a"
