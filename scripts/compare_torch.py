@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hattn_ctypes import (EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE, EXPECTED_OFFSETS,  # noqa: E402
                           EXPECTED_SIZE, HATTN_BWD_DETERMINISTIC, HATTN_DTYPE_BF16, HATTN_DTYPE_FP16,
                           HATTN_FWD_NO_INTRA_WG_OVERLAP, HATTN_FWD_NO_PINGPONG, HATTN_SUCCESS, Hattn,
-                          HattnError, HattnFwdParams, check_struct_layout)
+                          HattnError, HattnFwdParams, check_struct_layout, default_library_path)
 
 FLAG_NAMES = {
     0: "default",
@@ -775,7 +775,8 @@ def build_cases(args) -> tuple[list[Case], list[Case], dict[Case, list[int]]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--lib", type=Path, default=REPO / "build" / "libhattn.so")
+    parser.add_argument("--lib", type=Path, default=default_library_path(),
+                        help="libhattn.so (default: $HATTN_LIB, else build/libhattn.so)")
     parser.add_argument("--out", type=Path, default=Path("compare_out"), help="output folder")
     direction = parser.add_mutually_exclusive_group()
     direction.add_argument("--bwd", action="store_true", help="the backward sweep only")
