@@ -57,12 +57,13 @@ class Kernel:
 # scripts/check_vendored.sh compiles an example that instantiates every head dim of each launcher:
 # an N missing here fails there, naming the N to add (derived from the PTX of a probe).
 #   fwd: S = Q K^T at N = kBlockN (128; 176 at d128 with long keys; 80 at d256), O += P V at N = head_dim.
-#   bwd: N = 32, 64, 128 for its S^T / dP^T and dQ / dK / dV GEMMs; extend as the kernel grows.
+#   bwd: S^T = K Q^T and dP^T = V dO^T at N = the query block, dV += P^T dO and dK += dS^T Q at
+#        N = head_dim (64, 128, 256), dQ^T += K^T dS^T in slices; 32 is kept for smaller slices.
 KERNELS = {
     "fwd": Kernel("src/kernels/fwd.cuh", "hattn::fwd::launch_fwd_head_dim", "hattn::fwd::FwdArgs", (64, 128, 256),
                   (64, 80, 128, 176, 256), "HATTN_VENDORED_FWD"),
     "bwd": Kernel("src/kernels/bwd.cuh", "hattn::bwd::launch_bwd_head_dim", "hattn::bwd::BwdArgs", (64, 128, 256),
-                  (32, 64, 128), "HATTN_VENDORED_BWD"),
+                  (32, 64, 128, 256), "HATTN_VENDORED_BWD"),
 }
 KERNEL_SETS = {"fwd": ["fwd"], "bwd": ["bwd"], "all": ["fwd", "bwd"]}
 DEFAULT_OUTPUTS = {"fwd": "build/hattn_fwd_single.cuh", "bwd": "build/hattn_bwd_single.cuh",
