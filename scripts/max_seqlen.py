@@ -34,7 +34,6 @@ LSE within 1e-3), 1 otherwise, 2 for a usage error.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.util
 import json
 import math
