@@ -1,26 +1,44 @@
 #!/usr/bin/env python3
-"""Compare hattn's forward attention with PyTorch SDPA (cuDNN and FlashAttention-2 backends).
+"""Compare hattn's attention with PyTorch SDPA (cuDNN and FlashAttention-2 backends), forward and backward.
 
-All three run in one process on the same input tensors, so clocks, power state and library
-versions are shared. hattn is called through its C API (build/libhattn.so via ctypes) on
-[batch, seqlen, heads, head_dim] tensors; SDPA gets the transposed views [batch, heads, seqlen,
-head_dim] of the very same memory (no copies, unless a backend rejects those strides: then it gets
-contiguous copies, made outside timing).
+All backends run in one process on the same input tensors, so clocks, power state and library
+versions are shared. hattn is called through its C API (build/libhattn.so via ctypes,
+scripts/hattn_ctypes.py) on [batch, seqlen, heads, head_dim] tensors; SDPA gets the transposed
+views [batch, heads, seqlen, head_dim] of the very same memory (no copies, unless a backend rejects
+those strides: then it gets contiguous copies, made outside timing).
 
-Timing: CUDA events around each call; a GPU sleep is queued first so the host runs ahead and no
-host overhead lands inside an event pair; inputs rotate between independent sets so a call does
-not find its operands in L2 from the previous one; median of --reps calls after --warmup calls.
-TFLOPS = forward FLOPs / median time, with FLOPs = 4 * b * h * s * s * d (half of it for causal).
+Forward (the default, or --both): CUDA events around each call; a GPU sleep is queued first so the
+host runs ahead and no host overhead lands inside an event pair; inputs rotate between independent
+sets so a call does not find its operands in L2 from the previous one; median of --reps calls after
+--warmup calls. TFLOPS = forward FLOPs / median time, FLOPs = 4 * b * h * s * s * d (half for causal).
+Every hattn output is compared with cuDNN's (relative L2 error < 1e-2); FA2 is compared with
+cuDNN as a control. Without cuDNN, hattn is compared with FA2, and without either with a float32
+reference on a few heads.
 
-Correctness: every hattn output is compared with cuDNN's (max |diff| and relative L2 error, which
-must be < 1e-2); FA2 is compared with cuDNN as a control. Without cuDNN, hattn is compared with
-FA2, and without either with a float32 reference on a few heads.
+Backward (--bwd, or --both): per shape, every backend gets the same Q, K, V and the same dO.
+hattn runs hattn_fwd for O and LSE (untimed), then hattn_bwd is timed (--deterministic adds a row
+with HATTN_BWD_DETERMINISTIC, checked bit-identical over two runs); SDPA (cuDNN, FLASH) and, when
+`flash_attn.cute` imports, FlashAttention-4 run their forward once with autograd and only the
+backward is timed (torch.autograd.grad(out, (q, k, v), dO, retain_graph=True): no grad accumulation,
+no forward inside the timing). Before timing, hattn's dQ, dK, dV are compared with cuDNN's
+gradients (else FA2's, else FA4's, else a float32 autograd reference on a few heads): relative L2
+error < 2e-2 each; the peers are compared with the same reference as a control. Timing: interleaved
+rounds (round r times every backend before round r+1 starts, in a rotated order), each round the
+median of --bwd-reps calls with L2 flushed (a 2x-L2-sized memset, outside the events) before
+each call and the host queued ahead behind a GPU sleep; each backend keeps its best round.
+Backward FLOPs = 2.5 x forward FLOPs (half for causal, as the forward).
 
-Output (into --out): compare.json, compare.csv, compare.png; the markdown table goes to stdout.
+Output (into --out): compare.json, compare.csv, compare.png (forward); compare_bwd.json,
+compare_bwd.csv, compare_bwd.png (backward); the markdown tables go to stdout.
 
-  python3 scripts/compare_torch.py --out /tmp/cmp             # the full sweep (FA3 paper grid + ablation)
+  python3 scripts/compare_torch.py --out /tmp/cmp             # the forward sweep (FA3 paper grid + ablation)
+  python3 scripts/compare_torch.py --out /tmp/cmp --bwd       # the backward sweep (same grid)
+  python3 scripts/compare_torch.py --out /tmp/cmp --both --deterministic   # both, one process
   python3 scripts/compare_torch.py --out /tmp/cmp --quick     # two shapes, for a smoke test
-  python3 scripts/compare_torch.py --dry-run                  # check the ctypes struct layout only (no GPU, no torch)
+  python3 scripts/compare_torch.py --dry-run                  # check the ctypes struct layouts only (no GPU, no torch)
+
+FlashAttention-4 installed into a folder (pip install --target DIR ...): --fa4-path DIR puts DIR
+and DIR/nvidia_cutlass_dsl/dsl_packages on the import path.
 """
 from __future__ import annotations
 
@@ -41,9 +59,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 # ---- include/hattn.h, mirrored (scripts/hattn_ctypes.py) --------------------------------------
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hattn_ctypes import (EXPECTED_OFFSETS, EXPECTED_SIZE, HATTN_DTYPE_BF16, HATTN_DTYPE_FP16,  # noqa: E402
+from hattn_ctypes import (EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE, EXPECTED_OFFSETS,  # noqa: E402
+                          EXPECTED_SIZE, HATTN_BWD_DETERMINISTIC, HATTN_DTYPE_BF16, HATTN_DTYPE_FP16,
                           HATTN_FWD_NO_INTRA_WG_OVERLAP, HATTN_FWD_NO_PINGPONG, HATTN_SUCCESS, Hattn,
-                          HattnFwdParams, check_struct_layout)
+                          HattnError, HattnFwdParams, check_struct_layout, default_library_path)
 
 FLAG_NAMES = {
     0: "default",
@@ -66,6 +85,11 @@ class Case:
     def flops(self) -> float:
         full = 4.0 * self.batch * self.heads * self.seqlen * self.seqlen * self.head_dim
         return full / 2 if self.causal else full
+
+    @property
+    def bwd_flops(self) -> float:
+        """Five matmuls of the forward's size against the forward's two: 2.5x."""
+        return 2.5 * self.flops
 
     def label(self) -> str:
         return (f"d{self.head_dim} s{self.seqlen} b{self.batch} h{self.heads} "
@@ -97,6 +121,39 @@ class Row:
 
 
 REL_L2_LIMIT = 1e-2
+
+
+@dataclass
+class BwdRow:
+    head_dim: int
+    seqlen: int
+    batch: int
+    heads: int
+    causal: bool
+    variant: str  # "default" or "deterministic" (HATTN_BWD_DETERMINISTIC)
+    hattn_ms: float | None = None
+    hattn_tflops: float | None = None
+    cudnn_ms: float | None = None
+    cudnn_tflops: float | None = None
+    fa2_ms: float | None = None
+    fa2_tflops: float | None = None
+    fa4_ms: float | None = None
+    fa4_tflops: float | None = None
+    hattn_over_cudnn: float | None = None
+    check_against: str = "n/a"
+    rel_l2_dq: float | None = None
+    rel_l2_dk: float | None = None
+    rel_l2_dv: float | None = None
+    check: str = "n/a"  # pass / FAIL / n/a
+    repeatable: str = "n/a"  # deterministic variant: "bit-identical" / "DIFFERS"
+    fa2_rel_l2_vs_ref: float | None = None  # max over dq, dk, dv: the control
+    fa4_rel_l2_vs_ref: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# bf16 gradients: two correct backwards (cuDNN vs FA2) differ by a few 1e-3 in relative L2.
+BWD_REL_L2_LIMIT = 2e-2
+BWD_PEERS = ("cudnn", "fa2", "fa4")
 
 
 def fmt(x: float | None, spec: str = ".1f") -> str:
@@ -281,6 +338,253 @@ def run_sweep(args, hattn: Hattn, cases: list[Case], ablation_flags: dict[Case, 
         torch.cuda.empty_cache()
 
 
+# ---- Backward --------------------------------------------------------------------------------------
+def import_fa4(paths: list[Path]):
+    """flash_attn.cute.flash_attn_func, or (None, why not)."""
+    for folder in paths:
+        for extra in (folder, folder / "nvidia_cutlass_dsl" / "dsl_packages"):
+            if extra.is_dir() and str(extra) not in sys.path:
+                sys.path.insert(0, str(extra))
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as error:  # ImportError, or a broken install raising anything at import
+        return None, f"flash_attn.cute does not import ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+    try:
+        import flash_attn
+        version = getattr(flash_attn, "__version__", "?")
+    except Exception:
+        version = "?"
+    return flash_attn_func, version
+
+
+def run_bwd_sweep(args, hattn: Hattn, cases: list[Case], rows: list[BwdRow], meta: dict) -> None:
+    """Measures every case's backward, appending to `rows` as it goes."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if not torch.cuda.is_available():
+        raise SystemExit("compare_torch.py: no CUDA device visible to PyTorch")
+    device = torch.device("cuda")
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    props = torch.cuda.get_device_properties(device)
+    fa4_func, fa4_version = import_fa4(args.fa4_path) if not args.no_fa4 else (None, "disabled (--no-fa4)")
+    if fa4_func is None:
+        print(f"compare_torch.py: FA4 skipped: {fa4_version}", file=sys.stderr, flush=True)
+    l2_bytes = getattr(props, "L2_cache_size", 0) or 60 * 2**20
+    flush_buffer = torch.empty(max(2 * l2_bytes, 256 * 2**20), dtype=torch.uint8, device=device)
+    variants = [("default", 0)] + ([("deterministic", HATTN_BWD_DETERMINISTIC)] if args.deterministic else [])
+    meta.update({
+        "direction": "backward", "device": props.name, "sms": props.multi_processor_count,
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "fa4": fa4_version if fa4_func is not None else None, "fa4_note": None if fa4_func else fa4_version,
+        "dtype": args.dtype, "rounds": args.rounds, "reps": args.bwd_reps, "warmup": args.warmup,
+        "l2_flush_bytes": flush_buffer.numel(),
+        "timing": "best of interleaved rounds; each round the median of CUDA-event-timed backward calls, "
+                  "L2 flushed before each call, host queued ahead",
+        "flops": "2.5 x forward FLOPs (causal: half)", "rel_l2_limit": BWD_REL_L2_LIMIT,
+        "hattn_variants": [name for name, _ in variants],
+    })
+    sleep_cycles = int(args.queue_ahead_ms * 2e6)
+
+    def median_ms(run) -> float:
+        """Median time of run() over args.bwd_reps calls, L2 flushed before each (outside the events)."""
+        for _ in range(args.warmup):
+            run()
+        torch.cuda.synchronize()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(args.bwd_reps)]
+        if hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(sleep_cycles)
+        for start, end in events:
+            flush_buffer.zero_()
+            start.record()
+            run()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in events)
+
+    def rel_l2(out, ref) -> float:
+        diff = out.float() - ref.float()
+        return (diff.norm() / ref.float().norm().clamp_min(1e-30)).item()
+
+    def fp32_reference_grads(q, k, v, dout, causal: bool, heads: int):
+        """float32 autograd gradients for batch 0 and the first `heads` heads, as [s, heads, d] each."""
+        grads = []
+        for h in range(heads):
+            qh, kh, vh = (t[0, :, h, :].float().requires_grad_() for t in (q, k, v))
+            s = (qh @ kh.T) / math.sqrt(q.shape[-1])
+            if causal:
+                s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu_(1), float("-inf"))
+            out = torch.softmax(s, dim=-1) @ vh
+            grads.append(torch.autograd.grad(out, (qh, kh, vh), dout[0, :, h, :].float()))
+        return [torch.stack([g[i] for g in grads], dim=1) for i in range(3)]
+
+    def measure_case(case: Case, case_index: int) -> None:
+        b, s, h, d = case.batch, case.seqlen, case.heads, case.head_dim
+        # SDPA's is_causal is top-left aligned, hattn's causal bottom-right aligned: the same mask
+        # only when seqlen_q == seqlen_k, which holds for every case here.
+        generator.manual_seed(args.seed + case_index)
+        q, k, v, dout = (torch.randn((b, s, h, d), device=device, dtype=torch_dtype, generator=generator)
+                         for _ in range(4))
+        runners: dict[str, object] = {}
+        grads: dict[str, list] = {}  # backend -> [dq, dk, dv] as [b, s, h, d]
+        notes: list[str] = []
+
+        # --- peers: forward once with autograd, then time only the backward ---
+        def prepare_sdpa(name: str, backend) -> None:
+            for layout in ("views", "contiguous"):
+                leaves = [t.transpose(1, 2) for t in (q, k, v)]
+                grad_out = dout.transpose(1, 2)
+                if layout == "contiguous":
+                    leaves, grad_out = [t.contiguous() for t in leaves], grad_out.contiguous()
+                leaves = [t.detach().requires_grad_() for t in leaves]
+                try:
+                    with warnings.catch_warnings(record=True) as caught, sdpa_kernel(backend):
+                        warnings.simplefilter("always")
+                        out = F.scaled_dot_product_attention(*leaves, is_causal=case.causal)
+                        first = torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+                        torch.cuda.synchronize()
+                except (RuntimeError, torch.cuda.OutOfMemoryError) as error:
+                    reason = " | ".join(str(w.message).splitlines()[0] for w in caught[:3]) or str(error).splitlines()[0]
+                    if layout == "contiguous":
+                        notes.append(f"{name} n/a: {reason}")
+                    continue
+                grads[name] = [g.transpose(1, 2) for g in first]
+                runners[name] = lambda out=out, leaves=leaves, grad_out=grad_out: torch.autograd.grad(
+                    out, leaves, grad_out, retain_graph=True)
+                if layout == "contiguous":
+                    notes.append(f"{name} needed contiguous [b,h,s,d] copies")
+                return
+
+        prepare_sdpa("cudnn", SDPBackend.CUDNN_ATTENTION)
+        prepare_sdpa("fa2", SDPBackend.FLASH_ATTENTION)
+        if fa4_func is not None:
+            try:
+                leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+                out = fa4_func(*leaves, causal=case.causal)
+                out = out[0] if isinstance(out, tuple) else out
+                grads["fa4"] = list(torch.autograd.grad(out, leaves, dout, retain_graph=True))
+                torch.cuda.synchronize()
+                runners["fa4"] = lambda out=out, leaves=leaves: torch.autograd.grad(out, leaves, dout, retain_graph=True)
+            except Exception as error:  # FA4 raises its own types for unsupported shapes
+                notes.append(f"fa4 n/a: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+
+        ref_name = next((name for name in BWD_PEERS if name in grads), None)
+        if ref_name is not None:
+            reference, check_against = grads[ref_name], ref_name
+            compare_slice = (slice(None),) * 4
+        else:
+            ref_heads = min(2, h)
+            reference = fp32_reference_grads(q, k, v, dout, case.causal, ref_heads)
+            check_against = f"fp32 reference (batch 0, {ref_heads} heads)"
+            compare_slice = (0, slice(None), slice(0, ref_heads), slice(None))
+        control = {name: max(rel_l2(g, r) for g, r in zip(grads[name], reference))
+                   for name in grads if name != ref_name}
+
+        # --- hattn: O and LSE from hattn_fwd (untimed), then the backward variants ---
+        hattn_rows: list[BwdRow] = []
+        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+        try:
+            o, lse = hattn.fwd_torch(q, k, v, causal=case.causal)
+            workspace = hattn.bwd_workspace_torch(q)
+        except HattnError as error:
+            o = lse = workspace = None
+            notes.append(f"hattn: {str(error).splitlines()[0]}")
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        for variant, flags in variants:
+            row = BwdRow(d, s, b, h, case.causal, variant, check_against=check_against,
+                         fa2_rel_l2_vs_ref=control.get("fa2"), fa4_rel_l2_vs_ref=control.get("fa4"), notes=list(notes))
+            hattn_rows.append(row)
+            if o is None:
+                row.check = "FAIL"
+                continue
+            params = hattn.bwd_params_torch(q, k, v, o, lse, dout, dq, dk, dv, workspace, causal=case.causal,
+                                            flags=flags)
+
+            def run_hattn(params=params):
+                status = hattn.lib.hattn_bwd(ctypes.byref(params), stream)
+                if status != HATTN_SUCCESS:
+                    raise HattnError(hattn.describe_bwd(status, params), status)
+
+            try:
+                for t in (dq, dk, dv):
+                    t.fill_(float("nan"))  # poison: an element the kernel skips shows up in the check
+                run_hattn()
+                torch.cuda.synchronize()
+                errors = [rel_l2(got[compare_slice], ref) for got, ref in zip((dq, dk, dv), reference)]
+                row.rel_l2_dq, row.rel_l2_dk, row.rel_l2_dv = errors
+                ok = all(math.isfinite(e) and e < BWD_REL_L2_LIMIT for e in errors)
+                row.check = "pass" if ok else "FAIL"
+                if flags & HATTN_BWD_DETERMINISTIC:
+                    first = [t.clone() for t in (dq, dk, dv)]
+                    run_hattn()
+                    torch.cuda.synchronize()
+                    same = all(torch.equal(a.view(torch.int16), b_.view(torch.int16))
+                               for a, b_ in zip(first, (dq, dk, dv)))
+                    row.repeatable = "bit-identical" if same else "DIFFERS"
+                    if not same:
+                        row.check = "FAIL"
+                    del first
+                runners[f"hattn:{variant}"] = run_hattn
+            except (HattnError, RuntimeError, torch.cuda.OutOfMemoryError) as error:
+                row.notes.append(str(error).splitlines()[0])
+                row.check = "FAIL" if row.check == "n/a" else row.check
+
+        # --- interleaved rounds: every backend once per round, in a rotated order ---
+        best: dict[str, float] = {}
+        failed: set[str] = set()
+        names = list(runners)
+        for rnd in range(args.rounds):
+            order = names[rnd % len(names):] + names[:rnd % len(names)] if names else []
+            for name in order:
+                if name in failed:
+                    continue
+                try:
+                    ms = median_ms(runners[name])
+                    best[name] = min(best.get(name, float("inf")), ms)
+                except (HattnError, RuntimeError, torch.cuda.OutOfMemoryError) as error:
+                    failed.add(name)
+                    best.pop(name, None)
+                    message = f"{name} timing failed: {str(error).splitlines()[0]}"
+                    for row in hattn_rows:
+                        row.notes.append(message)
+        for row in hattn_rows:
+            row.hattn_ms = best.get(f"hattn:{row.variant}")
+            row.cudnn_ms, row.fa2_ms, row.fa4_ms = best.get("cudnn"), best.get("fa2"), best.get("fa4")
+            for prefix in ("hattn", "cudnn", "fa2", "fa4"):
+                ms = getattr(row, f"{prefix}_ms")
+                setattr(row, f"{prefix}_tflops", None if ms is None else case.bwd_flops / (ms * 1e-3) / 1e12)
+            if row.hattn_tflops and row.cudnn_tflops:
+                row.hattn_over_cudnn = row.hattn_tflops / row.cudnn_tflops
+            rows.append(row)
+            errs = "/".join(fmt(e, ".1e") for e in (row.rel_l2_dq, row.rel_l2_dk, row.rel_l2_dv))
+            print(f"    {row.variant}: hattn {fmt(row.hattn_tflops)} cuDNN {fmt(row.cudnn_tflops)} "
+                  f"FA2 {fmt(row.fa2_tflops)} FA4 {fmt(row.fa4_tflops)} TFLOPS; check {row.check} "
+                  f"(rel L2 dq/dk/dv {errs} vs {row.check_against})"
+                  + (f"; {'; '.join(row.notes)}" if row.notes else ""), file=sys.stderr, flush=True)
+
+    generator = torch.Generator(device=device)
+    for case_index, case in enumerate(cases):
+        print(f"[bwd {case_index + 1}/{len(cases)}] {case.label()}", file=sys.stderr, flush=True)
+        try:
+            measure_case(case, case_index)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as error:  # keep going: one bad shape must not hide the others
+            rows.append(BwdRow(case.head_dim, case.seqlen, case.batch, case.heads, case.causal, "default",
+                               check="FAIL", notes=[f"{type(error).__name__}: {str(error).splitlines()[0]}"]))
+            print(f"    error: {rows[-1].notes[0]}", file=sys.stderr, flush=True)
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                print("compare_torch.py: the CUDA context is broken; stopping the sweep", file=sys.stderr)
+                rows[-1].notes.append("CUDA context broken: sweep stopped here")
+                return
+        torch.cuda.empty_cache()
+
+
 # ---- Reporting -------------------------------------------------------------------------------------
 def markdown_table(rows: list[Row]) -> str:
     lines = ["| shape | variant | hattn TFLOPS | cuDNN TFLOPS | FA2 TFLOPS | hattn/cuDNN | check (rel L2, max abs) |",
@@ -293,18 +597,20 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(out_dir: Path, rows: list[Row], meta: dict) -> list[str]:
+def write_outputs(out_dir: Path, rows: list, meta: dict, stem: str = "compare", row_type=Row,
+                  plotter=None) -> list[str]:
+    """<stem>.json, <stem>.csv and (with matplotlib) <stem>.png; returns the names written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "compare.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
-    with open(out_dir / "compare.csv", "w", newline="") as f:
-        names = [n for n in Row.__dataclass_fields__]
+    (out_dir / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
+    with open(out_dir / f"{stem}.csv", "w", newline="") as f:
+        names = [n for n in row_type.__dataclass_fields__]
         writer = csv.DictWriter(f, fieldnames=names)
         writer.writeheader()
         for r in rows:
             d = asdict(r)
             d["notes"] = "; ".join(r.notes)
             writer.writerow(d)
-    written = ["compare.json", "compare.csv"]
+    written = [f"{stem}.json", f"{stem}.csv"]
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -312,8 +618,18 @@ def write_outputs(out_dir: Path, rows: list[Row], meta: dict) -> list[str]:
     except ImportError:
         print("compare_torch.py: matplotlib not installed; no plot", file=sys.stderr)
         return written
-    plot(out_dir / "compare.png", rows, meta, plt)
-    return written + ["compare.png"]
+    (plotter or plot)(out_dir / f"{stem}.png", rows, meta, plt)
+    return written + [f"{stem}.png"]
+
+
+def seqlen_axis(ax, seqlens: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.minorticks_off()
+    ax.set_xticks(seqlens)
+    ax.set_xticklabels([f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens])
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("TFLOPS")
+    ax.grid(alpha=0.3)
 
 
 def plot(path: Path, rows: list[Row], meta: dict, plt) -> None:
@@ -333,14 +649,8 @@ def plot(path: Path, rows: list[Row], meta: dict, plt) -> None:
                 pts = [(r.seqlen, getattr(r, key)) for r in sel if getattr(r, key) is not None]
                 if pts:
                     ax.plot(*zip(*pts), marker="o", label=name, color=color)
-            ax.set_xscale("log", base=2)
-            ax.minorticks_off()
-            ax.set_xticks([r.seqlen for r in sel])
-            ax.set_xticklabels([f"{r.seqlen // 1024}k" if r.seqlen >= 1024 else str(r.seqlen) for r in sel])
-            ax.set_ylim(bottom=0)
+            seqlen_axis(ax, [r.seqlen for r in sel])
             ax.set_title(f"head_dim {d}, {'causal' if causal else 'full'}")
-            ax.set_ylabel("TFLOPS")
-            ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     if ablation:
         ax = fig.add_subplot(grid[n_rows - 1, :])
@@ -370,6 +680,65 @@ def summary_line(rows: list[Row]) -> str:
             f"/{len(rows)} rows")
 
 
+def markdown_table_bwd(rows: list[BwdRow]) -> str:
+    lines = ["| shape | variant | hattn TFLOPS | cuDNN TFLOPS | FA2 TFLOPS | FA4 TFLOPS | hattn/cuDNN | "
+             "check (rel L2 dq / dk / dv) |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        shape = f"d{r.head_dim} s{r.seqlen} b{r.batch} h{r.heads} {'causal' if r.causal else 'full'}"
+        check = r.check
+        if r.rel_l2_dq is not None:
+            check += (f" ({r.rel_l2_dq:.1e} / {r.rel_l2_dk:.1e} / {r.rel_l2_dv:.1e} vs {r.check_against}"
+                      + (f"; FA2 {r.fa2_rel_l2_vs_ref:.1e}" if r.fa2_rel_l2_vs_ref is not None else "")
+                      + (f"; FA4 {r.fa4_rel_l2_vs_ref:.1e}" if r.fa4_rel_l2_vs_ref is not None else "") + ")")
+        if r.repeatable != "n/a":
+            check += f", {r.repeatable}"
+        lines.append(f"| {shape} | {r.variant} | {fmt(r.hattn_tflops)} | {fmt(r.cudnn_tflops)} | "
+                     f"{fmt(r.fa2_tflops)} | {fmt(r.fa4_tflops)} | {fmt(r.hattn_over_cudnn, '.2f')} | {check} |")
+    return "\n".join(lines)
+
+
+def summary_line_bwd(rows: list[BwdRow], meta: dict) -> str:
+    parts = []
+    for variant in dict.fromkeys(r.variant for r in rows):
+        ratios = [r.hattn_over_cudnn for r in rows if r.variant == variant and r.hattn_over_cudnn]
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+        parts.append(f"hattn ({variant})/cuDNN backward geometric mean over {len(ratios)} shapes: {fmt(geo, '.3f')}")
+    fails = [r for r in rows if r.check == "FAIL"]
+    fa4 = f"FA4 {meta['fa4']}" if meta.get("fa4") else f"FA4 skipped: {meta.get('fa4_note') or 'n/a'}"
+    return ("; ".join(parts) + f"; checks: {sum(r.check == 'pass' for r in rows)} pass, {len(fails)} FAIL, "
+            f"{sum(r.check == 'n/a' for r in rows)} n/a; hattn timed on {sum(r.hattn_ms is not None for r in rows)}"
+            f"/{len(rows)} rows; {fa4}")
+
+
+def plot_bwd(path: Path, rows: list[BwdRow], meta: dict, plt) -> None:
+    head_dims = sorted({r.head_dim for r in rows})
+    fig, axes = plt.subplots(max(len(head_dims), 1), 2, figsize=(12, 3.2 * max(len(head_dims), 1)), squeeze=False)
+    series = [("hattn", "hattn_tflops", "tab:red", "default", "-"),
+              ("hattn deterministic", "hattn_tflops", "tab:red", "deterministic", "--"),
+              ("cuDNN", "cudnn_tflops", "tab:blue", "default", "-"),
+              ("FA2", "fa2_tflops", "tab:green", "default", "-"),
+              ("FA4", "fa4_tflops", "tab:purple", "default", "-")]
+    for i, d in enumerate(head_dims):
+        for j, causal in enumerate((False, True)):
+            ax = axes[i][j]
+            shape_rows = [r for r in rows if r.head_dim == d and r.causal == causal]
+            for name, key, color, variant, style in series:
+                sel = sorted((r for r in shape_rows if r.variant == variant), key=lambda r: r.seqlen)
+                pts = [(r.seqlen, getattr(r, key)) for r in sel if getattr(r, key) is not None]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=name, color=color, linestyle=style)
+            seqlen_axis(ax, sorted({r.seqlen for r in shape_rows}))
+            ax.set_title(f"head_dim {d}, {'causal' if causal else 'full'}")
+            ax.legend(fontsize=8)
+    fig.suptitle(f"backward {meta.get('dtype', '')} (FLOPs = 2.5 x forward), {meta.get('device', '')}, "
+                 f"torch {meta.get('torch', '')}, cuDNN {meta.get('cudnn', '')}"
+                 + (f", FA4 {meta['fa4']}" if meta.get("fa4") else ""))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # ---- Main --------------------------------------------------------------------------------------------
 def parse_ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
@@ -382,14 +751,16 @@ def parse_masks(text: str) -> list[str]:
     return masks
 
 
-def build_cases(args) -> tuple[list[Case], dict[Case, list[int]]]:
-    cases = []
+def build_cases(args) -> tuple[list[Case], list[Case], dict[Case, list[int]]]:
+    """(the grid, the forward's cases = the grid + the ablation shape, the ablation flags per case)."""
+    grid = []
     for d in args.head_dims:
         for causal in [m == "causal" for m in args.masks]:
             for s in args.seqlens:
                 if args.tokens % s or args.width % d:
                     raise SystemExit(f"tokens {args.tokens} / seqlen {s} or width {args.width} / head_dim {d} is not exact")
-                cases.append(Case(d, s, causal, args.tokens // s, args.width // d))
+                grid.append(Case(d, s, causal, args.tokens // s, args.width // d))
+    cases = list(grid)
     ablation: dict[Case, list[int]] = {}
     if not args.no_ablation:
         abl = Case(args.ablation_head_dim, args.ablation_seqlen, False, args.tokens // args.ablation_seqlen,
@@ -398,14 +769,18 @@ def build_cases(args) -> tuple[list[Case], dict[Case, list[int]]]:
             cases.append(abl)
         ablation[abl] = [HATTN_FWD_NO_PINGPONG, HATTN_FWD_NO_INTRA_WG_OVERLAP,
                          HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP]
-    return cases, ablation
+    return grid, cases, ablation
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--lib", type=Path, default=REPO / "build" / "libhattn.so")
+    parser.add_argument("--lib", type=Path, default=default_library_path(),
+                        help="libhattn.so (default: $HATTN_LIB, else build/libhattn.so)")
     parser.add_argument("--out", type=Path, default=Path("compare_out"), help="output folder")
+    direction = parser.add_mutually_exclusive_group()
+    direction.add_argument("--bwd", action="store_true", help="the backward sweep only")
+    direction.add_argument("--both", action="store_true", help="the forward sweep, then the backward sweep")
     parser.add_argument("--head-dims", type=parse_ints, default=[64, 128, 256])
     parser.add_argument("--seqlens", type=parse_ints, default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--masks", type=parse_masks, default=["full", "causal"], help="full,causal")
@@ -415,15 +790,22 @@ def main() -> int:
     parser.add_argument("--ablation-head-dim", type=int, default=128)
     parser.add_argument("--ablation-seqlen", type=int, default=8192)
     parser.add_argument("--no-ablation", action="store_true")
-    parser.add_argument("--reps", type=int, default=30, help="timed calls per backend and shape (median)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--sets", type=int, default=2, help="independent input sets to rotate through")
+    parser.add_argument("--reps", type=int, default=30, help="forward: timed calls per backend and shape (median)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls before each timing")
+    parser.add_argument("--sets", type=int, default=2, help="forward: independent input sets to rotate through")
+    parser.add_argument("--rounds", type=int, default=3, help="backward: interleaved rounds (each backend keeps its best)")
+    parser.add_argument("--bwd-reps", type=int, default=10, help="backward: timed calls per backend per round (median)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="backward: also time hattn with HATTN_BWD_DETERMINISTIC (checked bit-identical over two runs)")
+    parser.add_argument("--fa4-path", type=Path, action="append", default=[],
+                        help="backward: a folder FlashAttention-4 was pip-installed into with --target (repeatable)")
+    parser.add_argument("--no-fa4", action="store_true", help="backward: leave FlashAttention-4 out")
     parser.add_argument("--queue-ahead-ms", type=float, default=20.0,
                         help="GPU sleep queued before the timed calls so the host runs ahead")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--quick", action="store_true", help="d128, seqlen 1k and 4k, full and causal, no ablation")
     parser.add_argument("--dry-run", action="store_true",
-                        help="check the ctypes struct layout (and the library's contiguous-params helper if "
+                        help="check the ctypes struct layouts (and the library's contiguous-params helpers if "
                              "the library exists); needs neither torch nor a GPU")
     args = parser.parse_args()
     if args.quick:
@@ -432,16 +814,26 @@ def main() -> int:
         parser.error("--reps must be >= 20 (a median needs enough samples)")
     if args.sets < 2:
         parser.error("--sets must be >= 2 (rotating inputs keeps L2 from serving the previous call's data)")
+    if args.rounds < 1 or args.bwd_reps < 5:
+        parser.error("--rounds must be >= 1 and --bwd-reps >= 5")
+    directions = ["bwd"] if args.bwd else ["fwd", "bwd"] if args.both else ["fwd"]
 
     check_struct_layout()
-    cases, ablation = build_cases(args)
+    grid, cases, ablation = build_cases(args)
     if args.dry_run:
-        print(f"dry run: ctypes hattn_fwd_params matches the x86-64 table ({EXPECTED_SIZE} bytes, "
-              f"{len(EXPECTED_OFFSETS)} fields); the sweep has {len(cases)} shapes "
-              f"+ {sum(map(len, ablation.values()))} ablation variants")
+        print(f"dry run: ctypes hattn_fwd_params ({EXPECTED_SIZE} bytes, {len(EXPECTED_OFFSETS)} fields) and "
+              f"hattn_bwd_params ({EXPECTED_BWD_SIZE} bytes, {len(EXPECTED_BWD_OFFSETS)} fields) match the x86-64 "
+              f"tables and include/hattn.h; the forward sweep has {len(cases)} shapes + "
+              f"{sum(map(len, ablation.values()))} ablation variants, the backward sweep {len(grid)} shapes")
         if args.lib.exists():
-            Hattn(args.lib).check_contiguous_helper()
+            lib = Hattn(args.lib)
+            lib.check_contiguous_helper()
             print(f"dry run: {args.lib}: hattn_fwd_params_contiguous agrees with the ctypes mirror")
+            if lib.has_bwd:
+                lib.check_bwd_contiguous_helper()
+                print(f"dry run: {args.lib}: hattn_bwd_params_contiguous and hattn_bwd_workspace_size agree")
+            else:
+                print(f"dry run: {args.lib} has no backward entry points (built before the backward API)")
         else:
             print(f"dry run: {args.lib} not built; library checks skipped")
         return 0
@@ -453,29 +845,52 @@ def main() -> int:
     hattn = Hattn(args.lib)
     try:
         hattn.check_contiguous_helper()
+        if "bwd" in directions and hattn.has_bwd:
+            hattn.check_bwd_contiguous_helper()
     except SystemExit as error:  # we fill params ourselves, so report it and carry on
         print(f"compare_torch.py: WARNING: {error}", file=sys.stderr)
+    if "bwd" in directions and not hattn.has_bwd:
+        print(f"compare_torch.py: WARNING: {args.lib} has no hattn_bwd (built before the backward API): the "
+              "backward rows time the peers only", file=sys.stderr)
 
     # `timeout` sends SIGTERM: turn it into an exception so the partial results still get written.
     def on_sigterm(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, on_sigterm)
 
-    rows: list[Row] = []
-    meta: dict = {}
-    interrupted = False
-    try:
-        run_sweep(args, hattn, cases, ablation, rows, meta)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("compare_torch.py: interrupted; writing what was measured", file=sys.stderr)
-    finally:
-        written = write_outputs(args.out, rows, meta)
-    print(markdown_table(rows))
-    print()
-    print(summary_line(rows) + (" (INTERRUPTED)" if interrupted else ""))
-    print(f"wrote {', '.join(str(args.out / w) for w in written)}")
-    failed = interrupted or any(r.check == "FAIL" or r.hattn_ms is None for r in rows) or not rows
+    failed = interrupted = False
+    for direction in directions:
+        if interrupted:
+            print(f"compare_torch.py: interrupted; the {direction} sweep did not run", file=sys.stderr)
+            failed = True
+            break
+        rows: list = []
+        meta: dict = {}
+        try:
+            if direction == "fwd":
+                run_sweep(args, hattn, cases, ablation, rows, meta)
+            else:
+                run_bwd_sweep(args, hattn, grid, rows, meta)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("compare_torch.py: interrupted; writing what was measured", file=sys.stderr)
+        finally:
+            if direction == "fwd":
+                written = write_outputs(args.out, rows, meta)
+            else:
+                written = write_outputs(args.out, rows, meta, "compare_bwd", BwdRow, plot_bwd)
+        if direction == "fwd":
+            print("## Forward\n" if len(directions) > 1 else "", end="")
+            print(markdown_table(rows))
+            print()
+            print(summary_line(rows) + (" (INTERRUPTED)" if interrupted else ""))
+        else:
+            print("\n## Backward\n" if len(directions) > 1 else "", end="")
+            print(markdown_table_bwd(rows))
+            print()
+            print(summary_line_bwd(rows, meta) + (" (INTERRUPTED)" if interrupted else ""))
+        print(f"wrote {', '.join(str(args.out / w) for w in written)}")
+        failed |= interrupted or any(r.check == "FAIL" or r.hattn_ms is None for r in rows) or not rows
     return 1 if failed else 0
 
 

@@ -7,7 +7,7 @@ the single source of truth; the generated header is committed so users need no P
 
 Usage: python3 scripts/gen_wgmma.py > ptx/wgmma_instr.cuh
        python3 scripts/gen_wgmma.py --n 64,128 --types bf16,f16   (a subset; scripts/amalgamate.py
-       uses this to vendor only the shapes the forward kernel instantiates)
+       uses this to vendor only the shapes the kernels instantiate)
 """
 import argparse
 import sys

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The one script to run on the GPU host (an H200), from the repository root:
 #
-#   OUT=/some/dir scripts/gpu_suite.sh [tests] [bench] [compare] [micro] [sanitize] [robust]
+#   OUT=/some/dir scripts/gpu_suite.sh [tests] [bench] [compare] [micro] [sanitize] [robust] [maxlen]
 #
 # Always configures (Ninja, Release, -DHATTN_PTXAS_WERROR=ON) and builds with every core; then runs
 # the phases named on the command line (all of them when none is named):
 #   tests     ctest (every GoogleTest suite but those labelled robust) and scripts/check_vendored.sh --run
-#   bench     build/bench/fwd_bench, JSON into $OUT/bench.json, TFLOPS grid in the summary
-#   compare   scripts/compare_torch.py into $OUT (hattn vs cuDNN vs FA2; compare.{json,csv,png})
+#             (the forward, backward and combined single files, each with its checked example)
+#   bench     build/bench/fwd_bench, JSON into $OUT/bench.json, TFLOPS grid in the summary; then
+#             build/bench/bwd_bench (when bench/bwd_bench.cu exists), JSON into logs.tgz, grid in the summary
+#   compare   scripts/compare_torch.py into $OUT (forward: hattn vs cuDNN vs FA2; compare.{json,csv,png}),
+#             then compare_torch.py --bwd (backward: hattn vs cuDNN vs FA2 vs FA4 when it imports;
+#             compare_bwd.png in $OUT, its JSON and CSV in logs.tgz), both over d 64/128/256 x
+#             seqlen 512..16k x full/causal, batch x seqlen = 16k tokens, heads = 2048 / d
 #   micro     scripts/run_micro.sh $OUT/micro, if that script exists
 #   sanitize  scripts/sanitize_ptx_tests.sh if it exists, then compute-sanitizer memcheck, racecheck
 #             and synccheck on `build/bin/hattn fwd` for every variant at a small odd size, plus GQA,
@@ -15,19 +20,25 @@
 #             (SANITIZE_JOBS runs at a time)
 #   robust    build/test/stress_test (threads, 100k calls, >2^31 elements, NaN/Inf inputs),
 #             build/test/hang_guard_test (the debug hang guard traps) and
-#             test/python/bad_input_torch.py (every validation failure, from PyTorch processes)
+#             test/python/bad_input_torch.py (every validation failure of the forward and the
+#             backward, from PyTorch processes)
+#   maxlen    scripts/max_seqlen.py: the longest causal d128 bf16 forward that fits in memory (and in
+#             the phase's time), checked against cuDNN and float64 (JSON in logs.tgz, table in the summary)
 # A failing phase is reported and the next one still runs. Everything lands in $OUT, kept to at
 # most MAX_RETURNED_FILES files so the results are easy to copy off the GPU host: summary.txt,
-# logs.tgz (every full log), bench.json, compare.json, compare.csv, compare.png, and micro/ when it
-# fits. The summary is rewritten after every phase (so a run cut short still has one) and printed
-# last.
+# logs.tgz (every full log and the secondary JSON/CSV files), bench.json, compare.json,
+# compare.csv, compare.png, compare_bwd.png, and micro/ when it fits. The summary is rewritten
+# after every phase (so a run cut short still has one) and printed last.
 #
 # Environment: OUT (default ./gpu_suite_out), BUILD_DIR (build), JOBS (nproc),
 #   SUITE_BUDGET_S (570: the suite's time budget in seconds; no phase starts that cannot finish
 #   inside it, and each phase's timeout is clipped to what is left),
-#   TESTS_TIMEOUT_S (300), BENCH_TIMEOUT_S (180), COMPARE_TIMEOUT_S (300), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300),
-#   ROBUST_TIMEOUT_S (300), SANITIZE_JOBS (6),
-#   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments, e.g. "--quick"),
+#   TESTS_TIMEOUT_S (300), BENCH_TIMEOUT_S (180), BWD_BENCH_TIMEOUT_S (180), COMPARE_TIMEOUT_S (300),
+#   COMPARE_BWD_TIMEOUT_S (300), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300), ROBUST_TIMEOUT_S (300),
+#   MAXLEN_TIMEOUT_S (300), SANITIZE_JOBS (6),
+#   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments for both
+#   directions, e.g. "--quick"), COMPARE_BWD_ARGS (backward only, e.g. "--deterministic --fa4-path DIR"),
+#   MAXLEN_ARGS (extra max_seqlen.py arguments, e.g. "--heads 16,1"),
 #   SANITIZE_SEQLEN (300), SANITIZE_CLI_ARGS (see cli_args below).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -51,7 +62,7 @@ STATUS="$LOGS/status.txt"     # one line per phase
 : >"$STATUS"
 SECONDS=0
 
-ALL_PHASES=(tests bench compare micro sanitize robust)
+ALL_PHASES=(tests bench compare micro sanitize robust maxlen)
 if [ $# -eq 0 ]; then
   PHASES=("${ALL_PHASES[@]}")
 else
@@ -167,9 +178,10 @@ phase_tests() {
   [ "$skipped" -gt 0 ] && grep -hoE '(GPU test skipped|Skipped): .*' "$log" | sort | uniq -c | head -5 >>"$DETAILS"
   [ "$rc" -eq 124 ] && detail "ctest TIMED OUT after $limit s"
 
-  # The vendored single-file kernel: amalgamate, compile standalone, run a checked forward pass.
+  # The vendored single files (forward, backward, both): amalgamate, compile standalone, run checked passes.
   bash scripts/check_vendored.sh --run >"$LOGS/vendored.log" 2>&1 || vrc=$?
-  detail "vendored single file: $(grep -E '^vendor_example:|check_vendored.sh:' "$LOGS/vendored.log" | tr '\n' ' ')"
+  detail "vendored single files:"
+  grep -E '^vendor_(bwd_)?example:|^check_vendored.sh:' "$LOGS/vendored.log" | cut -c1-240 | sed 's/^/  /' >>"$DETAILS"
   [ "$vrc" -ne 0 ] && tail -n 10 "$LOGS/vendored.log" >>"$DETAILS"
 
   if [ "$rc" -eq 0 ] && [ "$vrc" -eq 0 ]; then
@@ -181,7 +193,7 @@ phase_tests() {
 }
 
 # ---- bench ----------------------------------------------------------------------------------------
-bench_table() {  # bench.json -> a TFLOPS grid (rows: head_dim x mask; columns: seqlen) + ablation
+bench_table() {  # {fwd,bwd}_bench JSON -> a TFLOPS grid (rows: head_dim x mask; columns: seqlen) + the rest
   python3 - "$1" <<'PY'
 import json, re, sys
 try:
@@ -197,11 +209,11 @@ for b in data.get("benchmarks", []):
         errors.append(f"{name}: {b.get('error_message') or b.get('skip_message') or 'error'}")
         continue
     tflops, pct = b.get("TFLOPS", float("nan")), b.get("pct_of_989", float("nan"))
-    m = re.match(r"fwd/\w+/d(\d+)/s(\d+)/b\d+/h\d+/(full|causal)$", name)
+    m = re.match(r"(?:fwd|bwd)/\w+/d(\d+)/s(\d+)/b\d+/h\d+/(full|causal)$", name)
     if m:
         grid.setdefault((int(m[1]), m[3]), {})[int(m[2])] = tflops
     else:
-        ablation.append(f"  {name}: {tflops:.1f} TFLOPS ({pct:.1f}% of 989)")
+        ablation.append(f"  {name}: {tflops:.1f} TFLOPS" + (f" ({pct:.1f}% of 989)" if pct == pct else ""))
 seqlens = sorted({s for row in grid.values() for s in row})
 if grid:
     print("TFLOPS      " + "".join(f"{s:>8}" for s in seqlens))
@@ -216,29 +228,55 @@ PY
 }
 
 phase_bench() {
-  local t0=$SECONDS log="$LOGS/bench.log" rc=0 trc=0 limit bin="$BUILD_DIR/bench/fwd_bench"
+  local t0=$SECONDS log="$LOGS/bench.log" rc=0 trc=0 limit bin="$BUILD_DIR/bench/fwd_bench" brc=0 btrc=0 blimit
   out_of_time bench && return 0
   limit=$(phase_limit "${BENCH_TIMEOUT_S:-180}")
   section bench
   if [ ! -x "$bin" ]; then
     detail "no $bin (build failed?)"
-    status bench "FAIL (no binary)" "$t0"
-    publish
-    return 0
+    rc=1
+  else
+    timeout -k 10 "$limit" "$bin" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json >"$log" 2>&1 || rc=$?
+    [ "$rc" -eq 124 ] && detail "fwd_bench TIMED OUT after $limit s (partial results)"
+    detail "forward (fwd_bench):"
+    bench_table "$OUT/bench.json" >>"$DETAILS" 2>&1 || trc=$?
   fi
-  timeout -k 10 "$limit" "$bin" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json >"$log" 2>&1 || rc=$?
-  [ "$rc" -eq 124 ] && detail "fwd_bench TIMED OUT after $limit s (partial results)"
-  bench_table "$OUT/bench.json" >>"$DETAILS" 2>&1 || trc=$?
-  if [ "$rc" -eq 0 ] && [ "$trc" -eq 0 ]; then status bench OK "$t0"; else status bench "FAIL (exit $rc, table $trc)" "$t0"; fi
+
+  # The backward benchmark, once bench/bwd_bench.cu exists (its JSON goes into logs.tgz).
+  local bbin="$BUILD_DIR/bench/bwd_bench" bwd="skipped (no bench/bwd_bench.cu)"
+  if [ -f bench/bwd_bench.cu ]; then
+    blimit=$(phase_limit "${BWD_BENCH_TIMEOUT_S:-180}")
+    detail "backward (bwd_bench):"
+    if [ ! -x "$bbin" ]; then
+      detail "no $bbin (build failed?)"
+      brc=1
+    elif [ "$blimit" -lt 10 ]; then
+      detail "bwd_bench NOT RUN: the suite budget is spent"
+      brc=1
+    else
+      timeout -k 10 "$blimit" "$bbin" --benchmark_out="$LOGS/bwd_bench.json" --benchmark_out_format=json \
+          >"$LOGS/bwd_bench.log" 2>&1 || brc=$?
+      [ "$brc" -eq 124 ] && detail "bwd_bench TIMED OUT after $blimit s (partial results)"
+      bench_table "$LOGS/bwd_bench.json" >>"$DETAILS" 2>&1 || btrc=$?
+    fi
+    bwd="exit $brc, table $btrc"
+  else
+    detail "backward: bench/bwd_bench.cu does not exist yet; skipped"
+  fi
+  if [ "$rc" -eq 0 ] && [ "$trc" -eq 0 ] && [ "$brc" -eq 0 ] && [ "$btrc" -eq 0 ]; then
+    status bench "OK$([ -f bench/bwd_bench.cu ] || echo ' (bwd_bench skipped: not in this tree)')" "$t0"
+  else
+    status bench "FAIL (fwd exit $rc, table $trc; bwd $bwd)" "$t0"
+  fi
   publish
 }
 
 # ---- compare ----------------------------------------------------------------------------------------
 phase_compare() {
-  local t0=$SECONDS rc=0 limit
+  local t0=$SECONDS rc=0 brc=0 limit
   out_of_time compare && return 0
   limit=$(phase_limit "${COMPARE_TIMEOUT_S:-300}")
-  section "compare (hattn vs PyTorch SDPA cuDNN / FA2)"
+  section "compare (hattn vs PyTorch SDPA cuDNN / FA2): forward"
   # shellcheck disable=SC2086  # COMPARE_ARGS is a list of words
   timeout -k 15 "$limit" "${PYTHON:-python3}" scripts/compare_torch.py --lib "$BUILD_DIR/libhattn.so" --out "$OUT" ${COMPARE_ARGS:-} \
       >"$LOGS/compare_table.md" 2>"$LOGS/compare_progress.log" || rc=$?
@@ -249,7 +287,29 @@ phase_compare() {
     detail "no table; last lines of its log:"
     tail -n 15 "$LOGS/compare_progress.log" >>"$DETAILS"
   fi
-  if [ "$rc" -eq 0 ]; then status compare OK "$t0"; else status compare "FAIL (exit $rc)" "$t0"; fi
+  publish
+
+  # The backward: same grid, same process for every backend; the plot to $OUT, the rest in logs.tgz.
+  section "compare (hattn vs PyTorch SDPA cuDNN / FA2 / FA4): backward"
+  limit=$(phase_limit "${COMPARE_BWD_TIMEOUT_S:-300}")
+  if [ "$limit" -lt "$PHASE_MIN_S" ]; then
+    detail "backward NOT RUN: only $((SUITE_BUDGET_S - SECONDS)) s of the ${SUITE_BUDGET_S} s budget left"
+    brc=1
+  else
+    # shellcheck disable=SC2086  # COMPARE_ARGS and COMPARE_BWD_ARGS are lists of words
+    timeout -k 15 "$limit" "${PYTHON:-python3}" scripts/compare_torch.py --bwd --lib "$BUILD_DIR/libhattn.so" \
+        --out "$LOGS/compare_bwd" ${COMPARE_ARGS:-} ${COMPARE_BWD_ARGS:-} \
+        >"$LOGS/compare_bwd_table.md" 2>"$LOGS/compare_bwd_progress.log" || brc=$?
+    [ "$brc" -eq 124 ] && detail "compare_torch.py --bwd TIMED OUT after $limit s (partial results)"
+    [ -f "$LOGS/compare_bwd/compare_bwd.png" ] && cp "$LOGS/compare_bwd/compare_bwd.png" "$OUT/"
+    if [ -s "$LOGS/compare_bwd_table.md" ]; then
+      cat "$LOGS/compare_bwd_table.md" >>"$DETAILS"
+    else
+      detail "no table; last lines of its log:"
+      tail -n 15 "$LOGS/compare_bwd_progress.log" >>"$DETAILS"
+    fi
+  fi
+  if [ "$rc" -eq 0 ] && [ "$brc" -eq 0 ]; then status compare OK "$t0"; else status compare "FAIL (fwd exit $rc, bwd exit $brc)" "$t0"; fi
   publish
 }
 
@@ -476,7 +536,7 @@ phase_robust() {
   # Invalid input from PyTorch processes (one child per case).
   log="$LOGS/robust_bad_input_torch.log"
   rc=0
-  robust_step bad_input_torch.py "$(robust_left 180)" "$log" \
+  robust_step bad_input_torch.py "$(robust_left 240)" "$log" \
       env PYTHONUNBUFFERED=1 HATTN_LIB="$BUILD_DIR/libhattn.so" "${PYTHON:-python3}" test/python/bad_input_torch.py \
       --lib "$BUILD_DIR/libhattn.so" --timeout 120 || rc=$?
   detail "bad_input_torch.py: exit $rc; $(tail -n 1 "$log")"
@@ -489,6 +549,28 @@ phase_robust() {
   else
     status robust "FAIL ($failures of 3 steps)" "$t0"
   fi
+  publish
+}
+
+# ---- maxlen -----------------------------------------------------------------------------------------
+phase_maxlen() {
+  local t0=$SECONDS rc=0 limit
+  out_of_time maxlen && return 0
+  limit=$(phase_limit "${MAXLEN_TIMEOUT_S:-300}")
+  section "maxlen (the longest forward that fits in memory, checked against cuDNN and float64)"
+  # Its own budget stops short of the phase's limit, so it reports instead of being killed.
+  # shellcheck disable=SC2086  # MAXLEN_ARGS is a list of words
+  timeout -k 15 "$limit" "${PYTHON:-python3}" scripts/max_seqlen.py --lib "$BUILD_DIR/libhattn.so" \
+      --json "$LOGS/maxlen.json" --budget-s "$((limit > 60 ? limit - 30 : limit / 2))" ${MAXLEN_ARGS:-} \
+      >"$LOGS/maxlen_table.md" 2>"$LOGS/maxlen_progress.log" || rc=$?
+  [ "$rc" -eq 124 ] && detail "max_seqlen.py TIMED OUT after $limit s"
+  if [ -s "$LOGS/maxlen_table.md" ]; then
+    cat "$LOGS/maxlen_table.md" >>"$DETAILS"
+  else
+    detail "no table; last lines of its log:"
+    tail -n 15 "$LOGS/maxlen_progress.log" >>"$DETAILS"
+  fi
+  if [ "$rc" -eq 0 ]; then status maxlen OK "$t0"; else status maxlen "FAIL (exit $rc)" "$t0"; fi
   publish
 }
 

@@ -1,4 +1,4 @@
-"""ctypes mirror of include/hattn.h: the params struct, the enums and the four entry points.
+"""ctypes mirror of include/hattn.h: the params structs, the enums and the entry points.
 
     import hattn_ctypes as hc
     lib = hc.Hattn()                       # $HATTN_LIB, else build/libhattn.so
@@ -6,16 +6,31 @@
     status, message = lib.validate(p)
     status = lib.fwd(p, stream)            # stream: a cudaStream_t as an int (0 = the legacy stream)
 
-Pure standard library (no torch, no GPU needed to import it or to check the struct layout).
+    # The backward (raw): lib.bwd_params_contiguous(...), lib.bwd_validate(p), lib.bwd(p, stream),
+    # lib.bwd_workspace_size(batch, heads_q, seqlen_q, head_dim).
+
+    # On PyTorch CUDA tensors in the [batch, seqlen, heads, head_dim] layout (any batch/seq/head
+    # strides, contiguous head_dim); these raise HattnError on a non-success status:
+    o, lse = lib.fwd_torch(q, k, v, causal=True)
+    dq, dk, dv = lib.bwd_torch(q, k, v, o, lse, dout, causal=True)   # workspace allocated for you
+    ws = lib.bwd_workspace_torch(q)        # or allocate it once and pass workspace=ws
+
+Pure standard library at import (torch is imported only by the *_torch helpers), so the struct
+layout checks (check_struct_layout) run without torch or a GPU. The mirror is checked three ways:
+field offsets and sizes against hand-worked x86-64 tables, field names, order and C types against
+the struct definitions parsed from include/hattn.h, and the status enum and flag values against
+the header's.
 """
 from __future__ import annotations
 
 import ctypes
 import math
 import os
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+HEADER = REPO / "include" / "hattn.h"
 LIB_ENV = "HATTN_LIB"
 
 # ---- enum hattn_status -------------------------------------------------------------------------
@@ -33,6 +48,7 @@ HATTN_ERROR_INVALID_SCALE = 10
 HATTN_ERROR_INVALID_FLAGS = 11
 HATTN_ERROR_UNSUPPORTED_DEVICE = 12
 HATTN_ERROR_CUDA = 13
+HATTN_ERROR_WORKSPACE = 14
 
 STATUS_NAMES = {value: name for name, value in globals().items()
                 if name.startswith("HATTN_ERROR_") or name == "HATTN_SUCCESS"}
@@ -42,6 +58,10 @@ HATTN_DTYPE_BF16 = 0
 HATTN_DTYPE_FP16 = 1
 HATTN_FWD_NO_PINGPONG = 1 << 0
 HATTN_FWD_NO_INTRA_WG_OVERLAP = 1 << 1
+HATTN_BWD_DETERMINISTIC = 1 << 0
+
+# The backward's workspace must be this aligned (include/hattn.h, hattn_bwd_params.workspace).
+BWD_WORKSPACE_ALIGN = 256
 
 
 def status_name(status: int) -> str:
@@ -97,18 +117,162 @@ EXPECTED_OFFSETS = {
 }
 
 
-def check_struct_layout() -> None:
-    """Raises SystemExit if the ctypes struct disagrees with the x86-64 layout table."""
-    actual = {name: getattr(HattnFwdParams, name).offset for name, _ in HattnFwdParams._fields_}
-    problems = [f"{name}: ctypes offset {actual.get(name)} != expected {offset}"
-                for name, offset in EXPECTED_OFFSETS.items() if actual.get(name) != offset]
-    problems += [f"{name}: not in the expected table" for name in actual if name not in EXPECTED_OFFSETS]
-    if ctypes.sizeof(HattnFwdParams) != EXPECTED_SIZE:
-        problems.append(f"sizeof: ctypes {ctypes.sizeof(HattnFwdParams)} != expected {EXPECTED_SIZE}")
+def _stride_fields(*tensors: str) -> list[tuple[str, type]]:
+    return [(f"{t}_{dim}_stride", ctypes.c_int64) for t in tensors for dim in ("batch", "seq", "head")]
+
+
+class HattnBwdParams(ctypes.Structure):
+    """struct hattn_bwd_params, field by field (enums are C ints, `unsigned` is c_uint)."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("dout", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),  # const float*
+        ("dq", ctypes.c_void_p),
+        ("dk", ctypes.c_void_p),
+        ("dv", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+        ("batch", ctypes.c_int),
+        ("heads_q", ctypes.c_int),
+        ("heads_kv", ctypes.c_int),
+        ("seqlen_q", ctypes.c_int),
+        ("seqlen_k", ctypes.c_int),
+        ("head_dim", ctypes.c_int),
+        *_stride_fields("q", "k", "v", "o", "do", "dq", "dk", "dv"),
+        ("dtype", ctypes.c_int),  # hattn_dtype
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("flags", ctypes.c_uint),
+    ]
+
+
+# x86-64: ten 8-byte pointers (0..79), size_t workspace_size (80..87), six ints (88..111; 112 is
+# 8-aligned, no padding), 24 int64 strides (112..303), dtype/scale/causal/flags (304..319). Size
+# 320, a multiple of 8. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
+EXPECTED_BWD_SIZE = 320
+EXPECTED_BWD_OFFSETS = {
+    "q": 0, "k": 8, "v": 16, "o": 24, "dout": 32, "lse": 40, "dq": 48, "dk": 56, "dv": 64, "workspace": 72,
+    "workspace_size": 80,
+    "batch": 88, "heads_q": 92, "heads_kv": 96, "seqlen_q": 100, "seqlen_k": 104, "head_dim": 108,
+    **{f"{t}_{dim}_stride": 112 + 24 * i + 8 * j
+       for i, t in enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv"))
+       for j, dim in enumerate(("batch", "seq", "head"))},
+    "dtype": 304, "softmax_scale": 308, "causal": 312, "flags": 316,
+}
+
+# ---- include/hattn.h, parsed: the mirror must match the header field for field -----------------
+# C type of a struct field -> the ctypes type the mirror must use for it.
+C_TO_CTYPES = {
+    "const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "const float*": ctypes.c_void_p,
+    "float*": ctypes.c_void_p, "size_t": ctypes.c_size_t, "int": ctypes.c_int, "int64_t": ctypes.c_int64,
+    "hattn_dtype": ctypes.c_int, "float": ctypes.c_float, "unsigned": ctypes.c_uint,
+}
+
+
+def _header_text(header: Path) -> str:
+    """The header with its comments removed."""
+    text = header.read_text()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def header_struct_fields(struct: str, header: Path = HEADER) -> list[tuple[str, str]]:
+    """[(field name, C type)] of `typedef struct <struct> {...} <struct>;` in declaration order."""
+    body = re.search(rf"typedef\s+struct\s+{struct}\s*\{{(.*?)\}}\s*{struct}\s*;", _header_text(header), re.S)
+    if body is None:
+        raise ValueError(f"{header}: no `typedef struct {struct} {{...}} {struct};`")
+    fields = []
+    for decl in body.group(1).split(";"):
+        decl = " ".join(decl.replace("*", "* ").split())
+        if not decl:
+            continue
+        first, *more = [part.strip() for part in decl.split(",")]
+        words = first.split()
+        ctype = " ".join(words[:-1]).replace(" *", "*")
+        for name in [words[-1], *more]:
+            fields.append((name.lstrip("* "), ctype + "*" * name.count("*")))
+    return fields
+
+
+def header_enum(enum: str, header: Path = HEADER) -> dict[str, int]:
+    """NAME -> value of `typedef enum <enum> {...}` (implicit values counted as C does)."""
+    body = re.search(rf"typedef\s+enum\s+{enum}\s*\{{(.*?)\}}", _header_text(header), re.S)
+    if body is None:
+        raise ValueError(f"{header}: no `typedef enum {enum} {{...}}`")
+    values, nxt = {}, 0
+    for item in body.group(1).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, value = (part.strip() for part in item.partition("="))
+        nxt = int(value, 0) if value else nxt
+        values[name] = nxt
+        nxt += 1
+    return values
+
+
+def header_flags(header: Path = HEADER) -> dict[str, int]:
+    """HATTN_FWD_* / HATTN_BWD_* flag values (`NAME = 1u << n`)."""
+    return {name: 1 << int(shift) for name, shift in
+            re.findall(r"\b(HATTN_(?:FWD|BWD)_[A-Z0-9_]+)\s*=\s*1u?\s*<<\s*(\d+)", _header_text(header))}
+
+
+def check_against_header(header: Path = HEADER) -> list[str]:
+    """Mismatches between this mirror and include/hattn.h (names, order, C types, enum values)."""
+    problems = []
+    for struct, mirror in (("hattn_fwd_params", HattnFwdParams), ("hattn_bwd_params", HattnBwdParams)):
+        want = header_struct_fields(struct, header)
+        have = [(name, ctype) for name, ctype in mirror._fields_]
+        want_names, have_names = [n for n, _ in want], [n for n, _ in have]
+        if want_names != have_names:
+            first = next(i for i, pair in enumerate(zip(want_names + [None], have_names + [None])) if pair[0] != pair[1])
+            problems.append(f"{struct}: field {first} is {(want_names + ['(end)'])[first]!r} in the header, "
+                            f"{(have_names + ['(end)'])[first]!r} in the mirror (header only: "
+                            f"{sorted(set(want_names) - set(have_names))}, mirror only: "
+                            f"{sorted(set(have_names) - set(want_names))})")
+        for (name, c_type), (_, ctype) in zip(want, have):
+            if c_type not in C_TO_CTYPES:
+                problems.append(f"{struct}.{name}: C type {c_type!r} has no ctypes mapping here (extend C_TO_CTYPES)")
+            elif C_TO_CTYPES[c_type] is not ctype:
+                problems.append(f"{struct}.{name}: C type {c_type!r} needs {C_TO_CTYPES[c_type].__name__}, "
+                                f"the mirror has {ctype.__name__}")
+    mirror_status = {name: value for name, value in globals().items()
+                     if name.startswith("HATTN_ERROR_") or name == "HATTN_SUCCESS"}
+    header_status = header_enum("hattn_status", header)
+    header_dtype = header_enum("hattn_dtype", header)
+    mirror_dtype = {"HATTN_DTYPE_BF16": HATTN_DTYPE_BF16, "HATTN_DTYPE_FP16": HATTN_DTYPE_FP16}
+    for enum, in_header, in_mirror in (("hattn_status", header_status, mirror_status),
+                                       ("hattn_dtype", header_dtype, mirror_dtype)):
+        for name in sorted(set(in_header) | set(in_mirror)):
+            if in_header.get(name) != in_mirror.get(name):
+                problems.append(f"{enum} {name}: header {in_header.get(name)}, mirror {in_mirror.get(name)}")
+    for name, value in header_flags(header).items():
+        if globals().get(name) != value:
+            problems.append(f"{name}: header {value:#x}, mirror {globals().get(name)}")
+    return problems
+
+
+def check_struct_layout(header: Path | None = HEADER) -> None:
+    """Raises SystemExit if a ctypes struct disagrees with its x86-64 layout table, or (when the
+    header exists; pass None to skip) with include/hattn.h's declarations and enum values."""
+    problems = []
+    for struct, mirror, offsets, size in (("hattn_fwd_params", HattnFwdParams, EXPECTED_OFFSETS, EXPECTED_SIZE),
+                                          ("hattn_bwd_params", HattnBwdParams, EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE)):
+        actual = {name: getattr(mirror, name).offset for name, _ in mirror._fields_}
+        problems += [f"{struct}.{name}: ctypes offset {actual.get(name)} != expected {offset}"
+                     for name, offset in offsets.items() if actual.get(name) != offset]
+        problems += [f"{struct}.{name}: not in the expected table" for name in actual if name not in offsets]
+        if ctypes.sizeof(mirror) != size:
+            problems.append(f"sizeof({struct}): ctypes {ctypes.sizeof(mirror)} != expected {size}")
     if ctypes.sizeof(ctypes.c_void_p) != 8:
-        problems.append("this is not a 64-bit platform; the expected table is for x86-64")
+        problems.append("this is not a 64-bit platform; the expected tables are for x86-64")
+    if header is not None and header.is_file():
+        problems += check_against_header(header)
     if problems:
-        raise SystemExit("hattn_fwd_params layout mismatch:\n  " + "\n  ".join(problems))
+        raise SystemExit("ctypes mirror of include/hattn.h out of date:\n  " + "\n  ".join(problems))
 
 
 def default_library_path() -> Path:
@@ -117,8 +281,25 @@ def default_library_path() -> Path:
     return Path(env) if env else REPO / "build" / "libhattn.so"
 
 
+# HattnError.status when the loaded library lacks the entry point (not a hattn_status value).
+NO_ENTRY_POINT = -1
+
+
+class HattnError(RuntimeError):
+    """A hattn entry point returned a non-success status (raised by the *_torch helpers)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class Hattn:
-    """The C API of libhattn.so. `lib` is the raw ctypes.CDLL, with argument types declared."""
+    """The C API of libhattn.so. `lib` is the raw ctypes.CDLL, with argument types declared.
+
+    A library built before the backward existed has no hattn_bwd*: it still loads, `has_bwd` is
+    False and the backward methods raise HattnError with status NO_ENTRY_POINT."""
+
+    BWD_SYMBOLS = ("hattn_bwd", "hattn_bwd_validate", "hattn_bwd_params_contiguous", "hattn_bwd_workspace_size")
 
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path is not None else default_library_path()
@@ -132,6 +313,18 @@ class Hattn:
         self.lib.hattn_status_string.restype = ctypes.c_char_p
         self.lib.hattn_fwd_params_contiguous.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 7
         self.lib.hattn_fwd_params_contiguous.restype = HattnFwdParams
+
+        self.has_bwd = all(hasattr(self.lib, name) for name in self.BWD_SYMBOLS)
+        if self.has_bwd:
+            bwd_p = ctypes.POINTER(HattnBwdParams)
+            self.lib.hattn_bwd.argtypes = [bwd_p, ctypes.c_void_p]
+            self.lib.hattn_bwd.restype = ctypes.c_int
+            self.lib.hattn_bwd_validate.argtypes = [bwd_p, ctypes.c_char_p, ctypes.c_size_t]
+            self.lib.hattn_bwd_validate.restype = ctypes.c_int
+            self.lib.hattn_bwd_params_contiguous.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int] * 7
+            self.lib.hattn_bwd_params_contiguous.restype = HattnBwdParams
+            self.lib.hattn_bwd_workspace_size.argtypes = [ctypes.c_int] * 4
+            self.lib.hattn_bwd_workspace_size.restype = ctypes.c_size_t
 
     # ---- thin wrappers (params may be None: the C side then gets NULL) ----
     def fwd(self, params: HattnFwdParams | None, stream: int | None = 0) -> int:
@@ -151,6 +344,33 @@ class Hattn:
         return self.lib.hattn_fwd_params_contiguous(q, k, v, o, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
                                                     head_dim, dtype)
 
+    def _need_bwd(self) -> None:
+        if not self.has_bwd:
+            raise HattnError(f"{self.path} has no backward entry points ({', '.join(self.BWD_SYMBOLS)}): "
+                             "it was built before the backward API; rebuild it", NO_ENTRY_POINT)
+
+    def bwd(self, params: HattnBwdParams | None, stream: int | None = 0) -> int:
+        self._need_bwd()
+        return self.lib.hattn_bwd(None if params is None else ctypes.byref(params), ctypes.c_void_p(stream or None))
+
+    def bwd_validate(self, params: HattnBwdParams | None, msg_len: int = 512) -> tuple[int, str]:
+        self._need_bwd()
+        buf = ctypes.create_string_buffer(msg_len)
+        status = self.lib.hattn_bwd_validate(None if params is None else ctypes.byref(params), buf, msg_len)
+        return status, buf.value.decode(errors="replace")
+
+    def bwd_workspace_size(self, batch: int, heads_q: int, seqlen_q: int, head_dim: int) -> int:
+        self._need_bwd()
+        return self.lib.hattn_bwd_workspace_size(batch, heads_q, seqlen_q, head_dim)
+
+    def bwd_params_contiguous(self, q: int | None, k: int | None, v: int | None, o: int | None,
+                              dout: int | None, lse: int | None, dq: int | None, dk: int | None, dv: int | None,
+                              batch: int, heads_q: int, heads_kv: int, seqlen_q: int, seqlen_k: int,
+                              head_dim: int, dtype: int) -> HattnBwdParams:
+        self._need_bwd()
+        return self.lib.hattn_bwd_params_contiguous(q, k, v, o, dout, lse, dq, dk, dv, batch, heads_q, heads_kv,
+                                                    seqlen_q, seqlen_k, head_dim, dtype)
+
     # ---- helpers ----
     def describe(self, status: int, params: HattnFwdParams) -> str:
         text = self.status_string(status)
@@ -158,6 +378,13 @@ class Hattn:
         if self.lib.hattn_fwd_validate(ctypes.byref(params), detail, len(detail)) != HATTN_SUCCESS:
             text += f" ({detail.value.decode(errors='replace')})"
         return f"hattn_fwd: status {status}: {text}"
+
+    def describe_bwd(self, status: int, params: HattnBwdParams) -> str:
+        text = self.status_string(status)
+        detail = ctypes.create_string_buffer(512)
+        if self.lib.hattn_bwd_validate(ctypes.byref(params), detail, len(detail)) != HATTN_SUCCESS:
+            text += f" ({detail.value.decode(errors='replace')})"
+        return f"hattn_bwd: status {status}: {text}"
 
     def check_contiguous_helper(self) -> None:
         """CPU-only: hattn_fwd_params_contiguous (returned by value) must match our own strides."""
@@ -177,3 +404,187 @@ class Hattn:
             bad.append(f"softmax_scale: {p.softmax_scale} is neither 0 nor 1/sqrt({d})")
         if bad:
             raise SystemExit("hattn_fwd_params_contiguous disagrees with the ctypes mirror:\n  " + "\n  ".join(bad))
+
+    def check_bwd_contiguous_helper(self) -> None:
+        """CPU-only: hattn_bwd_params_contiguous must match our strides and leave no workspace;
+        hattn_bwd_workspace_size must be 0 for bad sizes and a 256-multiple that grows with them."""
+        self._need_bwd()
+        b, hq, hkv, sq, sk, d = 2, 8, 2, 96, 80, 128
+        fake = [0x10000 * (i + 1) for i in range(9)]  # aligned, never dereferenced
+        p = self.lib.hattn_bwd_params_contiguous(*fake, b, hq, hkv, sq, sk, d, HATTN_DTYPE_BF16)
+        want = dict(q=fake[0], k=fake[1], v=fake[2], o=fake[3], dout=fake[4], lse=fake[5], dq=fake[6], dk=fake[7],
+                    dv=fake[8], workspace=None, workspace_size=0, batch=b, heads_q=hq, heads_kv=hkv,
+                    seqlen_q=sq, seqlen_k=sk, head_dim=d, dtype=HATTN_DTYPE_BF16, causal=0, flags=0)
+        for t, heads, seqlen in (("q", hq, sq), ("o", hq, sq), ("do", hq, sq), ("dq", hq, sq),
+                                 ("k", hkv, sk), ("v", hkv, sk), ("dk", hkv, sk), ("dv", hkv, sk)):
+            want.update({f"{t}_batch_stride": seqlen * heads * d, f"{t}_seq_stride": heads * d, f"{t}_head_stride": d})
+        bad = [f"{k}: {getattr(p, k)} != {v}" for k, v in want.items() if getattr(p, k) != v]
+        if not (p.softmax_scale == 0.0 or math.isclose(p.softmax_scale, 1 / math.sqrt(d), rel_tol=1e-6)):
+            bad.append(f"softmax_scale: {p.softmax_scale} is neither 0 nor 1/sqrt({d})")
+        ws = self.bwd_workspace_size
+        small, large = ws(1, 2, 128, 64), ws(2, 16, 4096, 128)
+        if not (0 < small < large):
+            bad.append(f"hattn_bwd_workspace_size: {small} bytes for b1 h2 s128 d64, {large} for b2 h16 s4096 d128")
+        for size in (small, large):
+            if size % BWD_WORKSPACE_ALIGN:
+                bad.append(f"hattn_bwd_workspace_size returned {size}, not a multiple of {BWD_WORKSPACE_ALIGN}")
+        # The dQ accumulator alone is fp32 [batch, heads_q, seqlen_q, head_dim].
+        if large < 2 * 16 * 4096 * 128 * 4:
+            bad.append(f"hattn_bwd_workspace_size(2, 16, 4096, 128) = {large} is below the fp32 dQ accumulator's size")
+        for args in ((0, 2, 128, 64), (1, -1, 128, 64), (1, 2, 0, 64), (1, 2, 128, 0),
+                     (2**31 - 1, 2**31 - 1, 2**31 - 1, 256)):
+            if ws(*args) != 0:
+                bad.append(f"hattn_bwd_workspace_size{args} = {ws(*args)}, expected 0")
+        if bad:
+            raise SystemExit("hattn_bwd_params_contiguous / hattn_bwd_workspace_size disagree with the ctypes "
+                             "mirror:\n  " + "\n  ".join(bad))
+
+    # ---- PyTorch tensors ([batch, seqlen, heads, head_dim], strides taken from the tensors) ----
+    def fwd_params_torch(self, q, k, v, o, lse=None, *, causal: bool = False, softmax_scale: float = 0.0,
+                         flags: int = 0) -> HattnFwdParams:
+        """hattn_fwd_params for these tensors. Checks what the C API cannot see: shapes that agree,
+        a contiguous head dim, one dtype, one device, a contiguous fp32 LSE of [batch, heads_q, seqlen_q]."""
+        b, sq, hq, d = _check_bshd({"q": q, "o": o}, "q")
+        _, sk, hkv, _ = _check_bshd({"k": k, "v": v}, "k", batch=b, head_dim=d)
+        _check_same_dtype_device(q, k, v, o)
+        if lse is not None:
+            _check_lse(lse, b, hq, sq, q.device)
+        p = HattnFwdParams()
+        p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+        p.lse = None if lse is None else lse.data_ptr()
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+            _set_strides(p, name, t)
+        p.dtype, p.softmax_scale, p.causal, p.flags = dtype_code(q), softmax_scale, int(bool(causal)), flags
+        return p
+
+    def bwd_params_torch(self, q, k, v, o, lse, dout, dq, dk, dv, workspace, *, causal: bool = False,
+                         softmax_scale: float = 0.0, flags: int = 0) -> HattnBwdParams:
+        """hattn_bwd_params for these tensors (same checks as fwd_params_torch; workspace: a uint8
+        tensor on the same device whose size in bytes becomes workspace_size)."""
+        b, sq, hq, d = _check_bshd({"q": q, "o": o, "dout": dout, "dq": dq}, "q")
+        _, sk, hkv, _ = _check_bshd({"k": k, "v": v, "dk": dk, "dv": dv}, "k", batch=b, head_dim=d)
+        _check_same_dtype_device(q, k, v, o, dout, dq, dk, dv)
+        _check_lse(lse, b, hq, sq, q.device)
+        if workspace.device != q.device or workspace.dtype.itemsize != 1 or not workspace.is_contiguous():
+            raise ValueError("workspace: expected a contiguous 1-byte-element tensor on q's device, got "
+                             f"{workspace.dtype} on {workspace.device}")
+        p = HattnBwdParams()
+        p.q, p.k, p.v, p.o, p.dout = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr()
+        p.lse, p.dq, p.dk, p.dv = lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+        p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
+            _set_strides(p, name, t)
+        p.dtype, p.softmax_scale, p.causal, p.flags = dtype_code(q), softmax_scale, int(bool(causal)), flags
+        return p
+
+    def bwd_workspace_torch(self, q, seqlen_q: int | None = None):
+        """A uint8 CUDA tensor of hattn_bwd_workspace_size bytes for q's shape ([b, s, h, d]),
+        on q's device. torch's caching allocator hands out 512-byte-aligned blocks; checked."""
+        import torch
+
+        b, s, h, d = q.shape
+        size = self.bwd_workspace_size(b, h, s if seqlen_q is None else seqlen_q, d)
+        if size == 0:
+            raise HattnError(f"hattn_bwd_workspace_size({b}, {h}, {s}, {d}) = 0: bad or overflowing sizes",
+                             HATTN_ERROR_SIZE_OVERFLOW)
+        ws = torch.empty(size, dtype=torch.uint8, device=q.device)
+        if ws.data_ptr() % BWD_WORKSPACE_ALIGN:
+            raise HattnError(f"torch returned a workspace at {ws.data_ptr():#x}, not {BWD_WORKSPACE_ALIGN}-byte "
+                             "aligned", HATTN_ERROR_WORKSPACE)
+        return ws
+
+    def fwd_torch(self, q, k, v, *, causal: bool = False, softmax_scale: float = 0.0, flags: int = 0,
+                  out=None, lse=None, want_lse: bool = True, stream: int | None = None):
+        """O (and LSE, fp32 [b, heads_q, s_q], when want_lse or lse is given) on the current stream of
+        q's device. Returns (o, lse or None). Raises HattnError on a non-success status."""
+        import torch
+
+        b, sq, hq, _ = q.shape
+        out = torch.empty_like(q) if out is None else out
+        if lse is None and want_lse:
+            lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+        p = self.fwd_params_torch(q, k, v, out, lse, causal=causal, softmax_scale=softmax_scale, flags=flags)
+        with torch.cuda.device(q.device):
+            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+            status = self.lib.hattn_fwd(ctypes.byref(p), ctypes.c_void_p(s or None))
+        if status != HATTN_SUCCESS:
+            raise HattnError(self.describe(status, p), status)
+        return out, lse
+
+    def bwd_torch(self, q, k, v, o, lse, dout, *, causal: bool = False, softmax_scale: float = 0.0,
+                  deterministic: bool = False, flags: int = 0, dq=None, dk=None, dv=None, workspace=None,
+                  stream: int | None = None):
+        """(dq, dk, dv) for the forward that gave o and lse (same q, k, v, causal and scale), on the
+        current stream of q's device; dk and dv are [b, s_k, heads_kv, d] (summed over each GQA group).
+        Allocates what is not given (the workspace with bwd_workspace_torch). Raises HattnError."""
+        import torch
+
+        self._need_bwd()
+        dq = torch.empty_like(q) if dq is None else dq
+        dk = torch.empty_like(k) if dk is None else dk
+        dv = torch.empty_like(v) if dv is None else dv
+        workspace = self.bwd_workspace_torch(q) if workspace is None else workspace
+        flags |= HATTN_BWD_DETERMINISTIC if deterministic else 0
+        p = self.bwd_params_torch(q, k, v, o, lse, dout, dq, dk, dv, workspace, causal=causal,
+                                  softmax_scale=softmax_scale, flags=flags)
+        with torch.cuda.device(q.device):
+            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+            status = self.lib.hattn_bwd(ctypes.byref(p), ctypes.c_void_p(s or None))
+        if status != HATTN_SUCCESS:
+            raise HattnError(self.describe_bwd(status, p), status)
+        return dq, dk, dv
+
+
+# ---- checks behind the *_torch helpers (what the C API cannot see from pointers and strides) ----
+def dtype_code(t) -> int:
+    """hattn_dtype of a torch tensor (bf16 or fp16); ValueError otherwise."""
+    import torch
+
+    codes = {torch.bfloat16: HATTN_DTYPE_BF16, torch.float16: HATTN_DTYPE_FP16}
+    if t.dtype not in codes:
+        raise ValueError(f"hattn takes bf16 or fp16 tensors, got {t.dtype}")
+    return codes[t.dtype]
+
+
+def _check_bshd(tensors: dict, first: str, batch: int | None = None, head_dim: int | None = None):
+    """The tensors must be 4-D [batch, seqlen, heads, head_dim] CUDA tensors of one shape with a
+    contiguous head dim; returns that shape."""
+    shape = tuple(tensors[first].shape)
+    for name, t in tensors.items():
+        if t.dim() != 4:
+            raise ValueError(f"{name}: expected [batch, seqlen, heads, head_dim], got shape {tuple(t.shape)}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} differs from {first}'s {shape}")
+        if t.stride(3) != 1:
+            raise ValueError(f"{name}: head_dim must be contiguous (stride 1), got stride {t.stride(3)}")
+        if not t.is_cuda:
+            raise ValueError(f"{name}: not a CUDA tensor")
+    if batch is not None and shape[0] != batch:
+        raise ValueError(f"{first}: batch {shape[0]} differs from q's {batch}")
+    if head_dim is not None and shape[3] != head_dim:
+        raise ValueError(f"{first}: head_dim {shape[3]} differs from q's {head_dim}")
+    return shape
+
+
+def _check_same_dtype_device(*tensors) -> None:
+    first = tensors[0]
+    for t in tensors[1:]:
+        if t.dtype != first.dtype or t.device != first.device:
+            raise ValueError(f"every tensor must be {first.dtype} on {first.device}; one is {t.dtype} on {t.device}")
+
+
+def _check_lse(lse, batch: int, heads_q: int, seqlen_q: int, device) -> None:
+    import torch
+
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads_q, seqlen_q) or not lse.is_contiguous() \
+            or lse.device != device:
+        raise ValueError(f"lse: expected a contiguous float32 tensor of shape {(batch, heads_q, seqlen_q)} on {device}, "
+                         f"got {lse.dtype} {tuple(lse.shape)} strides {lse.stride()} on {lse.device}")
+
+
+def _set_strides(p, name: str, t) -> None:
+    setattr(p, f"{name}_batch_stride", t.stride(0))
+    setattr(p, f"{name}_seq_stride", t.stride(1))
+    setattr(p, f"{name}_head_stride", t.stride(2))

@@ -13,6 +13,16 @@ A child that dies (a signal, e.g. SIGSEGV from a launch that should never have h
 failure naming the signal; one that does not finish within --timeout seconds is a failure too.
 Positive controls (valid params, with and without LSE) must return HATTN_SUCCESS and write O.
 
+The backward cases (named bwd_*) do the same for hattn_bwd_validate / hattn_bwd: the child fills
+dQ, dK, dV with the sentinel and the workspace (a uint8 tensor of hattn_bwd_workspace_size bytes
+plus slack for the misalignment cases) with a byte sentinel, and after a rejected call all four
+must be untouched and Q, K, V, O, dO, LSE unchanged. Unless the case is about the workspace, the
+params claim a workspace of the size the (possibly defective) sizes need, so that each case has
+exactly one defect. Positive controls run hattn_fwd for O and LSE first and check dQ, dK, dV
+against a float32 autograd reference (and HATTN_BWD_DETERMINISTIC for bit-identical repeats).
+Where the header leaves the order of two checks open, a case accepts either status. A library
+without the backward entry points (built before the backward API) skips the bwd_* cases.
+
 Before any child starts, the parent checks the same case table on the CPU (hattn_fwd_validate
 with placeholder addresses, which validation never dereferences) together with the ctypes
 struct layout, so a wrong expectation shows up even on a machine without a GPU.
@@ -39,7 +49,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -54,6 +64,9 @@ EXIT_PASS, EXIT_FAIL, EXIT_SKIP = 0, 1, 3
 O_SENTINEL = 0x5A5A      # bf16 1.5e16 / fp16 203: never an attention output of N(0,1) inputs
 LSE_SENTINEL = 0x7FC0DEAD  # a quiet fp32 NaN with a payload
 MSG_FILL = 0x7F          # fills the 1-byte message buffer test's guard bytes
+WORKSPACE_SENTINEL = 0xA5  # every byte of the backward's workspace before the call
+WORKSPACE_SLACK = 1024     # bytes past what the shape needs: room for the misaligned-workspace cases
+BWD_REL_L2_LIMIT = 2e-2    # bf16 gradients against a float32 reference (positive controls)
 
 INT32_MAX = 2**31 - 1
 TMA_STRIDE_LIMIT_ELEMS = 2**39  # 2^40 bytes of 2-byte elements
@@ -66,6 +79,11 @@ class Shape:
     heads: int = 2
     head_dim: int = 64
     dtype: int = hc.HATTN_DTYPE_BF16
+    heads_kv: int = 0  # 0: = heads (the forward cases are all MHA)
+
+    @property
+    def kv(self) -> int:
+        return self.heads_kv or self.heads
 
 
 @dataclass
@@ -78,9 +96,26 @@ class Bases:
     lse: int
 
 
+@dataclass
+class BwdBases:
+    """The backward's buffers; workspace_size is what the shape needs (the allocation has slack)."""
+    q: int
+    k: int
+    v: int
+    o: int
+    dout: int
+    lse: int
+    dq: int
+    dk: int
+    dv: int
+    workspace: int
+    workspace_size: int
+
+
 # A defect: takes the library, valid params for the case's shape and the buffer addresses,
-# returns the params to pass (None = a NULL params pointer).
-Mutate = Callable[[hc.Hattn, hc.HattnFwdParams, Bases, Shape], Optional[hc.HattnFwdParams]]
+# returns the params to pass (None = a NULL params pointer). Backward cases get HattnBwdParams
+# and BwdBases.
+Mutate = Callable[[hc.Hattn, object, object, Shape], Optional[object]]
 
 
 @dataclass
@@ -90,6 +125,8 @@ class Case:
     expect: tuple[int, ...]   # acceptable statuses (one, except where noted)
     field_re: str             # the validation message must match this (the offending field)
     shape: Shape = field(default_factory=Shape)
+    kind: str = "fwd"         # "fwd": hattn_fwd*; "bwd": hattn_bwd*
+    claim_workspace: bool = True  # bwd: set workspace_size to what the mutated sizes need
 
     @property
     def positive(self) -> bool:
@@ -236,38 +273,221 @@ def build_cases() -> list[Case]:
     return cases
 
 
-CASES = {c.name: c for c in build_cases()}
-assert len(CASES) == len(build_cases()), "duplicate case names"
+def contiguous_bwd(**overrides) -> Mutate:
+    """hattn_bwd_params_contiguous called with some arguments replaced (its misuse); the workspace
+    is set afterwards, as a caller must."""
+    def mutate(lib, p, bases, shape):
+        args = dict(q=bases.q, k=bases.k, v=bases.v, o=bases.o, dout=bases.dout, lse=bases.lse, dq=bases.dq,
+                    dk=bases.dk, dv=bases.dv, batch=shape.batch, heads_q=shape.heads, heads_kv=shape.kv,
+                    seqlen_q=shape.seqlen, seqlen_k=shape.seqlen, head_dim=shape.head_dim, dtype=shape.dtype)
+        args.update(overrides)
+        for ptr in ("q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv"):
+            if callable(args[ptr]):
+                args[ptr] = args[ptr](bases)
+        new = lib.bwd_params_contiguous(**args)
+        new.workspace, new.workspace_size = bases.workspace, bases.workspace_size
+        return new
+    return mutate
 
 
-def params_for(lib: hc.Hattn, case: Case, bases: Bases) -> Optional[hc.HattnFwdParams]:
+BWD_TENSORS = ("q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv")
+# Stride-field prefixes of the eight [b, s, h, d] tensors (dout's strides are do_*).
+BWD_STRIDED = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+
+
+def build_bwd_cases() -> list[Case]:
+    E = hc
+    cases: list[Case] = []
+
+    def add(name, mutate, expect, field_re, shape=Shape(), claim_workspace=True):
+        cases.append(Case(f"bwd_{name}", mutate, expect if isinstance(expect, tuple) else (expect,), field_re, shape,
+                          kind="bwd", claim_workspace=claim_workspace))
+
+    def workspace_size(delta: int) -> Mutate:
+        def mutate(lib, p, bases, shape):
+            p.workspace_size = bases.workspace_size + delta
+            return p
+        return mutate
+
+    # ---- positive controls ----
+    add("control_valid", setter(), E.HATTN_SUCCESS, r"^ok$")
+    add("control_valid_causal_gqa_odd_seqlen", setter(causal=1), E.HATTN_SUCCESS, r"^ok$",
+        Shape(seqlen=200, heads=4, heads_kv=2))
+    add("control_valid_deterministic_d128", setter(flags=E.HATTN_BWD_DETERMINISTIC), E.HATTN_SUCCESS, r"^ok$",
+        Shape(head_dim=128))
+    add("control_valid_fp16_d256_workspace_larger_than_needed", workspace_size(256), E.HATTN_SUCCESS, r"^ok$",
+        Shape(head_dim=256, dtype=E.HATTN_DTYPE_FP16), claim_workspace=False)
+
+    # ---- NULL pointers (every tensor, LSE included: the backward needs it) ----
+    add("null_params", lambda lib, p, b, s: None, E.HATTN_ERROR_NULL_PARAMS, field_word("params"))
+    for t in BWD_TENSORS:
+        add(f"null_{t}", setter(**{t: None}), E.HATTN_ERROR_NULL_POINTER, field_word(t))
+
+    # ---- the workspace: NULL, misaligned (256 bytes), too small ----
+    ws = field_word("workspace") + "|" + field_word("workspace_size")
+    add("null_workspace", setter(workspace=None), E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    for delta in (16, 128, 255):
+        add(f"workspace_misaligned_by_{delta}", offset_pointer("workspace", delta), E.HATTN_ERROR_WORKSPACE, ws,
+            claim_workspace=False)
+    add("workspace_one_byte_short", workspace_size(-1), E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    add("workspace_256_bytes_short", workspace_size(-256), E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    add("workspace_size_0", setter(workspace_size=0), E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    # A d64 problem's workspace handed to the same problem at d128, which needs more (the tensors
+    # are too small too, which validation cannot see: only the workspace size gives it away).
+    def d128_with_d64_workspace(lib, p, bases, shape):
+        new = _contiguous_bare(lib, bases, replace(shape, head_dim=128))
+        new.workspace, new.workspace_size = bases.workspace, bases.workspace_size
+        return new
+    add("workspace_for_a_smaller_head_dim", d128_with_d64_workspace, E.HATTN_ERROR_WORKSPACE, ws,
+        claim_workspace=False)
+
+    # ---- dtype and head_dim ----
+    for dtype in (2, -1, INT32_MAX):
+        add(f"dtype_{dtype}", setter(dtype=dtype), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
+    for d in (96, 0, -1, 32, 512):
+        add(f"head_dim_{d}", setter(head_dim=d), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))
+
+    # ---- sizes, GQA ----
+    for size in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"):
+        for value in (0, -1, -(2**31)):
+            add(f"{size}_{value}", setter(**{size: value}), E.HATTN_ERROR_INVALID_SIZE, field_word(size))
+    add("heads_q_2_heads_kv_3", setter(heads_kv=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_kv"))
+    add("heads_q_3_heads_kv_2", setter(heads_q=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_q"))
+    add("heads_q_4_heads_kv_3", setter(heads_q=4, heads_kv=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE,
+        field_word("heads_kv") + "|" + field_word("heads_q"))
+
+    # ---- alignment of the base pointers (TMA: 16 bytes; LSE: at least 4) ----
+    for t in ("q", "k", "v", "o", "dout", "dq", "dk", "dv"):
+        add(f"misaligned_{t}_by_2", offset_pointer(t, 2), E.HATTN_ERROR_MISALIGNED, field_word(t))
+    add("misaligned_dout_by_8", offset_pointer("dout", 8), E.HATTN_ERROR_MISALIGNED, field_word("dout"))
+    add("misaligned_lse_by_2", offset_pointer("lse", 2), E.HATTN_ERROR_MISALIGNED, field_word("lse"))
+
+    # ---- strides: non-positive, or not a multiple of 8 elements (16 bytes) ----
+    for t in BWD_STRIDED:
+        for dim in ("batch", "seq", "head"):
+            name = f"{t}_{dim}_stride"
+
+            def scaled(factor, extra, name=name):
+                def mutate(lib, p, bases, shape):
+                    setattr(p, name, getattr(p, name) * factor + extra)
+                    return p
+                return mutate
+            add(f"{name}_zero", scaled(0, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_negative", scaled(-1, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_not_multiple_of_8", scaled(1, 4), E.HATTN_ERROR_MISALIGNED, field_word(name))
+
+    # ---- overlapping rows of the outputs (dq, dk, dv are written by many CTAs) ----
+    for t in ("dq", "dk", "dv"):
+        strides = rf"{t}_(batch|seq|head)_stride"
+        add(f"{t}_rows_overlap_seq_stride_64", setter(**{f"{t}_seq_stride": 64}), E.HATTN_ERROR_INVALID_STRIDE, strides)
+        add(f"{t}_heads_overlap_head_stride_32", setter(**{f"{t}_head_stride": 32}), E.HATTN_ERROR_INVALID_STRIDE,
+            strides)
+        add(f"{t}_batches_overlap", setter(batch=2, **{f"{t}_batch_stride": 8}), E.HATTN_ERROR_INVALID_STRIDE, strides)
+
+    # ---- sizes, strides and extents beyond what int32, TMA or int64 hold ----
+    add("batch_times_heads_over_int32", setter(batch=2**20, heads_q=2**12), E.HATTN_ERROR_SIZE_OVERFLOW,
+        field_word("batch") + "|" + field_word("heads_q"))
+    # Q, K, V and dO are read through TMA by any FlashAttention-style backward: a stride of 2^40
+    # bytes or more cannot be encoded.
+    for name in ("q_batch_stride", "k_batch_stride", "v_batch_stride", "do_batch_stride", "k_seq_stride",
+                 "do_seq_stride"):
+        add(f"{name}_2pow40_bytes", setter(**{name: TMA_STRIDE_LIMIT_ELEMS}), E.HATTN_ERROR_SIZE_OVERFLOW,
+            field_word(name))
+    # (2^31 - 2) * (2^39 - 8) elements: ~2^70, beyond int64.
+    for t in ("k", "dk", "dv"):
+        add(f"{t}_extent_over_int64", setter(seqlen_k=INT32_MAX, **{f"{t}_seq_stride": TMA_STRIDE_LIMIT_ELEMS - 8}),
+            E.HATTN_ERROR_SIZE_OVERFLOW, rf"(?<![A-Za-z_]){t}(_seq_stride)?(?![A-Za-z_])")
+    # Buffers that would run past the top of the address space (placeholders; never dereferenced).
+    for t in ("dq", "dk", "dout"):
+        add(f"{t}_past_address_space", setter(**{t: 2**64 - 4096}), E.HATTN_ERROR_SIZE_OVERFLOW, field_word(t))
+    add("lse_past_address_space", setter(lse=2**64 - 256), E.HATTN_ERROR_SIZE_OVERFLOW, field_word("lse"))
+    # A workspace claimed to run past the top of the address space: too small or an overflow.
+    add("workspace_past_address_space", setter(workspace=2**64 - 4096), (E.HATTN_ERROR_WORKSPACE,
+        E.HATTN_ERROR_SIZE_OVERFLOW), ws)
+    # Sizes whose workspace overflows (hattn_bwd_workspace_size says 0), contiguous strides for them.
+    # Q of these sizes is as large as the workspace, so a stride or extent check may see it first:
+    # any field may be named.
+    add("workspace_size_overflows", contiguous_bwd(batch=2**15, heads_q=2**15, seqlen_q=INT32_MAX),
+        (E.HATTN_ERROR_SIZE_OVERFLOW, E.HATTN_ERROR_WORKSPACE), r".")
+
+    # ---- softmax scale ----
+    for label, value in (("nan", math.nan), ("inf", math.inf), ("minus_inf", -math.inf), ("minus_1", -1.0),
+                         ("minus_tiny", -1e-30)):
+        add(f"softmax_scale_{label}", setter(softmax_scale=value), E.HATTN_ERROR_INVALID_SCALE,
+            field_word("softmax_scale"))
+
+    # ---- flags: only HATTN_BWD_DETERMINISTIC is known (bit 1 is a forward-only value) ----
+    for bits in (1 << 1, 1 << 2, 1 << 31, 0xFFFFFFFF):
+        add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
+
+    # ---- hattn_bwd_params_contiguous misused ----
+    add("contiguous_null_dout", contiguous_bwd(dout=None), E.HATTN_ERROR_NULL_POINTER, field_word("dout"))
+    add("contiguous_null_lse", contiguous_bwd(lse=None), E.HATTN_ERROR_NULL_POINTER, field_word("lse"))
+    add("contiguous_head_dim_96", contiguous_bwd(head_dim=96), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
+        field_word("head_dim"))
+    add("contiguous_dtype_7", contiguous_bwd(dtype=7), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
+    add("contiguous_seqlen_k_negative", contiguous_bwd(seqlen_k=-128), E.HATTN_ERROR_INVALID_SIZE,
+        field_word("seqlen_k"))
+    add("contiguous_misaligned_dk", contiguous_bwd(dk=lambda b: b.dk + 2), E.HATTN_ERROR_MISALIGNED, field_word("dk"))
+
+    def without_workspace(lib, p, bases, shape):
+        """What hattn_bwd_params_contiguous returns, passed on before the workspace is set."""
+        return _contiguous_bare(lib, bases, shape)
+    add("contiguous_without_workspace", without_workspace, E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    return cases
+
+
+def _contiguous_bare(lib, bases, shape):
+    return lib.bwd_params_contiguous(bases.q, bases.k, bases.v, bases.o, bases.dout, bases.lse, bases.dq, bases.dk,
+                                     bases.dv, shape.batch, shape.heads, shape.kv, shape.seqlen, shape.seqlen,
+                                     shape.head_dim, shape.dtype)
+
+
+CASES = {c.name: c for c in build_cases() + build_bwd_cases()}
+assert len(CASES) == len(build_cases()) + len(build_bwd_cases()), "duplicate case names"
+
+
+def params_for(lib: hc.Hattn, case: Case, bases) -> Optional[object]:
+    """Valid params for the case's shape on these buffers, with the case's one defect applied."""
     s = case.shape
-    p = lib.params_contiguous(bases.q, bases.k, bases.v, bases.o, s.batch, s.heads, s.heads, s.seqlen, s.seqlen,
+    if case.kind == "bwd":
+        p = _contiguous_bare(lib, bases, s)
+        p.workspace, p.workspace_size = bases.workspace, bases.workspace_size
+        p = case.mutate(lib, p, bases, s)
+        if p is not None and case.claim_workspace:
+            # Keep the workspace out of it: claim what the (mutated) sizes need, when that is defined.
+            need = lib.bwd_workspace_size(p.batch, p.heads_q, p.seqlen_q, p.head_dim)
+            p.workspace_size = max(p.workspace_size, need)
+        return p
+    p = lib.params_contiguous(bases.q, bases.k, bases.v, bases.o, s.batch, s.heads, s.kv, s.seqlen, s.seqlen,
                               s.head_dim, s.dtype)
     p.lse = bases.lse
     return case.mutate(lib, p, bases, s)
 
 
-def check_validate(lib: hc.Hattn, case: Case, params: Optional[hc.HattnFwdParams]) -> list[str]:
-    """hattn_fwd_validate: status, message, and the msg = NULL and 1-byte-buffer forms."""
+def check_validate(lib: hc.Hattn, case: Case, params: Optional[object]) -> list[str]:
+    """hattn_{fwd,bwd}_validate: status, message, and the msg = NULL and 1-byte-buffer forms."""
+    name = f"hattn_{case.kind}_validate"
+    validate, raw = (lib.bwd_validate, lib.lib.hattn_bwd_validate) if case.kind == "bwd" else \
+        (lib.validate, lib.lib.hattn_fwd_validate)
     problems = []
-    status, msg = lib.validate(params)
+    status, msg = validate(params)
     if status not in case.expect:
-        problems.append(f"hattn_fwd_validate returned {hc.status_name(status)}, expected "
+        problems.append(f"{name} returned {hc.status_name(status)}, expected "
                         f"{' or '.join(map(hc.status_name, case.expect))} (message: {msg!r})")
     if not msg:
-        problems.append("hattn_fwd_validate left the message empty")
+        problems.append(f"{name} left the message empty")
     elif not re.search(case.field_re, msg):
         problems.append(f"the message {msg!r} does not name the field (/{case.field_re}/)")
     ptr = None if params is None else ctypes.byref(params)
-    status_null = lib.lib.hattn_fwd_validate(ptr, None, 0)
+    status_null = raw(ptr, None, 0)
     if status_null != status:
-        problems.append(f"hattn_fwd_validate(msg = NULL) returned {hc.status_name(status_null)}")
+        problems.append(f"{name}(msg = NULL) returned {hc.status_name(status_null)}")
     tiny = ctypes.create_string_buffer(4)
     ctypes.memset(tiny, MSG_FILL, 4)
-    status_tiny = lib.lib.hattn_fwd_validate(ptr, tiny, 1)
+    status_tiny = raw(ptr, tiny, 1)
     if status_tiny != status or tiny.raw != bytes([0, MSG_FILL, MSG_FILL, MSG_FILL]):
-        problems.append(f"hattn_fwd_validate(msg_len = 1) returned {hc.status_name(status_tiny)} and left the buffer "
+        problems.append(f"{name}(msg_len = 1) returned {hc.status_name(status_tiny)} and left the buffer "
                         f"{tiny.raw!r} (expected b'\\x00' then untouched bytes)")
     return problems
 
@@ -284,6 +504,11 @@ def run_child(case_name: str, lib_path: Path) -> int:
         print(f"RESULT {case_name} SKIP: torch sees no CUDA device")
         return EXIT_SKIP
     lib = hc.Hattn(lib_path)
+    if case.kind == "bwd":
+        if not lib.has_bwd:
+            print(f"RESULT {case_name} SKIP: {lib_path} has no backward entry points")
+            return EXIT_SKIP
+        return run_child_bwd(case, lib)
     s = case.shape
     torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
     dev = torch.device("cuda")
@@ -340,6 +565,110 @@ def run_child(case_name: str, lib_path: Path) -> int:
     return EXIT_PASS if not problems else EXIT_FAIL
 
 
+def reference_grads(q, k, v, dout, causal: bool, scale: float):
+    """float32 autograd gradients of attention over [b, s, h, d] tensors (GQA: K/V heads repeated,
+    so dK and dV come out summed over each group); causal is bottom-right aligned, as hattn's."""
+    import torch
+
+    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+    group = q.shape[2] // k.shape[2]
+    qh = qf.transpose(1, 2)
+    kh, vh = (t.repeat_interleave(group, dim=2).transpose(1, 2) for t in (kf, vf))
+    scores = (qh @ kh.transpose(-1, -2)) * scale
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril_(sk - sq)
+        scores = scores.masked_fill(~visible, float("-inf"))
+    out = (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+    return torch.autograd.grad(out, (qf, kf, vf), dout.float())
+
+
+def run_child_bwd(case: Case, lib: hc.Hattn) -> int:
+    import torch
+
+    s = case.shape
+    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(sum(map(ord, case.name)))
+    q, o, dout = (torch.randn((s.batch, s.seqlen, s.heads, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
+                  for _ in range(3))
+    k, v = (torch.randn((s.batch, s.seqlen, s.kv, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
+            for _ in range(2))
+    lse = torch.randn((s.batch, s.heads, s.seqlen), device=dev, dtype=torch.float32, generator=gen)
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    for t in (dq, dk, dv):
+        t.view(torch.int16).fill_(O_SENTINEL)
+    need = lib.bwd_workspace_size(s.batch, s.heads, s.seqlen, s.head_dim)
+    workspace = torch.full((need + WORKSPACE_SLACK,), WORKSPACE_SENTINEL, dtype=torch.uint8, device=dev)
+    torch.cuda.synchronize()
+
+    bases = BwdBases(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr(), lse.data_ptr(),
+                     dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), workspace.data_ptr(), need)
+    params = params_for(lib, case, bases)
+    problems = []
+    if need == 0 or workspace.data_ptr() % hc.BWD_WORKSPACE_ALIGN:
+        problems.append(f"setup: hattn_bwd_workspace_size = {need}, workspace at {workspace.data_ptr():#x}")
+    if case.positive:
+        # O and LSE from the forward pass of the same problem, written into the buffers the params name.
+        try:
+            lib.fwd_torch(q, k, v, causal=bool(params.causal), softmax_scale=params.softmax_scale, out=o, lse=lse)
+            torch.cuda.synchronize()
+        except hc.HattnError as error:
+            problems.append(f"hattn_fwd for O and LSE failed: {error}")
+    inputs_before = [t.clone() for t in (q, k, v, o, dout, lse)]
+    problems += check_validate(lib, case, params)
+
+    stream = torch.cuda.current_stream().cuda_stream
+    status = lib.bwd(params, stream)
+    if status not in case.expect:
+        problems.append(f"hattn_bwd returned {hc.status_name(status)}, expected "
+                        f"{' or '.join(map(hc.status_name, case.expect))}")
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as error:  # a kernel that faulted: the context is gone
+        problems.append(f"torch.cuda.synchronize() after hattn_bwd failed: {str(error).splitlines()[0]}")
+        print(f"RESULT {case.name} FAIL: " + "; ".join(problems))
+        return EXIT_FAIL
+
+    outputs = {"dq": dq, "dk": dk, "dv": dv}
+    kept = {name: int((t.view(torch.int16) == O_SENTINEL).sum().item()) for name, t in outputs.items()}
+    if case.positive and status == hc.HATTN_SUCCESS:
+        for name, t in outputs.items():
+            if kept[name]:
+                problems.append(f"{kept[name]} of {t.numel()} elements of {name} still hold the sentinel after hattn_bwd")
+            elif not torch.isfinite(t.float()).all():
+                problems.append(f"{name} has non-finite elements after hattn_bwd on N(0,1) inputs")
+        scale = params.softmax_scale or 1.0 / math.sqrt(s.head_dim)
+        for name, got, ref in zip(outputs, outputs.values(), reference_grads(q, k, v, dout, bool(params.causal), scale)):
+            err = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+            if not err < BWD_REL_L2_LIMIT:
+                problems.append(f"{name}: relative L2 error {err:.2e} against a float32 reference (limit {BWD_REL_L2_LIMIT})")
+        if params.flags & hc.HATTN_BWD_DETERMINISTIC:
+            first = [t.clone() for t in outputs.values()]
+            status2 = lib.bwd(params, stream)
+            torch.cuda.synchronize()
+            if status2 != hc.HATTN_SUCCESS or not all(torch.equal(a.view(torch.int16), b.view(torch.int16))
+                                                      for a, b in zip(first, outputs.values())):
+                problems.append(f"HATTN_BWD_DETERMINISTIC: a second run (status {hc.status_name(status2)}) is not "
+                                "bit-identical to the first")
+    elif not case.positive:
+        for name, t in outputs.items():
+            if kept[name] != t.numel():
+                problems.append(f"{t.numel() - kept[name]} of {t.numel()} elements of {name} were written by a "
+                                "rejected call")
+        touched = int((workspace != WORKSPACE_SENTINEL).sum().item())
+        if touched:
+            problems.append(f"{touched} of {workspace.numel()} workspace bytes were written by a rejected call")
+    for name, before, after in zip(("q", "k", "v", "o", "dout", "lse"), inputs_before, (q, k, v, o, dout, lse)):
+        if not torch.equal(before.view(torch.uint8), after.view(torch.uint8)):
+            problems.append(f"input {name} changed")
+
+    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+    print(f"RESULT {case.name} {verdict}")
+    return EXIT_PASS if not problems else EXIT_FAIL
+
+
 def run_probe() -> int:
     """Child: is there a Hopper GPU that torch can use?"""
     try:
@@ -363,20 +692,40 @@ def run_probe() -> int:
 PLACEHOLDER = Bases(q=0x10000, k=0x20000, v=0x30000, o=0x40000, lse=0x50000)  # aligned, never dereferenced
 
 
+PLACEHOLDER_BWD = dict(q=0x10000, k=0x20000, v=0x30000, o=0x40000, dout=0x50000, lse=0x60000, dq=0x70000, dk=0x80000,
+                       dv=0x90000, workspace=0x100000)  # 256-byte aligned, never dereferenced
+
+
+def placeholder_bases(lib: hc.Hattn, case: Case):
+    if case.kind == "fwd":
+        return PLACEHOLDER
+    s = case.shape
+    return BwdBases(**PLACEHOLDER_BWD, workspace_size=lib.bwd_workspace_size(s.batch, s.heads, s.seqlen, s.head_dim))
+
+
 def cpu_checks(lib: hc.Hattn) -> list[str]:
-    """Struct layout, status strings and every case's validation result, without a GPU."""
+    """Struct layouts (against the tables and include/hattn.h), status strings, the contiguous
+    helpers and every case's validation result, without a GPU. The backward's part only where the
+    library has the backward entry points."""
     problems = []
     try:
         hc.check_struct_layout()
         lib.check_contiguous_helper()
+        if lib.has_bwd:
+            lib.check_bwd_contiguous_helper()
     except SystemExit as error:
         problems.append(str(error))
+    unknown = lib.status_string(max(hc.STATUS_NAMES) + 1)
     for status in hc.STATUS_NAMES:
-        if lib.status_string(status) == lib.status_string(max(hc.STATUS_NAMES) + 1):
+        if status == hc.HATTN_ERROR_WORKSPACE and not lib.has_bwd:
+            continue  # the backward's status, added with it
+        if lib.status_string(status) == unknown:
             problems.append(f"hattn_status_string({status}) ({hc.status_name(status)}) is the unknown-status text: "
-                            "the ctypes enum mirror is out of date")
+                            "the library or the ctypes enum mirror is out of date")
     for case in CASES.values():
-        for p in check_validate(lib, case, params_for(lib, case, PLACEHOLDER)):
+        if case.kind == "bwd" and not lib.has_bwd:
+            continue
+        for p in check_validate(lib, case, params_for(lib, case, placeholder_bases(lib, case))):
             problems.append(f"{case.name}: {p}")
     return problems
 
@@ -425,7 +774,7 @@ def main() -> int:
     parser.add_argument("--case", help="run one case in this process (child mode)")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--list", action="store_true", help="print the case names and exit")
-    parser.add_argument("-j", "--jobs", type=int, default=min(8, os.cpu_count() or 1), help="children at a time")
+    parser.add_argument("-j", "--jobs", type=int, default=min(16, os.cpu_count() or 1), help="children at a time")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per child before it is killed")
     parser.add_argument("-k", "--filter", default="", help="only cases whose name contains this")
     args = parser.parse_args()
@@ -446,10 +795,17 @@ def main() -> int:
         print("0 passed, 0 failed")
         return 0
     lib = hc.Hattn(lib_path)
+    skipped = 0
+    if not lib.has_bwd:
+        skipped = sum(CASES[n].kind == "bwd" for n in names)
+        names = [n for n in names if CASES[n].kind != "bwd"]
+        print(f"SKIP bwd: {lib_path} has no backward entry points (built before the backward API): "
+              f"{skipped} bwd_* cases not run")
     cpu_problems = cpu_checks(lib)
     for p in cpu_problems:
         print(f"FAIL cpu_checks: {p}")
-    cpu_line = (f"cpu checks ({len(CASES)} validation expectations, struct layout, status strings): "
+    checked = sum(lib.has_bwd or c.kind == "fwd" for c in CASES.values())
+    cpu_line = (f"cpu checks ({checked} validation expectations, struct layouts, status strings): "
                 + ("ok" if not cpu_problems else f"{len(cpu_problems)} problems"))
     print(cpu_line, flush=True)
     cpu_failed = 1 if cpu_problems else 0
@@ -484,7 +840,7 @@ def main() -> int:
     passed += 1 - cpu_failed
     failed += cpu_failed
     print(f"children: {len(names)} in {time.monotonic() - t0:.0f} s; the CPU checks count as one case")
-    print(f"{passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     return 0 if failed == 0 else 1
 
 
