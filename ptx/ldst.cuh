@@ -1,4 +1,5 @@
-// hattn/ptx/ldst.cuh -- warp-collective 8x8 matrix moves between registers and shared memory.
+// hattn/ptx/ldst.cuh -- moves between registers and shared memory: warp-collective 8x8 matrices,
+// and plain vector loads / stores through the shared window.
 //
 // Each 8x8 matrix of 16-bit elements is addressed by 8 row pointers (16 bytes each) supplied
 // by lanes 0-7 (matrix 0), 8-15 (matrix 1), 16-23 and 24-31. Lane l receives/provides the
@@ -38,6 +39,21 @@ __device__ __forceinline__ void stmatrix_x4_trans(void* row_ptr, const uint32_t 
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
                      smem_u32(row_ptr)),
                  "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+// PTX ISA 9.7.9.8 ld.shared.v2.f32. Kernels reach their shared storage through a pointer cast
+// from an aligned integer, which hides the address space from the compiler: a plain C++ access
+// becomes a generic LD (address translation, 64-bit address registers). These name it.
+__device__ __forceinline__ float2 ld_shared_v2_f32(const float* p) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(smem_u32(p)) : "memory");
+    return v;
+}
+
+// PTX ISA 9.7.9.9 st.shared.v4.f32 (see ld_shared_v2_f32).
+__device__ __forceinline__ void st_shared_v4_f32(float* p, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(smem_u32(p)), "f"(a), "f"(b), "f"(c), "f"(d)
                  : "memory");
 }
 

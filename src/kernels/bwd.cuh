@@ -114,6 +114,14 @@ struct Config {
     // shared memory per slice). At d64 it measured -0-4% against the consumers' own reds; at
     // d256 there is no room. The deterministic mode always uses the ordered red path.
     static constexpr bool kDqWarp = kAccDk && kHeadDim == 128;
+    // Step i's dQ GEMM is issued in step i + 1, so a warpgroup waits for the other's dS^T of the
+    // step before rather than of the current one, and the two warpgroups can drift up to a step
+    // apart: one's softmax then overlaps the other's GEMMs.
+    static constexpr bool kDelayDq = kAccDk && !kDqOwnKeys && kDsBuffers_ == 2 && kHeadDim == 128;
+    // d64's steps are short: loading each column's LSE and D before the GEMMs are issued, and
+    // exponentiating once both S and dP are done, measured +10-19% there against the order wider
+    // heads use (loads after S, exps while dP runs), which in turn is 5-9% faster at d128.
+    static constexpr bool kShortStep = kHeadDim == kMmaM;
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
@@ -130,11 +138,13 @@ enum BarrierId : uint32_t {
     kWarpgroupFirst = 2,  // + consumer: one warpgroup's own
     kDqFullFirst = 4,     // + consumer: its dQ staging is written (the consumer arrives, the dQ warp waits)
     kDqEmptyFirst = 6,    // + consumer: its dQ staging has been read out (the dQ warp arrives)
+    kDsReadyFirst = 8,    // + 2 consumer + parity: dS^T of a step is stored (it arrives, the other waits)
 };
 constexpr int kWarpThreads = 32;
 using ConsumersBarrier = NamedBarrier<2 * kWarpgroupThreads>;
 using WarpgroupBarrier = NamedBarrier<kWarpgroupThreads>;
 using DqStagingBarrier = NamedBarrier<kWarpgroupThreads + kWarpThreads>;  // a consumer + the dQ warp
+using DsReadyBarrier = NamedBarrier<2 * kWarpgroupThreads>;                // one consumer arrives, the other waits
 
 // ---------------------------------------------------------------------------------------
 // Shared memory
@@ -148,11 +158,11 @@ struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::QTile q[Cfg::kStages];
     typename Cfg::QTile dout[Cfg::kStages];
     std::conditional_t<Cfg::kAccDk, typename Cfg::DsTile[Cfg::kDsBuffers], NoTile> ds;
-    std::conditional_t<Cfg::kDqWarp, float[Cfg::kConsumers][Cfg::kDqSlices][Cfg::kDqSliceFloats], NoTile> dq_staging;
     alignas(16) float lse_log2[Cfg::kStages][Cfg::kBlockM];
     alignas(16) float dpsum[Cfg::kStages][Cfg::kBlockM];
     Ring<1> kv_ring;  // K and V arrive once
     Ring<Cfg::kStages> q_ring;
+    std::conditional_t<Cfg::kDqWarp, float[Cfg::kConsumers][Cfg::kDqSlices][Cfg::kDqSliceFloats], NoTile> dq_staging;
 };
 
 template <class Cfg>
@@ -333,12 +343,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         int ds_buf = 0;
         [[maybe_unused]] float dq[Cfg::kDqSlices][kBlockM / 2];
 
-        // A step's GEMMs have completed: free its Q / dO slot and add its dQ.
-        auto finish = [&](int head, int m) {
+        // A step's dV and dK GEMMs have completed: free its Q / dO slot.
+        auto release_stage = [&] {
             ptx::wgmma_fence_operand(dv);
             ptx::wgmma_fence_operand(dk);
             if (lane == 0) smem.q_ring.consumer_release(release_st);
             release_st.advance();
+        };
+        // The dQ GEMM of query block m (head `head`) has completed: add it to the accumulator.
+        auto finish_dq = [&](int head, int m) {
             if constexpr (Cfg::kAccDk) {
 #pragma unroll
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
@@ -351,8 +364,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                         for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
 #pragma unroll
                             for (int i = 0; i < kBlockM / 2; i += 4)
-                                *reinterpret_cast<float4*>(&smem.dq_staging[cw][sl][dq_accum_index(i / 2, tid)]) =
-                                    make_float4(dq[sl][i], dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
+                                ptx::st_shared_v4_f32(&smem.dq_staging[cw][sl][dq_accum_index(i / 2, tid)], dq[sl][i],
+                                                      dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
                         }
                         ptx::fence_proxy_async_shared_cta();  // the bulk reduce reads through the async proxy
                         full.arrive();
@@ -377,6 +390,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             }
         };
 
+        // dQ^T = K^T dS^T for the step whose dS^T is in buffer `buf`.
+        auto issue_dq = [&](int buf) {
+          if constexpr (Cfg::kAccDk) {
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+#pragma unroll
+                for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
+                    mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
+                                                smem.ds[buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
+            }
+            ptx::wgmma_commit_group();
+          }
+        };
+        // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready[c][b].
+        // Two per warpgroup: a warpgroup cannot store twice before the other has waited once
+        // (it would first need the other's next dS^T), so consecutive stores never share a phase.
+        const DsReadyBarrier ds_ready[Cfg::kConsumers][2] = {{{kDsReadyFirst + 0}, {kDsReadyFirst + 1}},
+                                                             {{kDsReadyFirst + 2}, {kDsReadyFirst + 3}}};
+        int parity = 0;
+        struct Previous {
+            int head, m, ds_buf;
+        } previous{-1, -1, 0};  // kDelayDq: the step whose dQ GEMM is still to be issued
+
         // One query block: the five GEMMs, the softmax recomputed from LSE.
         auto step = [&](int head, int m, auto masked) {
             const int stage = read_st.stage;
@@ -384,6 +421,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             read_st.advance();
             float s[kBlockM / 2];
             [[maybe_unused]] float dp[kBlockM / 2];
+            // The previous step's dQ first, once the other warpgroup's dS^T of it is stored (it
+            // was, unless that warpgroup is behind).
+            if constexpr (Cfg::kDelayDq) {
+                if (previous.m >= 0) {
+                    ds_ready[1 - cw][parity ^ 1].sync();
+                    issue_dq(previous.ds_buf);
+                    ptx::wgmma_wait_group<0>();
+                    finish_dq(previous.head, previous.m);
+                }
+                previous = {head, m, ds_buf};
+            }
+
+            // Per query column of the fragment (columns 8j + 2 (lane % 4) + {0, 1}): its LSE and D.
+            float2 lse[kBlockM / 8];
+            [[maybe_unused]] float2 dpsum[kBlockM / 8];
+            auto load_columns = [&] {
+#pragma unroll
+                for (int j = 0; j < kBlockM / 8; ++j) {
+                    lse[j] = ptx::ld_shared_v2_f32(&smem.lse_log2[stage][acc_col(4 * j, lane)]);
+                    if constexpr (Cfg::kAccDk) dpsum[j] = ptx::ld_shared_v2_f32(&smem.dpsum[stage][acc_col(4 * j, lane)]);
+                }
+            };
+            if constexpr (Cfg::kShortStep) load_columns();
 
             // S^T = K_w Q^T and dP^T = V_w dO^T, issued together; P^T is computed while dP^T runs.
             ptx::wgmma_fence();
@@ -399,13 +459,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                                              smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
                 ptx::wgmma_commit_group();
             }
-            if constexpr (Cfg::kAccDk) ptx::wgmma_wait_group<1>();
+            if constexpr (Cfg::kAccDk && !Cfg::kShortStep) ptx::wgmma_wait_group<1>();  // S^T; dP^T may still run
             else ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operand(s);
+
+            if constexpr (!Cfg::kShortStep) load_columns();
             if constexpr (decltype(masked)::value) p.mask.apply_transposed<kBlockM>(s, first_key, m * kBlockM);
-            const float* lse = smem.lse_log2[stage];
+            auto column = [](const float2 (&v)[kBlockM / 8], int i) { return i % 2 == 0 ? v[i / 4].x : v[i / 4].y; };
 #pragma unroll
-            for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -lse[acc_col(i, lane)]));
+            for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -column(lse, i)));
 
             uint32_t pf[kBlockM / Elem::kMmaK][4];
             acc_to_a_fragment<Elem, kBlockM>(s, pf);
@@ -424,15 +486,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if constexpr (Cfg::kAccDv && Cfg::kEarlyDv) ptx::wgmma_wait_group<1>();  // dP^T; dV may still run
                 else ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operand(dp);
-                const float* dpsum = smem.dpsum[stage];
 #pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - dpsum[acc_col(i, lane)]);  // dS^T
+                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - column(dpsum, i));  // dS^T
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
                 // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
                 // the previous step must be done reading it.
                 if constexpr (Cfg::kDsBuffers == 1 && !Cfg::kDqOwnKeys) consumers.sync();
                 store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
                 store_fence();
+                if constexpr (Cfg::kDelayDq) ds_ready[cw][parity].arrive();
                 // dK += dS^T Q, dS^T from registers (after dV when that is not issued early).
                 ptx::wgmma_fence();
                 if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv();
@@ -443,28 +505,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             }
 
             // dQ^T = K^T dS^T once the dS^T rows it reads are in shared memory.
-            if constexpr (Cfg::kAccDk) {
+            if constexpr (Cfg::kAccDk && !Cfg::kDelayDq) {
                 if constexpr (Cfg::kDqOwnKeys) own_warpgroup.sync();
                 else consumers.sync();
-                ptx::wgmma_fence();
-#pragma unroll
-                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
-#pragma unroll
-                    for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
-                        mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
-                                                    smem.ds[ds_buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
-                }
-                ptx::wgmma_commit_group();
-                if constexpr (Cfg::kDsBuffers == 2) ds_buf ^= 1;
+                issue_dq(ds_buf);
             }
             ptx::wgmma_wait_group<0>();
-            finish(head, m);
+            release_stage();
+            if constexpr (!Cfg::kDelayDq) finish_dq(head, m);
+            if constexpr (Cfg::kAccDk && Cfg::kDsBuffers == 2) ds_buf ^= 1;
+            parity ^= 1;
         };
 
         for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
             int m = m_begin;
             for (; m < m_unmasked && m < p.num_m_blocks; ++m) step(head, m, std::true_type{});
             for (; m < p.num_m_blocks; ++m) step(head, m, std::false_type{});
+        }
+        if constexpr (Cfg::kDelayDq) {  // the last step's dQ
+            ds_ready[1 - cw][parity ^ 1].sync();
+            issue_dq(previous.ds_buf);
+            ptx::wgmma_wait_group<0>();
+            finish_dq(previous.head, previous.m);
         }
 
 
