@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "hattn.h"
@@ -60,7 +61,7 @@ void set_contiguous_qkvo(Params& p, const void* q, const void* k, const void* v,
     p.seqlen_q = seqlen_q;
     p.seqlen_k = seqlen_k;
     p.head_dim = head_dim;
-    p.dtype = dtype;
+    std::memcpy(&p.dtype, &dtype, sizeof(p.dtype));  // as given, even a value no enumerator names
     const Strides q_like = contiguous_strides(seqlen_q, heads_q, head_dim);
     const Strides kv_like = contiguous_strides(seqlen_k, heads_kv, head_dim);
     set_strides(q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
@@ -80,7 +81,7 @@ Shape shape_of(const Params& p) {
     s.seqlen_q = p.seqlen_q;
     s.seqlen_k = p.seqlen_k;
     s.head_dim = p.head_dim;
-    s.dtype = p.dtype;
+    s.dtype = enum_value(p.dtype);
     return s;
 }
 

@@ -32,19 +32,20 @@ constexpr unsigned kAblationFlags = HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_W
 constexpr unsigned kKnownFlags = kAblationFlags;
 // The ablation variants are only instantiated for this shape (see src/host/fwd_launch_d128.cu).
 constexpr int kAblationHeadDim = 128;
-constexpr hattn_dtype kAblationDtype = HATTN_DTYPE_BF16;
+constexpr int kAblationDtype = HATTN_DTYPE_BF16;
 
 #define HATTN_STRINGIFY_(x) #x
 #define HATTN_STRINGIFY(x) HATTN_STRINGIFY_(x)
 constexpr const char* kVersionString = HATTN_STRINGIFY(HATTN_VERSION_MAJOR) "." HATTN_STRINGIFY(
     HATTN_VERSION_MINOR) "." HATTN_STRINGIFY(HATTN_VERSION_PATCH);
 
-Failure check_ablation_flags(const hattn_fwd_params& p) {
-    if ((p.flags & kAblationFlags) != 0 && (p.head_dim != kAblationHeadDim || p.dtype != kAblationDtype)) {
+// Runs after the dtype check: s.dtype is bf16 or fp16 here.
+Failure check_ablation_flags(unsigned flags, const Shape& s) {
+    if ((flags & kAblationFlags) != 0 && (s.head_dim != kAblationHeadDim || s.dtype != kAblationDtype)) {
         return fail(HATTN_ERROR_INVALID_FLAGS,
                     format("flags: the ablation variants (HATTN_FWD_NO_PINGPONG, HATTN_FWD_NO_INTRA_WG_OVERLAP) are "
                            "built only for head_dim 128 with bf16, got head_dim = %d %s",
-                           p.head_dim, p.dtype == HATTN_DTYPE_BF16 ? "bf16" : "fp16"));
+                           s.head_dim, s.dtype == HATTN_DTYPE_BF16 ? "bf16" : "fp16"));
     }
     return {};
 }
@@ -67,7 +68,7 @@ Failure validate(const hattn_fwd_params* params) {
                          [&] { return check_rows_do_not_overlap(s, views[3]); },
                          [&] { return check_scale(p.softmax_scale); },
                          [&] { return check_unknown_flags(p.flags, kKnownFlags); },
-                         [&] { return check_ablation_flags(p); });
+                         [&] { return check_ablation_flags(p.flags, s); });
 }
 
 hattn::fwd::FwdArgs make_args(const hattn_fwd_params& p) {
@@ -120,7 +121,7 @@ hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream) {
 }
 
 const char* hattn_status_string(hattn_status status) {
-    switch (status) {
+    switch (enum_value(status)) {  // any int: callers may pass a value no enumerator names
         case HATTN_SUCCESS: return "success";
         case HATTN_ERROR_NULL_PARAMS: return "the params pointer is NULL";
         case HATTN_ERROR_NULL_POINTER: return "a required tensor pointer (q, k, v, o; backward: dout, lse, dq, dk, dv) is NULL";

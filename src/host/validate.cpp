@@ -90,7 +90,7 @@ Failure check_not_null(Tensors views) {
 Failure check_dtype_and_head_dim(const Shape& s) {
     if (s.dtype != HATTN_DTYPE_BF16 && s.dtype != HATTN_DTYPE_FP16) {
         return fail(HATTN_ERROR_UNSUPPORTED_DTYPE,
-                    format("dtype = %d is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)", static_cast<int>(s.dtype)));
+                    format("dtype = %d is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)", s.dtype));
     }
     if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256) {
         return fail(HATTN_ERROR_UNSUPPORTED_HEAD_DIM,

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "hattn.h"
@@ -39,10 +40,20 @@ struct Failure {
 
 Failure fail(hattn_status status, std::string message);
 
+// The integer a C enum field holds. A C caller may store any int in it, but in C++ reading a value
+// outside the enumerators' range through the enum type is undefined: read the bits instead.
+template <class Enum>
+int enum_value(const Enum& e) {
+    static_assert(sizeof(Enum) == sizeof(int), "hattn's C enums are int-sized");
+    int value;
+    std::memcpy(&value, &e, sizeof(value));
+    return value;
+}
+
 // The sizes both params structs carry.
 struct Shape {
     int batch = 0, heads_q = 0, heads_kv = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
-    hattn_dtype dtype = HATTN_DTYPE_BF16;
+    int dtype = HATTN_DTYPE_BF16;  // enum_value(params.dtype): not necessarily a hattn_dtype
 };
 
 // One [batch, seqlen, heads, head_dim] tensor as the params describe it.
