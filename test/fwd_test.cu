@@ -68,16 +68,9 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-// Where one [b, s, h, d] tensor lives: a buffer, an element offset into it, and strides.
-struct Placement {
-    int buffer = 0;
-    int64_t offset = 0;
-    int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
-
-    int64_t index(int b, int s, int h, int c) const {
-        return offset + b * batch_stride + s * seq_stride + h * head_stride + c;
-    }
-};
+using hattn::test::DeviceMemory;
+using hattn::test::extent;
+using hattn::test::Placement;
 
 struct Layouts {
     Placement q, k, v, o;
@@ -137,23 +130,6 @@ Layouts make_layouts(const Case& c) {
     }
     return l;
 }
-
-// One past the last element a placement addresses.
-int64_t extent(const Placement& p, int batch, int seqlen, int heads, int d) {
-    return p.index(batch - 1, seqlen - 1, heads - 1, d - 1) + 1;
-}
-
-struct DeviceMemory {
-    void* ptr = nullptr;
-    explicit DeviceMemory(size_t bytes) {
-        if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
-    }
-    ~DeviceMemory() {
-        if (ptr != nullptr) cudaFree(ptr);
-    }
-    DeviceMemory(const DeviceMemory&) = delete;
-    DeviceMemory& operator=(const DeviceMemory&) = delete;
-};
 
 // Fills every element of one tensor (not the padding) with the case's distribution.
 void fill_tensor(std::vector<uint16_t>& buf, const Placement& p, int batch, int seqlen, int heads, int d,

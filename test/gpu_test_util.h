@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "host/device_info.h"
@@ -11,6 +13,35 @@
 namespace hattn::test {
 
 using hattn::host::hopper_unavailable_reason;
+
+// A device allocation freed on scope exit (ptr is NULL if cudaMalloc failed).
+struct DeviceMemory {
+    void* ptr = nullptr;
+    explicit DeviceMemory(size_t bytes) {
+        if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
+    }
+    ~DeviceMemory() {
+        if (ptr != nullptr) cudaFree(ptr);
+    }
+    DeviceMemory(const DeviceMemory&) = delete;
+    DeviceMemory& operator=(const DeviceMemory&) = delete;
+};
+
+// Where one [b, s, h, d] tensor lives: a buffer, an element offset into it, and strides.
+struct Placement {
+    int buffer = 0;
+    int64_t offset = 0;
+    int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
+
+    int64_t index(int b, int s, int h, int c) const {
+        return offset + b * batch_stride + s * seq_stride + h * head_stride + c;
+    }
+};
+
+// One past the last element a placement addresses.
+inline int64_t extent(const Placement& p, int batch, int seqlen, int heads, int d) {
+    return p.index(batch - 1, seqlen - 1, heads - 1, d - 1) + 1;
+}
 
 }  // namespace hattn::test
 

@@ -84,19 +84,20 @@ __device__ __forceinline__ void load_rows(float (*dst)[kPitch], const uint16_t* 
     }
 }
 
-// acc[r] += own[r] . streamed for the warp's kRows own rows (broadcast reads) and one streamed row
-// per lane (float4 reads of a padded row).
-template <int kHeadDim, int kRows, int kOwnPitch>
+// acc[r] += own[r] . streamed (kAbs: |own[r]| . |streamed|) for the warp's kRows own rows
+// (broadcast reads) and one streamed row per lane (float4 reads of a padded row).
+template <int kHeadDim, bool kAbs, int kRows, int kOwnPitch>
 __device__ __forceinline__ void dot_rows(const float (*own)[kOwnPitch], const float* streamed, float (&acc)[kRows]) {
+    auto f = [](float x) { return kAbs ? fabsf(x) : x; };
     for (int c = 0; c < kHeadDim; c += 4) {
         const float4 x = *reinterpret_cast<const float4*>(streamed + c);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
             const float4 y = *reinterpret_cast<const float4*>(&own[r][c]);
-            acc[r] = fmaf(y.x, x.x, acc[r]);
-            acc[r] = fmaf(y.y, x.y, acc[r]);
-            acc[r] = fmaf(y.z, x.z, acc[r]);
-            acc[r] = fmaf(y.w, x.w, acc[r]);
+            acc[r] = fmaf(f(y.x), f(x.x), acc[r]);
+            acc[r] = fmaf(f(y.y), f(x.y), acc[r]);
+            acc[r] = fmaf(f(y.z), f(x.z), acc[r]);
+            acc[r] = fmaf(f(y.w), f(x.w), acc[r]);
         }
     }
 }
@@ -138,6 +139,24 @@ __device__ __forceinline__ void zero(float (&acc)[kRows][kHeadDim / kWarpSize]) 
 #pragma unroll
         for (int t = 0; t < kHeadDim / kWarpSize; ++t) acc[r][t] = 0.f;
     }
+}
+
+// The kernel's dynamic shared memory as its layout struct (float4: 16-byte alignment for the
+// vector reads).
+template <class Shared>
+__device__ __forceinline__ Shared& shared_as() {
+    extern __shared__ float4 smem_raw[];
+    return *reinterpret_cast<Shared*>(smem_raw);
+}
+
+// This thread's warp and lane, and its block's first row, head and batch (grid x, y, z).
+struct BlockPosition {
+    int warp, lane, first_row, head, batch;
+};
+
+__device__ __forceinline__ BlockPosition block_position(int rows_per_block) {
+    return {static_cast<int>(threadIdx.x) / kWarpSize, static_cast<int>(threadIdx.x) % kWarpSize,
+            static_cast<int>(blockIdx.x) * rows_per_block, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
 }
 
 // A 16-bit tensor's element `offset` (in elements from its base pointer).
@@ -202,16 +221,10 @@ struct FwdShared {
 template <int kHeadDim, bool kIsBf16>
 __global__ void __launch_bounds__(kThreads, 1) reference_fwd_kernel(const FwdKernelArgs a) {
     constexpr int kColsPerLane = kHeadDim / kWarpSize;
-    extern __shared__ float4 smem_raw[];  // float4: 16-byte alignment for the vector reads
-    auto& s = *reinterpret_cast<FwdShared<kHeadDim>*>(smem_raw);
+    auto& s = shared_as<FwdShared<kHeadDim>>();
     const hattn_fwd_params& p = a.p;
-
-    const int warp = threadIdx.x / kWarpSize;
-    const int lane = threadIdx.x % kWarpSize;
-    const int row0 = blockIdx.x * kRowsPerBlock;
-    const int head = blockIdx.y;
+    const auto [warp, lane, row0, head, batch] = block_position(kRowsPerBlock);
     const int kv_head = head / a.group;
-    const int batch = blockIdx.z;
 
     const uint16_t* q = tensor(p.q, batch * p.q_batch_stride + head * p.q_head_stride);
     const uint16_t* k = tensor(p.k, batch * p.k_batch_stride + kv_head * p.k_head_stride);
@@ -243,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) reference_fwd_kernel(const FwdKer
 
         // Scores of key (tile + lane) against this warp's rows.
         float score[kRowsPerWarp] = {};
-        dot_rows<kHeadDim>(&s.q[warp * kRowsPerWarp], &s.k[lane][0], score);
+        dot_rows<kHeadDim, false>(&s.q[warp * kRowsPerWarp], &s.k[lane][0], score);
 
         // Online softmax, one row at a time.
         const int j = tile + lane;
@@ -327,18 +340,19 @@ __global__ void __launch_bounds__(kThreads) reference_bwd_rowsum_kernel(const ha
     }
 }
 
-// dS and its error weight for one (row, key) pair; p = 0 for a pair the mask hides.
+// P, dS and their error weights for one (row, key) pair; all 0 for a pair the mask hides.
 struct DsTerms {
-    float p, ds, weight;
+    float p, ds, ds_abs, cancel;
 };
 
-__device__ __forceinline__ DsTerms ds_terms(bool visible, float score, float dp, float lse, float d, float d_abs,
-                                            float scale) {
-    DsTerms t{0.f, 0.f, 0.f};
+__device__ __forceinline__ DsTerms ds_terms(bool visible, float score, float dp, float dp_abs, float lse, float d,
+                                            float d_abs, float scale) {
+    DsTerms t{0.f, 0.f, 0.f, 0.f};
     if (visible) {
         t.p = expf(scale * score - lse);
         t.ds = t.p * (dp - d);
-        t.weight = fabsf(t.ds) + t.p * d_abs;
+        t.ds_abs = fabsf(t.ds);
+        t.cancel = t.p * (dp_abs + d_abs);
     }
     return t;
 }
@@ -350,24 +364,19 @@ struct DqShared {
     float k[kTileRows][kHeadDim + kRowPad];
     float v[kTileRows][kHeadDim + kRowPad];
     float ds[kWarps][kRowsPerWarp][kTileRows];
-    float weight[kWarps][kRowsPerWarp][kTileRows];
+    float ds_abs[kWarps][kRowsPerWarp][kTileRows];
+    float cancel[kWarps][kRowsPerWarp][kTileRows];
 };
 
 // dQ_i = scale sum_j dS_ij k_j: one block per (32 query rows, query head, batch), keys streamed.
 template <int kHeadDim, bool kIsBf16>
 __global__ void __launch_bounds__(kThreads, 1) reference_dq_kernel(const BwdKernelArgs a) {
     constexpr int kColsPerLane = kHeadDim / kWarpSize;
-    extern __shared__ float4 smem_raw[];
-    auto& s = *reinterpret_cast<DqShared<kHeadDim>*>(smem_raw);
+    auto& s = shared_as<DqShared<kHeadDim>>();
     const hattn_bwd_params& p = a.p;
     const bool causal = p.causal != 0;
-
-    const int warp = threadIdx.x / kWarpSize;
-    const int lane = threadIdx.x % kWarpSize;
-    const int row0 = blockIdx.x * kRowsPerBlock;
-    const int head = blockIdx.y;
+    const auto [warp, lane, row0, head, batch] = block_position(kRowsPerBlock);
     const int kv_head = head / a.group;
-    const int batch = blockIdx.z;
 
     load_rows<kIsBf16, kRowsPerBlock, kHeadDim>(s.q, tensor(p.q, batch * p.q_batch_stride + head * p.q_head_stride),
                                                 p.q_seq_stride, row0, p.seqlen_q);
@@ -392,29 +401,34 @@ __global__ void __launch_bounds__(kThreads, 1) reference_dq_kernel(const BwdKern
     const int last_row = min(row0 + kRowsPerBlock, p.seqlen_q) - 1;
     const int block_key_end = key_end(last_row, p.seqlen_q, p.seqlen_k, causal);
 
-    float dq[kRowsPerWarp][kColsPerLane], dq_weight[kRowsPerWarp][kColsPerLane];
+    float dq[kRowsPerWarp][kColsPerLane], dq_weight[kRowsPerWarp][kColsPerLane], dq_cancel[kRowsPerWarp][kColsPerLane];
     zero<kHeadDim, kRowsPerWarp>(dq);
     zero<kHeadDim, kRowsPerWarp>(dq_weight);
+    zero<kHeadDim, kRowsPerWarp>(dq_cancel);
     for (int tile = 0; tile < block_key_end; tile += kTileRows) {
         __syncthreads();  // the previous tile is no longer read (and Q, dO are written)
         load_rows<kIsBf16, kTileRows, kHeadDim>(s.k, k, p.k_seq_stride, tile, p.seqlen_k);
         load_rows<kIsBf16, kTileRows, kHeadDim>(s.v, v, p.v_seq_stride, tile, p.seqlen_k);
         __syncthreads();
 
-        // Key (tile + lane) against this warp's rows: q . k and dO . v.
-        float score[kRowsPerWarp] = {}, dp[kRowsPerWarp] = {};
-        dot_rows<kHeadDim>(&s.q[warp * kRowsPerWarp], &s.k[lane][0], score);
-        dot_rows<kHeadDim>(&s.dout[warp * kRowsPerWarp], &s.v[lane][0], dp);
+        // Key (tile + lane) against this warp's rows: q . k, dO . v and |dO| . |v|.
+        float score[kRowsPerWarp] = {}, dp[kRowsPerWarp] = {}, dp_abs[kRowsPerWarp] = {};
+        dot_rows<kHeadDim, false>(&s.q[warp * kRowsPerWarp], &s.k[lane][0], score);
+        dot_rows<kHeadDim, false>(&s.dout[warp * kRowsPerWarp], &s.v[lane][0], dp);
+        dot_rows<kHeadDim, true>(&s.dout[warp * kRowsPerWarp], &s.v[lane][0], dp_abs);
         const int j = tile + lane;
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
-            const DsTerms t = ds_terms(j < row_key_end[r], score[r], dp[r], lse[r], d[r], d_abs[r], a.scale);
+            const DsTerms t =
+                ds_terms(j < row_key_end[r], score[r], dp[r], dp_abs[r], lse[r], d[r], d_abs[r], a.scale);
             s.ds[warp][r][lane] = t.ds;
-            s.weight[warp][r][lane] = t.weight;
+            s.ds_abs[warp][r][lane] = t.ds_abs;
+            s.cancel[warp][r][lane] = t.cancel;
         }
         __syncwarp();
         accumulate_rows<kHeadDim, kRowsPerWarp, false>(s.ds[warp], s.k, lane, dq);
-        accumulate_rows<kHeadDim, kRowsPerWarp, true>(s.weight[warp], s.k, lane, dq_weight);
+        accumulate_rows<kHeadDim, kRowsPerWarp, true>(s.ds_abs[warp], s.k, lane, dq_weight);
+        accumulate_rows<kHeadDim, kRowsPerWarp, true>(s.cancel[warp], s.k, lane, dq_cancel);
     }
 
     const int first = row0 + warp * kRowsPerWarp;
@@ -423,6 +437,7 @@ __global__ void __launch_bounds__(kThreads, 1) reference_dq_kernel(const BwdKern
     const int64_t offset = ((static_cast<int64_t>(batch) * p.seqlen_q + first) * p.heads_q + head) * kHeadDim;
     store_rows<kHeadDim>(a.out.dq + offset, row_elems, valid, lane, a.scale, dq);
     if (a.out.dq_weight != nullptr) store_rows<kHeadDim>(a.out.dq_weight + offset, row_elems, valid, lane, a.scale, dq_weight);
+    if (a.out.dq_cancel != nullptr) store_rows<kHeadDim>(a.out.dq_cancel + offset, row_elems, valid, lane, a.scale, dq_cancel);
 }
 
 // Keys per warp in the dK/dV kernel: four accumulators per key (dK, dV and their weights).
@@ -438,7 +453,8 @@ struct DkvShared {
     float lse[kTileRows], d[kTileRows], d_abs[kTileRows];
     float p[kWarps][kKeysPerWarp][kTileRows];
     float ds[kWarps][kKeysPerWarp][kTileRows];
-    float weight[kWarps][kKeysPerWarp][kTileRows];
+    float ds_abs[kWarps][kKeysPerWarp][kTileRows];
+    float cancel[kWarps][kKeysPerWarp][kTileRows];
 };
 
 // dK_j = scale sum_(h,i) dS_ij q_i and dV_j = sum_(h,i) P_ij dO_i: one block per (16 keys, KV head,
@@ -446,16 +462,10 @@ struct DkvShared {
 template <int kHeadDim, bool kIsBf16>
 __global__ void __launch_bounds__(kThreads, 1) reference_dkv_kernel(const BwdKernelArgs a) {
     constexpr int kColsPerLane = kHeadDim / kWarpSize;
-    extern __shared__ float4 smem_raw[];
-    auto& s = *reinterpret_cast<DkvShared<kHeadDim>*>(smem_raw);
+    auto& s = shared_as<DkvShared<kHeadDim>>();
     const hattn_bwd_params& p = a.p;
     const bool causal = p.causal != 0;
-
-    const int warp = threadIdx.x / kWarpSize;
-    const int lane = threadIdx.x % kWarpSize;
-    const int key0 = blockIdx.x * kKeysPerBlock;
-    const int kv_head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const auto [warp, lane, key0, kv_head, batch] = block_position(kKeysPerBlock);
 
     load_rows<kIsBf16, kKeysPerBlock, kHeadDim>(
         s.k, tensor(p.k, batch * p.k_batch_stride + kv_head * p.k_head_stride), p.k_seq_stride, key0, p.seqlen_k);
@@ -466,10 +476,12 @@ __global__ void __launch_bounds__(kThreads, 1) reference_dkv_kernel(const BwdKer
 
     float dk[kKeysPerWarp][kColsPerLane], dv[kKeysPerWarp][kColsPerLane];
     float dk_weight[kKeysPerWarp][kColsPerLane], dv_weight[kKeysPerWarp][kColsPerLane];
+    float dk_cancel[kKeysPerWarp][kColsPerLane];
     zero<kHeadDim, kKeysPerWarp>(dk);
     zero<kHeadDim, kKeysPerWarp>(dv);
     zero<kHeadDim, kKeysPerWarp>(dk_weight);
     zero<kHeadDim, kKeysPerWarp>(dv_weight);
+    zero<kHeadDim, kKeysPerWarp>(dk_cancel);
     for (int head = kv_head * a.group; head < (kv_head + 1) * a.group; ++head) {
         const uint16_t* q = tensor(p.q, batch * p.q_batch_stride + head * p.q_head_stride);
         const uint16_t* dout = tensor(p.dout, batch * p.do_batch_stride + head * p.do_head_stride);
@@ -487,25 +499,29 @@ __global__ void __launch_bounds__(kThreads, 1) reference_dkv_kernel(const BwdKer
             }
             __syncthreads();
 
-            // Query row (tile + lane) against this warp's keys: k . q and v . dO.
-            float score[kKeysPerWarp] = {}, dp[kKeysPerWarp] = {};
-            dot_rows<kHeadDim>(&s.k[warp * kKeysPerWarp], &s.q[lane][0], score);
-            dot_rows<kHeadDim>(&s.v[warp * kKeysPerWarp], &s.dout[lane][0], dp);
+            // Query row (tile + lane) against this warp's keys: k . q, v . dO and |v| . |dO|.
+            float score[kKeysPerWarp] = {}, dp[kKeysPerWarp] = {}, dp_abs[kKeysPerWarp] = {};
+            dot_rows<kHeadDim, false>(&s.k[warp * kKeysPerWarp], &s.q[lane][0], score);
+            dot_rows<kHeadDim, false>(&s.v[warp * kKeysPerWarp], &s.dout[lane][0], dp);
+            dot_rows<kHeadDim, true>(&s.v[warp * kKeysPerWarp], &s.dout[lane][0], dp_abs);
             const int i = tile + lane;
             const int row_end = i < p.seqlen_q ? key_end(i, p.seqlen_q, p.seqlen_k, causal) : 0;
 #pragma unroll
             for (int r = 0; r < kKeysPerWarp; ++r) {
                 const int j = key0 + warp * kKeysPerWarp + r;
-                const DsTerms t = ds_terms(j < row_end, score[r], dp[r], s.lse[lane], s.d[lane], s.d_abs[lane], a.scale);
+                const DsTerms t = ds_terms(j < row_end, score[r], dp[r], dp_abs[r], s.lse[lane], s.d[lane],
+                                           s.d_abs[lane], a.scale);
                 s.p[warp][r][lane] = t.p;
                 s.ds[warp][r][lane] = t.ds;
-                s.weight[warp][r][lane] = t.weight;
+                s.ds_abs[warp][r][lane] = t.ds_abs;
+                s.cancel[warp][r][lane] = t.cancel;
             }
             __syncwarp();
             accumulate_rows<kHeadDim, kKeysPerWarp, false>(s.p[warp], s.dout, lane, dv);
             accumulate_rows<kHeadDim, kKeysPerWarp, true>(s.p[warp], s.dout, lane, dv_weight);
             accumulate_rows<kHeadDim, kKeysPerWarp, false>(s.ds[warp], s.q, lane, dk);
-            accumulate_rows<kHeadDim, kKeysPerWarp, true>(s.weight[warp], s.q, lane, dk_weight);
+            accumulate_rows<kHeadDim, kKeysPerWarp, true>(s.ds_abs[warp], s.q, lane, dk_weight);
+            accumulate_rows<kHeadDim, kKeysPerWarp, true>(s.cancel[warp], s.q, lane, dk_cancel);
         }
     }
 
@@ -518,6 +534,7 @@ __global__ void __launch_bounds__(kThreads, 1) reference_dkv_kernel(const BwdKer
     store_rows<kHeadDim>(out.dv + offset, row_elems, valid, lane, 1.f, dv);
     if (out.dk_weight != nullptr) store_rows<kHeadDim>(out.dk_weight + offset, row_elems, valid, lane, a.scale, dk_weight);
     if (out.dv_weight != nullptr) store_rows<kHeadDim>(out.dv_weight + offset, row_elems, valid, lane, 1.f, dv_weight);
+    if (out.dk_cancel != nullptr) store_rows<kHeadDim>(out.dk_cancel + offset, row_elems, valid, lane, a.scale, dk_cancel);
 }
 
 }  // namespace

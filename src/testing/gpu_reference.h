@@ -30,15 +30,16 @@ cudaError_t reference_fwd(const hattn_fwd_params& params, float* o, float* lse, 
 // same fp32-accumulation bound as the forward's; fed to numerics::bwd_gradient_tolerance.
 constexpr double kGpuReferenceBwdRelError = 1e-5;
 
-// Where reference_bwd writes, all fp32 and packed: dq as [batch, seqlen_q, heads_q, head_dim], the
-// others as [batch, seqlen_k, heads_kv, head_dim]. The weights are optional (NULL: not computed):
-// per element, the sum of the magnitudes of the terms whose 16-bit rounding a kernel's error
-// scales with (numerics::bwd_gradient_tolerance explains them):
+// Where reference_bwd writes, all fp32 and packed: dq* as [batch, seqlen_q, heads_q, head_dim], the
+// others as [batch, seqlen_k, heads_kv, head_dim]. The weights are optional (NULL: not computed);
+// they are those of hattn::test::reference_attention_backward_fp64 (src/testing/cpu_reference.h),
+// which numerics::bwd_gradient_tolerance explains:
 //   dv_weight[j, c] = sum_(h, i) P_ij |dO_i[c]|
-//   dk_weight[j, c] = scale * sum_(h, i) (|dS_ij| + P_ij Dabs_i) |q_i[c]|
-//   dq_weight[i, c] = scale * sum_j (|dS_ij| + P_ij Dabs_i) |k_j[c]|
-// with Dabs_i = sum_c |dO_i[c] O_i[c]|, (h, i) running over the query heads of the KV head's group
-// and the rows that see key j.
+//   dk_weight[j, c] = scale * sum_(h, i) |dS_ij| |q_i[c]|
+//   dq_weight[i, c] = scale * sum_j |dS_ij| |k_j[c]|
+//   dk_cancel[j, c] = scale * sum_(h, i) P_ij (|dO_i| . |v_j| + |dO_i| . |O_i|) |q_i[c]|
+//   dq_cancel[i, c] = scale * sum_j P_ij (|dO_i| . |v_j| + |dO_i| . |O_i|) |k_j[c]|
+// with (h, i) running over the query heads of the KV head's group and the rows that see key j.
 struct BwdReferenceOutputs {
     float* dq = nullptr;
     float* dk = nullptr;
@@ -46,6 +47,8 @@ struct BwdReferenceOutputs {
     float* dq_weight = nullptr;
     float* dk_weight = nullptr;
     float* dv_weight = nullptr;
+    float* dq_cancel = nullptr;
+    float* dk_cancel = nullptr;
 };
 
 // The backward for the forward that produced params.o and params.lse: reads q, k, v, o, dout and
