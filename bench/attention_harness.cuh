@@ -14,11 +14,18 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
+#include "hattn.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "host/device_info.h"
+#include "testing/device_random.cuh"
 
 namespace hattn::bench {
 
@@ -47,6 +54,16 @@ struct Shape {
     }
 };
 
+// The sweep's shapes (no flags): head dim, then mask, then seqlen.
+template <class F>
+void for_each_sweep_shape(F f) {
+    for (int head_dim : kHeadDims) {
+        for (bool causal : {false, true}) {
+            for (int seqlen : kSeqlens) f(Shape{head_dim, seqlen, causal, 0u});
+        }
+    }
+}
+
 // "<family>/bf16/d128/s4096/b4/h16/causal"
 inline std::string shape_name(const char* family, const Shape& shape) {
     return std::string(family) + "/bf16/d" + std::to_string(shape.head_dim) + "/s" + std::to_string(shape.seqlen) +
@@ -72,6 +89,76 @@ __global__ void spin_kernel(long long cycles) {
 
 inline std::string cuda_error(const char* what, cudaError_t rc) {
     return std::string(what) + ": " + cudaGetErrorString(rc);
+}
+
+// Device memory and a stream shared by every benchmark of one executable, set up on first use (so
+// listing the benchmarks touches no GPU) and released when main returns.
+class DeviceArena {
+public:
+    // `setup` allocates and fills through the arena; it runs once, after the GPU check and the
+    // stream, and returns an error message or "".
+    explicit DeviceArena(std::function<std::string(DeviceArena&)> setup) : setup_(std::move(setup)) {}
+    DeviceArena(const DeviceArena&) = delete;
+    DeviceArena& operator=(const DeviceArena&) = delete;
+    ~DeviceArena() {
+        for (void* p : allocations_) cudaFree(p);
+        if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    }
+
+    // Empty on success; otherwise the reason every benchmark should be skipped.
+    const std::string& prepare() {
+        if (!prepared_) {
+            prepared_ = true;
+            error_ = set_up();
+        }
+        return error_;
+    }
+
+    // `bytes` of device memory, freed with the arena; "" or the error.
+    std::string allocate(void** slot, size_t bytes) {
+        const cudaError_t rc = cudaMalloc(slot, bytes);
+        if (rc != cudaSuccess) return cuda_error("cudaMalloc", rc);
+        allocations_.push_back(*slot);
+        return {};
+    }
+
+    // One bf16 [b, s, h, d] tensor of the sweep filled with N(0, 1) values generated on the GPU
+    // (never zeros: they run faster than real data); "" or the error.
+    std::string random_tensor(void** slot, uint32_t seed) {
+        if (std::string e = allocate(slot, size_t(kTensorElements) * 2); !e.empty()) return e;
+        const cudaError_t rc = hattn::testing::fill_normal(*slot, kTensorElements, HATTN_DTYPE_BF16, seed, 1.0f, stream_);
+        return rc == cudaSuccess ? std::string() : cuda_error("fill_normal", rc);
+    }
+
+    cudaStream_t stream() const { return stream_; }
+
+private:
+    std::string set_up() {
+        std::string reason = hattn::host::hopper_unavailable_reason();
+        if (!reason.empty()) return reason;
+        cudaError_t rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+        if (rc != cudaSuccess) return cuda_error("cudaStreamCreateWithFlags", rc);
+        if (std::string e = setup_(*this); !e.empty()) return e;
+        if ((rc = cudaStreamSynchronize(stream_)) != cudaSuccess) return cuda_error("input fill", rc);
+        return {};
+    }
+
+    std::function<std::string(DeviceArena&)> setup_;
+    bool prepared_ = false;
+    std::string error_;
+    cudaStream_t stream_ = nullptr;
+    std::vector<void*> allocations_;
+};
+
+// "<api> failed: <status> (<validation message>) [<CUDA error>]"
+template <class Params>
+std::string launch_error(const char* api, const Params& params, hattn_status status,
+                         hattn_status (*validate)(const Params*, char*, size_t)) {
+    std::string message = std::string(api) + " failed: " + hattn_status_string(status);
+    char detail[256] = {};
+    if (validate(&params, detail, sizeof(detail)) != HATTN_SUCCESS) message += std::string(" (") + detail + ")";
+    if (status == HATTN_ERROR_CUDA) message += std::string(" [") + cudaGetErrorString(cudaGetLastError()) + "]";
+    return message;
 }
 
 // A pair of timing events, destroyed with the benchmark run that created them.

@@ -23,15 +23,11 @@
 #include <vector>
 
 #include "attention_harness.cuh"
-#include "testing/device_random.cuh"
 #include "hattn.h"
-#include "host/device_info.h"
 
 namespace {
 
 using hattn::bench::cuda_error;
-using hattn::bench::kHeadDims;
-using hattn::bench::kSeqlens;
 using hattn::bench::Shape;
 using hattn::bench::shape_name;
 
@@ -44,8 +40,7 @@ constexpr uint32_t kSeed = 0xb3d51234u;
 // Backward FLOPs per forward FLOP: S, dP, dV, dK and dQ against the forward's S and O.
 constexpr double kBackwardFlopsPerForwardFlop = 2.5;
 
-// Device memory and a stream shared by every benchmark, created on first use (so listing the
-// benchmarks touches no GPU) and released when main returns.
+// The sweep's buffers: kInputSets sets of Q, K, V, dO, O and LSE; one dQ, dK, dV; the workspace.
 class Workspace {
 public:
     static constexpr int64_t kElements = hattn::bench::kTensorElements;
@@ -60,21 +55,14 @@ public:
     Workspace(const Workspace&) = delete;
     Workspace& operator=(const Workspace&) = delete;
     ~Workspace() {
-        for (void* p : allocations_) cudaFree(p);
         if (workspace_ != nullptr) cudaFree(workspace_);
-        if (stream_ != nullptr) cudaStreamDestroy(stream_);
     }
 
     // Empty on success; otherwise the reason every benchmark should be skipped.
-    const std::string& prepare() {
-        if (!prepared_) {
-            prepared_ = true;
-            error_ = allocate_and_fill();
-        }
-        return error_;
-    }
+    const std::string& prepare() { return arena_.prepare(); }
 
     // At least `bytes` of workspace (256-byte aligned: cudaMalloc); NULL on failure (*error set).
+    // Grown between benchmarks only, when no launch is in flight.
     void* workspace(size_t bytes, std::string* error) {
         if (bytes > workspace_bytes_) {
             if (workspace_ != nullptr) cudaFree(workspace_);
@@ -95,61 +83,32 @@ public:
     void* dq() const { return dq_; }
     void* dk() const { return dk_; }
     void* dv() const { return dv_; }
-    cudaStream_t stream() const { return stream_; }
+    cudaStream_t stream() const { return arena_.stream(); }
 
 private:
-    std::string allocate_and_fill() {
-        std::string reason = hattn::host::hopper_unavailable_reason();
-        if (!reason.empty()) return reason;
-        cudaError_t rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-        if (rc != cudaSuccess) return cuda_error("cudaStreamCreateWithFlags", rc);
+    std::string fill(hattn::bench::DeviceArena& arena) {
         uint32_t seed = kSeed;
         for (InputSet& s : sets_) {
             for (void** slot : {&s.q, &s.k, &s.v, &s.dout}) {
-                if (std::string e = allocate(slot, kElements * sizeof(__nv_bfloat16)); !e.empty()) return e;
-                // N(0, 1), generated on the GPU (never zeros: they run faster than real data).
-                rc = hattn::testing::fill_normal(*slot, kElements, HATTN_DTYPE_BF16, seed++, 1.0f, stream_);
-                if (rc != cudaSuccess) return cuda_error("fill_normal", rc);
+                if (std::string e = arena.random_tensor(slot, seed++); !e.empty()) return e;
             }
-            if (std::string e = allocate(&s.o, kElements * sizeof(__nv_bfloat16)); !e.empty()) return e;
+            if (std::string e = arena.allocate(&s.o, kElements * sizeof(__nv_bfloat16)); !e.empty()) return e;
             void* lse = nullptr;
-            if (std::string e = allocate(&lse, kMaxLseElements * sizeof(float)); !e.empty()) return e;
+            if (std::string e = arena.allocate(&lse, kMaxLseElements * sizeof(float)); !e.empty()) return e;
             s.lse = static_cast<float*>(lse);
         }
         for (void** slot : {&dq_, &dk_, &dv_}) {
-            if (std::string e = allocate(slot, kElements * sizeof(__nv_bfloat16)); !e.empty()) return e;
+            if (std::string e = arena.allocate(slot, kElements * sizeof(__nv_bfloat16)); !e.empty()) return e;
         }
-        if ((rc = cudaStreamSynchronize(stream_)) != cudaSuccess) return cuda_error("input fill", rc);
         return {};
     }
 
-    std::string allocate(void** slot, size_t bytes) {
-        const cudaError_t rc = cudaMalloc(slot, bytes);
-        if (rc != cudaSuccess) return cuda_error("cudaMalloc", rc);
-        allocations_.push_back(*slot);
-        return {};
-    }
-
-    bool prepared_ = false;
-    std::string error_;
-    cudaStream_t stream_ = nullptr;
     InputSet sets_[kInputSets];
     void *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr;
-    void* workspace_ = nullptr;  // owned here, not in allocations_: it is replaced when it grows
+    void* workspace_ = nullptr;  // not the arena's: it is replaced when it grows
     size_t workspace_bytes_ = 0;
-    std::vector<void*> allocations_;
+    hattn::bench::DeviceArena arena_{[this](hattn::bench::DeviceArena& a) { return fill(a); }};
 };
-
-// "<api> failed: <status> (<validation message>) [<CUDA error>]"
-template <class Params>
-std::string launch_error(const char* api, const Params& params, hattn_status status,
-                         hattn_status (*validate)(const Params*, char*, size_t)) {
-    std::string message = std::string(api) + " failed: " + hattn_status_string(status);
-    char detail[256] = {};
-    if (validate(&params, detail, sizeof(detail)) != HATTN_SUCCESS) message += std::string(" (") + detail + ")";
-    if (status == HATTN_ERROR_CUDA) message += std::string(" [") + cudaGetErrorString(cudaGetLastError()) + "]";
-    return message;
-}
 
 void bench_backward(benchmark::State& state, Workspace& workspace, Shape shape) {
     if (const std::string& reason = workspace.prepare(); !reason.empty()) {
@@ -175,7 +134,7 @@ void bench_backward(benchmark::State& state, Workspace& workspace, Shape shape) 
         fwd.lse = in.lse;
         const hattn_status fst = hattn_fwd(&fwd, stream);
         if (fst != HATTN_SUCCESS) {
-            state.SkipWithError(launch_error("hattn_fwd", fwd, fst, hattn_fwd_validate).c_str());
+            state.SkipWithError(hattn::bench::launch_error("hattn_fwd", fwd, fst, hattn_fwd_validate).c_str());
             return;
         }
         params[set] = hattn_bwd_params_contiguous(in.q, in.k, in.v, in.o, in.dout, in.lse, workspace.dq(),
@@ -196,7 +155,7 @@ void bench_backward(benchmark::State& state, Workspace& workspace, Shape shape) 
                                 next_set = (next_set + 1) % kInputSets;
                                 const hattn_status status = hattn_bwd(&p, stream);
                                 if (status != HATTN_SUCCESS) {
-                                    *launch_failure = launch_error("hattn_bwd", p, status, hattn_bwd_validate);
+                                    *launch_failure = hattn::bench::launch_error("hattn_bwd", p, status, hattn_bwd_validate);
                                     return false;
                                 }
                                 if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
@@ -217,14 +176,8 @@ void register_benchmark(const std::string& name, Workspace& workspace, const Sha
 
 int main(int argc, char** argv) {
     Workspace workspace;
-    for (int head_dim : kHeadDims) {
-        for (bool causal : {false, true}) {
-            for (int seqlen : kSeqlens) {
-                const Shape shape{head_dim, seqlen, causal, 0u};
-                register_benchmark(shape_name("bwd", shape), workspace, shape);
-            }
-        }
-    }
+    hattn::bench::for_each_sweep_shape(
+        [&](const Shape& shape) { register_benchmark(shape_name("bwd", shape), workspace, shape); });
     for (int seqlen : kDeterministicSeqlens) {
         for (bool causal : {false, true}) {
             const Shape shape{kDeterministicHeadDim, seqlen, causal, unsigned{HATTN_BWD_DETERMINISTIC}};

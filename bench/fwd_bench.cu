@@ -21,15 +21,11 @@
 #include <vector>
 
 #include "attention_harness.cuh"
-#include "testing/device_random.cuh"
 #include "hattn.h"
-#include "host/device_info.h"
 
 namespace {
 
 using hattn::bench::cuda_error;
-using hattn::bench::kHeadDims;
-using hattn::bench::kSeqlens;
 using hattn::bench::Shape;
 using hattn::bench::shape_name;
 
@@ -40,84 +36,39 @@ constexpr int kAblationSeqlen = 8192;
 constexpr int kInputSets = 2;  // rotate Q/K/V between launches (L2 reuse across launches)
 constexpr uint32_t kSeed = 0x5eed1234u;
 
-// Empty when the current device is a Hopper GPU (compute capability 9.0); otherwise why not.
-using hattn::host::hopper_unavailable_reason;
-
-// Device memory and a stream shared by every benchmark, created on first use (so listing the
-// benchmarks touches no GPU) and released when main returns.
+// The sweep's buffers: kInputSets sets of Q, K, V and one O.
 class Workspace {
 public:
-    static constexpr int64_t kElements = hattn::bench::kTensorElements;
-
     Workspace() = default;
     Workspace(const Workspace&) = delete;
     Workspace& operator=(const Workspace&) = delete;
-    ~Workspace() {
-        for (void* p : allocations_) cudaFree(p);
-        if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    }
 
     // Empty on success; otherwise the reason every benchmark should be skipped.
-    const std::string& prepare() {
-        if (!prepared_) {
-            prepared_ = true;
-            error_ = allocate_and_fill();
-        }
-        return error_;
-    }
+    const std::string& prepare() { return arena_.prepare(); }
 
     const void* q(int set) const { return q_[set]; }
     const void* k(int set) const { return k_[set]; }
     const void* v(int set) const { return v_[set]; }
     void* o() const { return o_; }
-    cudaStream_t stream() const { return stream_; }
+    cudaStream_t stream() const { return arena_.stream(); }
 
 private:
-    std::string allocate_and_fill() {
-        std::string reason = hopper_unavailable_reason();
-        if (!reason.empty()) return reason;
-        cudaError_t rc = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
-        if (rc != cudaSuccess) return cuda_error("cudaStreamCreateWithFlags", rc);
+    std::string fill(hattn::bench::DeviceArena& arena) {
         uint32_t seed = kSeed;
         for (int set = 0; set < kInputSets; ++set) {
             for (void** slot : {&q_[set], &k_[set], &v_[set]}) {
-                if (std::string e = allocate(slot); !e.empty()) return e;
-                // N(0, 1), generated on the GPU (never zeros: they run faster than real data).
-                rc = hattn::testing::fill_normal(*slot, kElements, HATTN_DTYPE_BF16, seed++, 1.0f, stream_);
-                if (rc != cudaSuccess) return cuda_error("fill_normal", rc);
+                if (std::string e = arena.random_tensor(slot, seed++); !e.empty()) return e;
             }
         }
-        if (std::string e = allocate(&o_); !e.empty()) return e;
-        if ((rc = cudaStreamSynchronize(stream_)) != cudaSuccess) return cuda_error("input fill", rc);
-        return {};
+        return arena.allocate(&o_, size_t(hattn::bench::kTensorElements) * sizeof(__nv_bfloat16));
     }
 
-    std::string allocate(void** slot) {
-        const cudaError_t rc = cudaMalloc(slot, size_t(kElements) * sizeof(__nv_bfloat16));
-        if (rc != cudaSuccess) return cuda_error("cudaMalloc", rc);
-        allocations_.push_back(*slot);
-        return {};
-    }
-
-    bool prepared_ = false;
-    std::string error_;
-    cudaStream_t stream_ = nullptr;
     void* q_[kInputSets] = {};
     void* k_[kInputSets] = {};
     void* v_[kInputSets] = {};
     void* o_ = nullptr;
-    std::vector<void*> allocations_;
+    hattn::bench::DeviceArena arena_{[this](hattn::bench::DeviceArena& a) { return fill(a); }};
 };
-
-std::string launch_error(const hattn_fwd_params& params, hattn_status status) {
-    std::string message = std::string("hattn_fwd failed: ") + hattn_status_string(status);
-    char detail[256] = {};
-    if (hattn_fwd_validate(&params, detail, sizeof(detail)) != HATTN_SUCCESS) {
-        message += std::string(" (") + detail + ")";
-    }
-    if (status == HATTN_ERROR_CUDA) message += std::string(" [") + cudaGetErrorString(cudaGetLastError()) + "]";
-    return message;
-}
 
 void bench_forward(benchmark::State& state, Workspace& workspace, Shape shape) {
     if (const std::string& reason = workspace.prepare(); !reason.empty()) {
@@ -139,7 +90,7 @@ void bench_forward(benchmark::State& state, Workspace& workspace, Shape shape) {
         next_set = (next_set + 1) % kInputSets;
         const hattn_status status = hattn_fwd(&p, stream);
         if (status != HATTN_SUCCESS) {
-            *error = launch_error(p, status);
+            *error = hattn::bench::launch_error("hattn_fwd", p, status, hattn_fwd_validate);
             return false;
         }
         if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) {
@@ -168,14 +119,8 @@ void register_benchmark(const std::string& name, Workspace& workspace, const Sha
 
 int main(int argc, char** argv) {
     Workspace workspace;
-    for (int head_dim : kHeadDims) {
-        for (bool causal : {false, true}) {
-            for (int seqlen : kSeqlens) {
-                const Shape shape{head_dim, seqlen, causal, 0u};
-                register_benchmark(shape_name("fwd", shape), workspace, shape);
-            }
-        }
-    }
+    hattn::bench::for_each_sweep_shape(
+        [&](const Shape& shape) { register_benchmark(shape_name("fwd", shape), workspace, shape); });
     const unsigned kAblationFlags[] = {0u, HATTN_FWD_NO_PINGPONG, HATTN_FWD_NO_INTRA_WG_OVERLAP,
                                        HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP};
     for (unsigned flags : kAblationFlags) {

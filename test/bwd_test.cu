@@ -337,6 +337,13 @@ void run_forward(const DeviceProblem& d) {
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// Upload, then hattn_fwd: what every check does before hattn_bwd.
+void prepare(const Problem& pb, DeviceProblem* d) {
+    upload(pb, d);
+    if (::testing::Test::HasFatalFailure()) return;
+    run_forward(*d);
+}
+
 // hattn_bwd, then the output buffers downloaded whole (padding included).
 void run_backward(const Problem& pb, const DeviceProblem& d, std::vector<std::vector<uint16_t>>* out) {
     char msg[512];
@@ -478,9 +485,7 @@ void check_case(const Case& c) {
     SCOPED_TRACE(c.name);
     const Problem pb(c);
     DeviceProblem d;
-    upload(pb, &d);
-    if (::testing::Test::HasFatalFailure()) return;
-    run_forward(d);
+    prepare(pb, &d);
     if (::testing::Test::HasFatalFailure()) return;
     std::vector<std::vector<uint16_t>> out;
     run_backward(pb, d, &out);
@@ -540,9 +545,9 @@ std::vector<Case> finish(std::vector<Case> cases, uint64_t seed_base) {
 // Every head dim x dtype x mask on a moderate odd shape (CPU fp64 reference), GQA 2:1.
 std::vector<Case> matrix_cases() {
     std::vector<Case> cases;
-    for (int d : {64, 128, 256})
-        for (hattn_dtype t : {HATTN_DTYPE_BF16, HATTN_DTYPE_FP16})
-            for (bool causal : {false, true}) cases.push_back(make_case(1, 2, 1, 197, 211, d, t, causal));
+    for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(197, 211)) {
+        cases.push_back(make_case(1, 2, 1, g.seqlen_q, g.seqlen_k, g.head_dim, g.dtype, g.causal));
+    }
     return finish(cases, 11);
 }
 
@@ -550,15 +555,8 @@ std::vector<Case> matrix_cases() {
 // key (dq = 0), sq < sk rows that see many.
 std::vector<Case> odd_length_cases() {
     std::vector<Case> cases;
-    const int lengths[] = {1, 17, 1000, 4097};
-    int i = 0;
-    for (int sq : lengths) {
-        for (int sk : lengths) {
-            const int d = (i % 3 == 0) ? 64 : (i % 3 == 1) ? 128 : 256;
-            const hattn_dtype t = (i % 2 == 0) ? HATTN_DTYPE_BF16 : HATTN_DTYPE_FP16;
-            for (bool causal : {false, true}) cases.push_back(make_case(1, 2, 1, sq, sk, d, t, causal));
-            ++i;
-        }
+    for (const hattn::test::GridShape& g : hattn::test::odd_length_grid()) {
+        cases.push_back(make_case(1, 2, 1, g.seqlen_q, g.seqlen_k, g.head_dim, g.dtype, g.causal));
     }
     return finish(cases, 12);
 }
@@ -650,9 +648,7 @@ TEST(BwdDeterminism, RepeatedRunsAreBitIdentical) {
         SCOPED_TRACE(c.name);
         const Problem pb(c);
         DeviceProblem d;
-        upload(pb, &d);
-        if (::testing::Test::HasFatalFailure()) return;
-        run_forward(d);
+        prepare(pb, &d);
         if (::testing::Test::HasFatalFailure()) return;
         std::vector<std::vector<uint16_t>> first, second;
         run_backward(pb, d, &first);

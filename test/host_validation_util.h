@@ -15,12 +15,16 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "hattn.h"
+#include "host/device_info.h"
 
 namespace hattn::test {
 
@@ -134,6 +138,87 @@ void expect_null_params_rejected() {
     const cudaError_t before = cudaPeekAtLastError();
     EXPECT_EQ(run_params(static_cast<const Params*>(nullptr), nullptr), HATTN_ERROR_NULL_PARAMS);
     EXPECT_EQ(cudaPeekAtLastError(), before);
+}
+
+// ---- Rejections -----------------------------------------------------------------------------------
+
+// One class of rejected input: how to break a valid problem's params, the status, and what the
+// message must name.
+template <class Params, class Problem>
+struct RejectCase {
+    std::string name;
+    std::function<void(Params&, const Problem&)> mutate;
+    hattn_status expected;
+    std::vector<std::string> message_names;
+};
+
+// gtest prints parameters on failure: the case name, not the struct's bytes.
+template <class Params, class Problem>
+void PrintTo(const RejectCase<Params, Problem>& c, std::ostream* os) {
+    *os << c.name;
+}
+
+// The rejections of the fields both params structs share (dtype, head_dim, the sizes, GQA, the
+// (batch, head) count, the scale), for a Problem of 8 query heads on fewer KV heads.
+template <class Params, class Problem>
+std::vector<RejectCase<Params, Problem>> shared_reject_cases() {
+    using P = Params;
+    using S = const Problem&;
+    return {
+        // dtype and head_dim.
+        {"DtypeUnknown", [](P& p, S) { p.dtype = enum_from_int<hattn_dtype>(7); }, HATTN_ERROR_UNSUPPORTED_DTYPE,
+         {"dtype = 7"}},
+        {"HeadDim96", [](P& p, S) { p.head_dim = 96; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 96"}},
+        {"HeadDim0", [](P& p, S) { p.head_dim = 0; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 0"}},
+        {"HeadDim512", [](P& p, S) { p.head_dim = 512; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 512"}},
+        // Sizes and GQA.
+        {"BatchZero", [](P& p, S) { p.batch = 0; }, HATTN_ERROR_INVALID_SIZE, {"batch = 0"}},
+        {"HeadsQNegative", [](P& p, S) { p.heads_q = -8; }, HATTN_ERROR_INVALID_SIZE, {"heads_q = -8"}},
+        {"HeadsKvZero", [](P& p, S) { p.heads_kv = 0; }, HATTN_ERROR_INVALID_SIZE, {"heads_kv = 0"}},
+        {"SeqlenQZero", [](P& p, S) { p.seqlen_q = 0; }, HATTN_ERROR_INVALID_SIZE, {"seqlen_q = 0"}},
+        {"SeqlenKNegative", [](P& p, S) { p.seqlen_k = -5; }, HATTN_ERROR_INVALID_SIZE, {"seqlen_k = -5"}},
+        {"HeadsNotDivisible", [](P& p, S) { p.heads_kv = 3; }, HATTN_ERROR_HEADS_NOT_DIVISIBLE,
+         {"heads_q = 8", "heads_kv = 3"}},
+        {"MoreKvHeadsThanQHeads", [](P& p, S) { p.heads_kv = 16; }, HATTN_ERROR_HEADS_NOT_DIVISIBLE,
+         {"heads_kv = 16"}},
+        {"BatchTimesHeadsOverInt32",
+         [](P& p, S) {
+             p.batch = 65535;
+             p.heads_q = 65535;
+             p.heads_kv = 1;
+         },
+         HATTN_ERROR_SIZE_OVERFLOW, {"batch * heads_q"}},
+        // Scale.
+        {"ScaleNegative", [](P& p, S) { p.softmax_scale = -0.125f; }, HATTN_ERROR_INVALID_SCALE,
+         {"softmax_scale = -0.125"}},
+        {"ScaleNaN", [](P& p, S) { p.softmax_scale = std::nanf(""); }, HATTN_ERROR_INVALID_SCALE,
+         {"softmax_scale = nan"}},
+        {"ScaleInfinite", [](P& p, S) { p.softmax_scale = INFINITY; }, HATTN_ERROR_INVALID_SCALE,
+         {"softmax_scale = inf"}},
+        // Order: with several problems, the most basic one is reported.
+        {"OrderHeadDimBeforeSize",
+         [](P& p, S) {
+             p.head_dim = 80;
+             p.batch = 0;
+         },
+         HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 80"}},
+    };
+}
+
+// Positive control for the "no CUDA call" checks: a VALID call does reach the device check, and on
+// a machine without Hopper it fails there. (Skipped on Hopper, where it would launch on host
+// pointers.)
+template <class Problem>
+void expect_valid_input_reaches_the_device_check() {
+    if (hattn::host::hopper_unavailable_reason().empty()) {
+        GTEST_SKIP() << "a Hopper GPU is present: this control only runs where the entry point cannot launch";
+    }
+    const Problem problem;
+    const auto p = problem.params();
+    const hattn_status status = run_params(&p, nullptr);
+    EXPECT_TRUE(status == HATTN_ERROR_CUDA || status == HATTN_ERROR_UNSUPPORTED_DEVICE)
+        << "got " << hattn_status_string(status);
+    EXPECT_TRUE(problem.untouched());
 }
 
 }  // namespace hattn::test

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hattn.h"
+#include "reference_test_util.h"
 #include "testing/cpu_reference.h"
 
 namespace {
@@ -142,16 +143,7 @@ TEST(BwdFp64Reference, StridedLayoutsAgree) {
     const BackwardReferenceResult ref =
         reference_attention_backward_fp64(packed, q.data(), k.data(), v.data(), dout.data());
 
-    auto to_bhsd = [&](const std::vector<float>& x, int s, int h) {
-        std::vector<float> y(static_cast<size_t>(b) * h * s * (d + pad), std::nanf(""));
-        for (int bi = 0; bi < b; ++bi)
-            for (int si = 0; si < s; ++si)
-                for (int hi = 0; hi < h; ++hi)
-                    for (int c = 0; c < d; ++c)
-                        y[((static_cast<size_t>(bi) * h + hi) * s + si) * (d + pad) + c] =
-                            x[((static_cast<size_t>(bi) * s + si) * h + hi) * d + c];
-        return y;
-    };
+    auto to_bhsd = [&](const std::vector<float>& x, int s, int h) { return hattn::test::to_bhsd(x, b, s, h, d, pad); };
     auto set_bhsd = [&](int64_t& batch, int64_t& seq, int64_t& head, int s, int h) {
         seq = d + pad;
         head = static_cast<int64_t>(s) * (d + pad);
