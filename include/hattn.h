@@ -36,7 +36,7 @@ extern "C" {
 typedef enum hattn_status {
     HATTN_SUCCESS = 0,
     HATTN_ERROR_NULL_PARAMS,           /* the params pointer itself is NULL */
-    HATTN_ERROR_NULL_POINTER,          /* q, k, v or o is NULL */
+    HATTN_ERROR_NULL_POINTER,          /* a required tensor pointer (q, k, v, o; backward: dout, lse, dq, dk, dv) is NULL */
     HATTN_ERROR_MISALIGNED,            /* a base pointer or stride breaks TMA's 16-byte rule */
     HATTN_ERROR_UNSUPPORTED_HEAD_DIM,  /* head_dim not in {64, 128, 256} */
     HATTN_ERROR_UNSUPPORTED_DTYPE,     /* dtype not bf16 / fp16 */
@@ -188,8 +188,12 @@ HATTN_API hattn_bwd_params hattn_bwd_params_contiguous(const void* q, const void
 HATTN_API hattn_status hattn_bwd_validate(const hattn_bwd_params* params, char* msg, size_t msg_len);
 
 /* Backward attention on `stream`: dQ, dK, dV of L given dO = dL/dO, for the forward that produced
- * O and LSE from the same q, k, v, scale and mask. Validates first and returns before any CUDA call
- * on failure. Query rows that see no key get dQ = 0; keys no query sees get dK = dV = 0. */
+ * O and LSE from the same q, k, v, scale and mask. Validates first (as hattn_fwd, over all eight
+ * tensors; then the scale, the flags and, last, the workspace) and returns before any CUDA call
+ * on failure; then requires the current device to be CC 9.0. dq, dk, dv and the workspace must
+ * not overlap each other or the inputs (not checked). Query rows that see no key get dQ = 0; keys
+ * no query sees get dK = dV = 0. On HATTN_ERROR_CUDA, HATTN_LOG_ERRORS=1 prints the launcher's
+ * message to stderr. */
 HATTN_API hattn_status hattn_bwd(const hattn_bwd_params* params, cudaStream_t stream);
 
 /* A static, human-readable description of a status. */

@@ -68,16 +68,9 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-// Where one [b, s, h, d] tensor lives: a buffer, an element offset into it, and strides.
-struct Placement {
-    int buffer = 0;
-    int64_t offset = 0;
-    int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
-
-    int64_t index(int b, int s, int h, int c) const {
-        return offset + b * batch_stride + s * seq_stride + h * head_stride + c;
-    }
-};
+using hattn::test::DeviceMemory;
+using hattn::test::extent;
+using hattn::test::Placement;
 
 struct Layouts {
     Placement q, k, v, o;
@@ -137,23 +130,6 @@ Layouts make_layouts(const Case& c) {
     }
     return l;
 }
-
-// One past the last element a placement addresses.
-int64_t extent(const Placement& p, int batch, int seqlen, int heads, int d) {
-    return p.index(batch - 1, seqlen - 1, heads - 1, d - 1) + 1;
-}
-
-struct DeviceMemory {
-    void* ptr = nullptr;
-    explicit DeviceMemory(size_t bytes) {
-        if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
-    }
-    ~DeviceMemory() {
-        if (ptr != nullptr) cudaFree(ptr);
-    }
-    DeviceMemory(const DeviceMemory&) = delete;
-    DeviceMemory& operator=(const DeviceMemory&) = delete;
-};
 
 // Fills every element of one tensor (not the padding) with the case's distribution.
 void fill_tensor(std::vector<uint16_t>& buf, const Placement& p, int batch, int seqlen, int heads, int d,
@@ -472,25 +448,17 @@ std::vector<Case> finish(std::vector<Case> cases, uint64_t seed_base) {
 // Every head dim x dtype x mask on a moderate odd shape (CPU fp64 reference).
 std::vector<Case> matrix_cases() {
     std::vector<Case> cases;
-    for (int d : {64, 128, 256})
-        for (hattn_dtype t : {HATTN_DTYPE_BF16, HATTN_DTYPE_FP16})
-            for (bool causal : {false, true}) cases.push_back(make_case(2, 3, 3, 197, 211, d, t, causal));
+    for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(197, 211)) {
+        cases.push_back(make_case(2, 3, 3, g.seqlen_q, g.seqlen_k, g.head_dim, g.dtype, g.causal));
+    }
     return finish(cases, 1);
 }
 
 // Lengths 1, 17, 1000, 4097 for sq and sk, causal with sq > sk (rows with no key) and sq < sk.
 std::vector<Case> odd_length_cases() {
     std::vector<Case> cases;
-    const int lengths[] = {1, 17, 1000, 4097};
-    int i = 0;
-    for (int sq : lengths) {
-        for (int sk : lengths) {
-            // Spread head dims and dtypes across the grid; every pair runs full and causal.
-            const int d = (i % 3 == 0) ? 64 : (i % 3 == 1) ? 128 : 256;
-            const hattn_dtype t = (i % 2 == 0) ? HATTN_DTYPE_BF16 : HATTN_DTYPE_FP16;
-            for (bool causal : {false, true}) cases.push_back(make_case(1, 2, 1, sq, sk, d, t, causal));
-            ++i;
-        }
+    for (const hattn::test::GridShape& g : hattn::test::odd_length_grid()) {
+        cases.push_back(make_case(1, 2, 1, g.seqlen_q, g.seqlen_k, g.head_dim, g.dtype, g.causal));
     }
     return finish(cases, 2);
 }

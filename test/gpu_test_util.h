@@ -4,13 +4,80 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "hattn.h"
 #include "host/device_info.h"
 
 namespace hattn::test {
 
 using hattn::host::hopper_unavailable_reason;
+
+// A device allocation freed on scope exit (ptr is NULL if cudaMalloc failed).
+struct DeviceMemory {
+    void* ptr = nullptr;
+    explicit DeviceMemory(size_t bytes) {
+        if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
+    }
+    ~DeviceMemory() {
+        if (ptr != nullptr) cudaFree(ptr);
+    }
+    DeviceMemory(const DeviceMemory&) = delete;
+    DeviceMemory& operator=(const DeviceMemory&) = delete;
+};
+
+// Where one [b, s, h, d] tensor lives: a buffer, an element offset into it, and strides.
+struct Placement {
+    int buffer = 0;
+    int64_t offset = 0;
+    int64_t batch_stride = 0, seq_stride = 0, head_stride = 0;
+
+    int64_t index(int b, int s, int h, int c) const {
+        return offset + b * batch_stride + s * seq_stride + h * head_stride + c;
+    }
+};
+
+// One past the last element a placement addresses.
+inline int64_t extent(const Placement& p, int batch, int seqlen, int heads, int d) {
+    return p.index(batch - 1, seqlen - 1, heads - 1, d - 1) + 1;
+}
+
+// ---- The shape grids the forward and backward tests both cover ----------------------------------
+
+struct GridShape {
+    int seqlen_q, seqlen_k, head_dim;
+    hattn_dtype dtype;
+    bool causal;
+};
+
+// Every head dim x dtype x mask at one (seqlen_q, seqlen_k).
+inline std::vector<GridShape> head_dim_dtype_mask_grid(int seqlen_q, int seqlen_k) {
+    std::vector<GridShape> grid;
+    for (int d : {64, 128, 256})
+        for (hattn_dtype t : {HATTN_DTYPE_BF16, HATTN_DTYPE_FP16})
+            for (bool causal : {false, true}) grid.push_back({seqlen_q, seqlen_k, d, t, causal});
+    return grid;
+}
+
+// Lengths 1, 17, 1000, 4097 for seqlen_q and seqlen_k, each pair full and causal (causal with
+// sq > sk has rows that see no key); head dims and dtypes spread across the pairs.
+inline std::vector<GridShape> odd_length_grid() {
+    std::vector<GridShape> grid;
+    const int lengths[] = {1, 17, 1000, 4097};
+    int i = 0;
+    for (int sq : lengths) {
+        for (int sk : lengths) {
+            const int d = (i % 3 == 0) ? 64 : (i % 3 == 1) ? 128 : 256;
+            const hattn_dtype t = (i % 2 == 0) ? HATTN_DTYPE_BF16 : HATTN_DTYPE_FP16;
+            for (bool causal : {false, true}) grid.push_back({sq, sk, d, t, causal});
+            ++i;
+        }
+    }
+    return grid;
+}
 
 }  // namespace hattn::test
 

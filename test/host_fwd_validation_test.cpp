@@ -1,12 +1,9 @@
 // hattn/test/host_fwd_validation_test.cpp -- hattn_fwd_validate and hattn_fwd's rejection path,
 // on the CPU (runs in CI without a GPU).
 //
-// Every rejected input is checked three ways: the status, a message that names the bad argument,
-// and that nothing happened: q/k/v/o/lse point at HOST buffers filled with a sentinel pattern
-// (validation must reject before touching them, so the pattern stays intact) and hattn_fwd must
-// return the validation status without making a CUDA call (on a machine without a GPU any CUDA
-// call fails, so reaching one would turn the status into HATTN_ERROR_CUDA; with a GPU, the CUDA
-// error state must be unchanged).
+// Every rejected input is checked three ways (test/host_validation_util.h): the status, a message
+// that names the bad argument, and that nothing happened (q/k/v/o/lse are sentinel-filled HOST
+// buffers that must stay intact, and hattn_fwd returns the validation status without a CUDA call).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -25,36 +22,17 @@
 
 #include "gpu_test_util.h"
 #include "hattn.h"
+#include "host_validation_util.h"
 
 namespace {
 
-constexpr size_t kMsgLen = 512;
-constexpr uint8_t kSentinel = 0xA5;
-constexpr size_t kBufferAlign = 256;  // more than TMA's 16 so that base + small offsets stay legal
-
-// A host buffer filled with the sentinel byte.
-class SentinelBuffer {
-public:
-    explicit SentinelBuffer(size_t bytes) : bytes_(bytes) {
-        const size_t rounded = (bytes + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
-        data_.reset(static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, rounded)));
-        std::memset(data_.get(), kSentinel, bytes_);
-    }
-    uint8_t* data() const { return data_.get(); }
-    bool intact() const {
-        for (size_t i = 0; i < bytes_; ++i) {
-            if (data_[i] != kSentinel) return false;
-        }
-        return true;
-    }
-
-private:
-    struct Free {
-        void operator()(uint8_t* p) const { std::free(p); }
-    };
-    size_t bytes_;
-    std::unique_ptr<uint8_t[], Free> data_;
-};
+using hattn::test::expect_accepted;
+using hattn::test::expect_rejected;
+using hattn::test::fake_pointer;
+using hattn::test::kFakeDeviceBase;
+using hattn::test::kFakeTensorGap;
+using hattn::test::SentinelBuffer;
+using hattn::test::validate_message;
 
 // A small valid problem: batch 2, 8 query heads on 2 KV heads (GQA 4:1), sq 33, sk 47, d 64.
 struct Problem {
@@ -75,55 +53,9 @@ struct Problem {
     bool untouched() const { return q.intact() && k.intact() && v.intact() && o.intact() && lse.intact(); }
 };
 
-std::string validate_message(const hattn_fwd_params* p, hattn_status* status) {
-    char msg[kMsgLen];
-    std::memset(msg, 'X', sizeof(msg));
-    *status = hattn_fwd_validate(p, msg, sizeof(msg));
-    EXPECT_NE(std::memchr(msg, '\0', sizeof(msg)), nullptr) << "message is not NUL-terminated";
-    return std::string(msg);
-}
-
-// A rejected input: validate's status and message, then hattn_fwd's status, and no side effects.
-void expect_rejected(const Problem& problem, const hattn_fwd_params& p, hattn_status expected,
-                     const std::vector<std::string>& message_must_contain) {
-    const cudaError_t cuda_state_before = cudaPeekAtLastError();
-
-    hattn_status status = HATTN_SUCCESS;
-    const std::string msg = validate_message(&p, &status);
-    EXPECT_EQ(status, expected) << "validate: got " << hattn_status_string(status) << " (" << msg << "), expected "
-                                << hattn_status_string(expected);
-    for (const std::string& needle : message_must_contain) {
-        EXPECT_NE(msg.find(needle), std::string::npos) << "message \"" << msg << "\" does not name \"" << needle << "\"";
-    }
-
-    // Any stream handle will do: it must never be used. A bogus one would make a CUDA call fail.
-    const cudaStream_t never_used = reinterpret_cast<cudaStream_t>(static_cast<uintptr_t>(0xDEAD0));
-    EXPECT_EQ(hattn_fwd(&p, never_used), expected) << "hattn_fwd must return the validation status";
-
-    EXPECT_TRUE(problem.untouched()) << "a rejected call wrote through a tensor pointer";
-    EXPECT_EQ(cudaPeekAtLastError(), cuda_state_before) << "a rejected call changed the CUDA error state";
-}
-
-void expect_accepted(const hattn_fwd_params& p) {
-    hattn_status status = HATTN_ERROR_CUDA;
-    const std::string msg = validate_message(&p, &status);
-    EXPECT_EQ(status, HATTN_SUCCESS) << hattn_status_string(status) << ": " << msg;
-}
-
 // ---- Rejections, one class at a time ---------------------------------------------------------
 
-struct RejectCase {
-    const char* name;
-    std::function<void(hattn_fwd_params&, const Problem&)> mutate;
-    hattn_status expected;
-    std::vector<std::string> message_names;
-};
-
-// A pointer value that is never dereferenced: validation only does arithmetic on it.
-template <class T>
-T* fake_pointer(uintptr_t value) {
-    return reinterpret_cast<T*>(value);
-}
+using RejectCase = hattn::test::RejectCase<hattn_fwd_params, Problem>;
 
 // Changes head_dim of the contiguous base problem, scaling its strides to match (the buffers are
 // never touched, so they need not grow).
@@ -142,35 +74,13 @@ constexpr uintptr_t kTopOfAddressSpace = std::numeric_limits<uintptr_t>::max() &
 
 std::vector<RejectCase> reject_cases() {
     const int d = Problem::kDim;
-    return {
+    std::vector<RejectCase> cases = hattn::test::shared_reject_cases<hattn_fwd_params, Problem>();
+    const std::vector<RejectCase> own = {
         // Null tensors.
         {"NullQ", [](hattn_fwd_params& p, const Problem&) { p.q = nullptr; }, HATTN_ERROR_NULL_POINTER, {"q is NULL"}},
         {"NullK", [](hattn_fwd_params& p, const Problem&) { p.k = nullptr; }, HATTN_ERROR_NULL_POINTER, {"k is NULL"}},
         {"NullV", [](hattn_fwd_params& p, const Problem&) { p.v = nullptr; }, HATTN_ERROR_NULL_POINTER, {"v is NULL"}},
         {"NullO", [](hattn_fwd_params& p, const Problem&) { p.o = nullptr; }, HATTN_ERROR_NULL_POINTER, {"o is NULL"}},
-        // dtype and head_dim.
-        {"DtypeUnknown", [](hattn_fwd_params& p, const Problem&) { p.dtype = static_cast<hattn_dtype>(7); },
-         HATTN_ERROR_UNSUPPORTED_DTYPE, {"dtype", "7"}},
-        {"HeadDim96", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 96; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
-         {"head_dim", "96"}},
-        {"HeadDim0", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 0; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
-         {"head_dim"}},
-        {"HeadDim512", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 512; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
-         {"head_dim", "512"}},
-        // Sizes.
-        {"BatchZero", [](hattn_fwd_params& p, const Problem&) { p.batch = 0; }, HATTN_ERROR_INVALID_SIZE, {"batch"}},
-        {"HeadsQNegative", [](hattn_fwd_params& p, const Problem&) { p.heads_q = -8; }, HATTN_ERROR_INVALID_SIZE,
-         {"heads_q", "-8"}},
-        {"HeadsKvZero", [](hattn_fwd_params& p, const Problem&) { p.heads_kv = 0; }, HATTN_ERROR_INVALID_SIZE,
-         {"heads_kv"}},
-        {"SeqlenQZero", [](hattn_fwd_params& p, const Problem&) { p.seqlen_q = 0; }, HATTN_ERROR_INVALID_SIZE,
-         {"seqlen_q"}},
-        {"SeqlenKNegative", [](hattn_fwd_params& p, const Problem&) { p.seqlen_k = -5; }, HATTN_ERROR_INVALID_SIZE,
-         {"seqlen_k"}},
-        {"HeadsNotDivisible", [](hattn_fwd_params& p, const Problem&) { p.heads_kv = 3; },
-         HATTN_ERROR_HEADS_NOT_DIVISIBLE, {"heads_q", "heads_kv"}},
-        {"MoreKvHeadsThanQHeads", [](hattn_fwd_params& p, const Problem&) { p.heads_kv = 16; },
-         HATTN_ERROR_HEADS_NOT_DIVISIBLE, {"heads_kv = 16"}},
         // Non-positive strides.
         {"QSeqStrideZero", [](hattn_fwd_params& p, const Problem&) { p.q_seq_stride = 0; }, HATTN_ERROR_INVALID_STRIDE,
          {"q_seq_stride"}},
@@ -203,8 +113,6 @@ std::vector<RejectCase> reject_cases() {
         // Grid and index limits.
         {"TilesOverInt32", [](hattn_fwd_params& p, const Problem&) { p.batch = 1024; p.heads_q = 1024; p.heads_kv = 1; p.seqlen_q = 128 * 2048; },
          HATTN_ERROR_SIZE_OVERFLOW, {"seqlen_q", "tiles"}},
-        {"BatchTimesHeadsOverInt32", [](hattn_fwd_params& p, const Problem&) { p.batch = 65535; p.heads_q = 65535; p.heads_kv = 1; },
-         HATTN_ERROR_SIZE_OVERFLOW, {"batch * heads_q"}},
         // TMA: strides below 2^40 bytes.
         {"QBatchStride2Pow40Bytes", [](hattn_fwd_params& p, const Problem&) { p.q_batch_stride = kTwoPow39; },
          HATTN_ERROR_SIZE_OVERFLOW, {"q_batch_stride", "2^40"}},
@@ -229,13 +137,6 @@ std::vector<RejectCase> reject_cases() {
          HATTN_ERROR_INVALID_STRIDE, {"o_seq_stride", "overlap"}},
         {"OBatchOverlapsSeq", [](hattn_fwd_params& p, const Problem&) { p.o_batch_stride = p.o_seq_stride * 8; },
          HATTN_ERROR_INVALID_STRIDE, {"o_batch_stride", "overlap"}},
-        // Scale.
-        {"ScaleNegative", [](hattn_fwd_params& p, const Problem&) { p.softmax_scale = -0.125f; },
-         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
-        {"ScaleNaN", [](hattn_fwd_params& p, const Problem&) { p.softmax_scale = std::nanf(""); },
-         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
-        {"ScaleInfinite", [](hattn_fwd_params& p, const Problem&) { p.softmax_scale = INFINITY; },
-         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
         // Flags.
         {"FlagsUnknownBit", [](hattn_fwd_params& p, const Problem&) { p.flags = 1u << 5; }, HATTN_ERROR_INVALID_FLAGS,
          {"flags", "0x20"}},
@@ -264,17 +165,14 @@ std::vector<RejectCase> reject_cases() {
          },
          HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
         // Order: with several problems, the most basic one is reported.
-        {"OrderNullBeforeDtype", [](hattn_fwd_params& p, const Problem&) { p.o = nullptr; p.dtype = static_cast<hattn_dtype>(9); },
+        {"OrderNullBeforeDtype", [](hattn_fwd_params& p, const Problem&) { p.o = nullptr; p.dtype = hattn::test::enum_from_int<hattn_dtype>(9); },
          HATTN_ERROR_NULL_POINTER, {"o is NULL"}},
-        {"OrderHeadDimBeforeSize", [](hattn_fwd_params& p, const Problem&) { p.head_dim = 80; p.batch = 0; },
-         HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim"}},
         {"OrderStrideBeforeScale", [](hattn_fwd_params& p, const Problem&) { p.q_seq_stride = -1; p.softmax_scale = -1.f; },
          HATTN_ERROR_INVALID_STRIDE, {"q_seq_stride"}},
     };
+    cases.insert(cases.end(), own.begin(), own.end());
+    return cases;
 }
-
-// gtest prints parameters on failure: the case name, not the struct's bytes.
-void PrintTo(const RejectCase& c, std::ostream* os) { *os << c.name; }
 
 class RejectTest : public ::testing::TestWithParam<RejectCase> {};
 
@@ -287,17 +185,9 @@ TEST_P(RejectTest, StatusMessageAndNoSideEffects) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Validation, RejectTest, ::testing::ValuesIn(reject_cases()),
-                         [](const ::testing::TestParamInfo<RejectCase>& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<RejectCase>& info) { return info.param.name; });
 
-TEST(Validation, NullParams) {
-    hattn_status status = HATTN_SUCCESS;
-    const std::string msg = validate_message(nullptr, &status);
-    EXPECT_EQ(status, HATTN_ERROR_NULL_PARAMS);
-    EXPECT_NE(msg.find("params"), std::string::npos) << msg;
-    const cudaError_t before = cudaPeekAtLastError();
-    EXPECT_EQ(hattn_fwd(nullptr, nullptr), HATTN_ERROR_NULL_PARAMS);
-    EXPECT_EQ(cudaPeekAtLastError(), before);
-}
+TEST(Validation, NullParams) { hattn::test::expect_null_params_rejected<hattn_fwd_params>(); }
 
 // ---- Accepted inputs --------------------------------------------------------------------------
 
@@ -311,12 +201,9 @@ TEST(Validation, AcceptsTheBaseProblem) {
     EXPECT_TRUE(problem.untouched()) << "validate wrote through a tensor pointer";
 }
 
-// Shapes are checked without data: validation never reads the tensors, so any 256-byte aligned
-// address stands in for a device pointer.
-constexpr uintptr_t kFakeDeviceBase = 0x7f0000000000ull;
-
+// Shapes are checked without data: validation never reads the tensors.
 hattn_fwd_params fake_contiguous(int b, int hq, int hkv, int sq, int sk, int d, hattn_dtype dtype) {
-    constexpr uintptr_t kGap = uintptr_t{1} << 36;  // 64 GB apart: no two tensors overlap
+    constexpr uintptr_t kGap = kFakeTensorGap;
     return hattn_fwd_params_contiguous(fake_pointer<const void>(kFakeDeviceBase), fake_pointer<const void>(kFakeDeviceBase + kGap),
                                        fake_pointer<const void>(kFakeDeviceBase + 2 * kGap),
                                        fake_pointer<void>(kFakeDeviceBase + 3 * kGap), b, hq, hkv, sq, sk, d, dtype);
@@ -432,9 +319,10 @@ TEST(Validation, StatusStringsAreDistinct) {
                                 HATTN_ERROR_INVALID_SCALE,
                                 HATTN_ERROR_INVALID_FLAGS,
                                 HATTN_ERROR_UNSUPPORTED_DEVICE,
-                                HATTN_ERROR_CUDA};
+                                HATTN_ERROR_CUDA,
+                                HATTN_ERROR_WORKSPACE};
     std::set<std::string> seen;
-    const std::string unknown = hattn_status_string(static_cast<hattn_status>(1000));
+    const std::string unknown = hattn_status_string(hattn::test::enum_from_int<hattn_status>(1000));
     for (hattn_status s : all) {
         const char* text = hattn_status_string(s);
         ASSERT_NE(text, nullptr);
@@ -467,19 +355,33 @@ TEST(Validation, ContiguousParamsStrides) {
     EXPECT_EQ(big.q_batch_stride, (int64_t{1} << 20) * 64 * 256);
 }
 
-// Positive control for the "no CUDA call" checks above: a VALID call does reach the device
-// check, and on a machine without Hopper it fails there. (Skipped on Hopper, where it would
-// launch on host pointers.)
-TEST(Validation, ValidInputReachesTheDeviceCheck) {
-    if (hattn::test::hopper_unavailable_reason().empty()) {
-        GTEST_SKIP() << "a Hopper GPU is present: this control only runs where hattn_fwd cannot launch";
+// Strides past int64 (seqlen * heads * head_dim up to ~2^93) are computed without signed
+// overflow: they saturate at a positive multiple of 8 elements, which validation reports as
+// HATTN_ERROR_SIZE_OVERFLOW (not as a misaligned or negative stride).
+TEST(Validation, ContiguousParamsSaturateHugeStrides) {
+    constexpr int kMax = std::numeric_limits<int>::max();
+    const hattn_fwd_params p = fake_contiguous(kMax, kMax, kMax, kMax, kMax, 256, HATTN_DTYPE_BF16);
+    for (int64_t stride : {p.q_batch_stride, p.k_batch_stride, p.v_batch_stride, p.o_batch_stride}) {
+        EXPECT_GT(stride, int64_t{1} << 62);
+        EXPECT_EQ(stride % 8, 0);
     }
-    const Problem problem;
-    const hattn_fwd_params p = problem.params();
-    const hattn_status status = hattn_fwd(&p, nullptr);
-    EXPECT_TRUE(status == HATTN_ERROR_CUDA || status == HATTN_ERROR_UNSUPPORTED_DEVICE)
-        << "got " << hattn_status_string(status);
-    EXPECT_TRUE(problem.untouched());
+    EXPECT_EQ(p.q_seq_stride, int64_t{kMax} * 256);  // exact where it fits
+    hattn_status status = HATTN_SUCCESS;
+    const std::string msg = validate_message(&p, &status);
+    EXPECT_EQ(status, HATTN_ERROR_SIZE_OVERFLOW) << msg;
+
+    // One batch (batch * heads fits int32) whose q and o batch strides alone pass int64.
+    const hattn_fwd_params wide = fake_contiguous(1, kMax, kMax, kMax, 1, 256, HATTN_DTYPE_FP16);
+    EXPECT_GT(wide.q_batch_stride, 0);
+    EXPECT_EQ(hattn_fwd_validate(&wide, nullptr, 0), HATTN_ERROR_SIZE_OVERFLOW);
+    // Negative sizes give negative (or saturated negative) strides, never undefined behaviour;
+    // validation reports the size.
+    const hattn_fwd_params negative = fake_contiguous(1, -kMax, 1, kMax, 1, 256, HATTN_DTYPE_BF16);
+    EXPECT_LT(negative.q_batch_stride, 0);
+    EXPECT_EQ(hattn_fwd_validate(&negative, nullptr, 0), HATTN_ERROR_INVALID_SIZE);
 }
+
+// Positive control for the "no CUDA call" checks above (see host_validation_util.h).
+TEST(Validation, ValidInputReachesTheDeviceCheck) { hattn::test::expect_valid_input_reaches_the_device_check<Problem>(); }
 
 }  // namespace

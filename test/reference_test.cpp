@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hattn.h"
+#include "reference_test_util.h"
 #include "testing/cpu_reference.h"
 
 namespace {
@@ -223,15 +224,7 @@ TEST(Fp64Reference, GqaAndStridesAgree) {
     const auto ref = reference_attention_fp64(packed, q.data(), k.data(), v.data());
 
     // Head-major [b, h, s, d + pad] copies.
-    auto to_bhsd = [&](const std::vector<float>& x, int s, int h) {
-        std::vector<float> y(static_cast<size_t>(b) * h * s * (d + pad), std::nanf(""));
-        for (int bi = 0; bi < b; ++bi)
-            for (int si = 0; si < s; ++si)
-                for (int hi = 0; hi < h; ++hi)
-                    for (int c = 0; c < d; ++c)
-                        y[((static_cast<size_t>(bi) * h + hi) * s + si) * (d + pad) + c] = x[((static_cast<size_t>(bi) * s + si) * h + hi) * d + c];
-        return y;
-    };
+    auto to_bhsd = [&](const std::vector<float>& x, int s, int h) { return hattn::test::to_bhsd(x, b, s, h, d, pad); };
     hattn_fwd_params strided = packed;
     strided.q_seq_stride = d + pad;
     strided.q_head_stride = static_cast<int64_t>(sq) * (d + pad);

@@ -1,8 +1,9 @@
-// hattn/src/cli/main.cu -- the `hattn` command line tool: run the forward kernel on fresh random
-// inputs, check it against the plain GPU reference, and time it.
+// hattn/src/cli/main.cu -- the `hattn` command line tool: run the forward or backward kernel on fresh
+// random inputs, check it against the plain GPU reference, and time it.
 //
 //   hattn                       the default shape (batch 2, heads 16, seqlen 4096, dim 128, bf16)
 //   hattn fwd [options]         see --help
+//   hattn bwd [options]         the backward: hattn_fwd for O and LSE, then hattn_bwd on random dO
 //
 // Exit status: 0 pass, 1 verification failed, 2 bad command line or rejected parameters,
 // 3 CUDA or device error.
@@ -15,9 +16,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/format.h"
 #include "host/device_info.h"
 #include "testing/device_random.cuh"
 #include "testing/numerics.h"
@@ -40,7 +43,10 @@ constexpr int kDefaultIters = 20;
 constexpr int kDefaultWarmup = 3;
 constexpr int kL2FlushFactor = 2;
 
+enum class Pass { kForward, kBackward };
+
 struct Options {
+    Pass pass = Pass::kForward;
     int batch = 2;
     int heads = 16;
     int heads_kv = -1;  // default: heads (MHA)
@@ -52,7 +58,8 @@ struct Options {
     bool verify = true;
     bool with_lse = true;
     float scale = 0.f;
-    unsigned flags = 0;
+    unsigned flags = 0;      // HATTN_FWD_*
+    bool deterministic = false;  // HATTN_BWD_DETERMINISTIC
     int iters = kDefaultIters;
     int warmup = kDefaultWarmup;
     uint64_t seed = 0x5EEDull;
@@ -60,11 +67,13 @@ struct Options {
 
 void print_help(FILE* out) {
     std::fprintf(out,
-                 "usage: hattn [fwd] [options]\n"
+                 "usage: hattn [fwd|bwd] [options]\n"
                  "\n"
-                 "Runs hattn_fwd on random N(0,1) inputs, checks O and LSE against a plain GPU reference,\n"
-                 "then times it (median of --iters runs, L2 flushed before each).\n"
-                 "With no arguments: --batch 2 --heads 16 --seqlen 4096 --dim 128 --dtype bf16 (no mask).\n"
+                 "fwd (the default): runs hattn_fwd on random N(0,1) inputs, checks O and LSE against a plain GPU\n"
+                 "reference, then times it (median of --iters runs, L2 flushed before each).\n"
+                 "bwd: runs hattn_fwd for O and LSE, then hattn_bwd on random N(0,1) dO; checks dQ, dK and dV against\n"
+                 "a plain GPU reference, then times hattn_bwd the same way.\n"
+                 "With no arguments: fwd --batch 2 --heads 16 --seqlen 4096 --dim 128 --dtype bf16 (no mask).\n"
                  "\n"
                  "options:\n"
                  "  --batch N              batch size (2)\n"
@@ -77,9 +86,10 @@ void print_help(FILE* out) {
                  "  --dtype bf16|fp16      element type (bf16)\n"
                  "  --causal               bottom-right causal mask\n"
                  "  --scale X              softmax scale (default 1/sqrt(dim))\n"
-                 "  --no-lse               do not request LSE\n"
-                 "  --no-pingpong          ablation: HATTN_FWD_NO_PINGPONG (dim 128, bf16)\n"
-                 "  --no-intra-wg-overlap  ablation: HATTN_FWD_NO_INTRA_WG_OVERLAP (dim 128, bf16)\n"
+                 "  --no-lse               fwd: do not request LSE\n"
+                 "  --no-pingpong          ablation: HATTN_FWD_NO_PINGPONG (dim 128, bf16; bwd: its forward run)\n"
+                 "  --no-intra-wg-overlap  ablation: HATTN_FWD_NO_INTRA_WG_OVERLAP (dim 128, bf16; bwd: its forward run)\n"
+                 "  --deterministic        bwd: HATTN_BWD_DETERMINISTIC (bit-identical dQ from run to run)\n"
                  "  --iters N              timed runs, 0 to skip timing (%d)\n"
                  "  --warmup N             untimed runs before timing (%d)\n"
                  "  --no-verify            skip the reference check\n"
@@ -108,7 +118,12 @@ int parse_int(const std::string& flag, const char* text) {
 Options parse(int argc, char** argv) {
     Options o;
     int i = 1;
-    if (i < argc && std::strcmp(argv[i], "fwd") == 0) ++i;
+    if (i < argc && std::strcmp(argv[i], "fwd") == 0) {
+        ++i;
+    } else if (i < argc && std::strcmp(argv[i], "bwd") == 0) {
+        o.pass = Pass::kBackward;
+        ++i;
+    }
     for (; i < argc; ++i) {
         std::string arg = argv[i];
         std::string value;
@@ -164,6 +179,8 @@ Options parse(int argc, char** argv) {
             o.flags |= HATTN_FWD_NO_PINGPONG;
         } else if (arg == "--no-intra-wg-overlap") {
             o.flags |= HATTN_FWD_NO_INTRA_WG_OVERLAP;
+        } else if (arg == "--deterministic") {
+            o.deterministic = true;
         } else if (arg == "--iters") {
             o.iters = next_int();
         } else if (arg == "--warmup") {
@@ -176,10 +193,12 @@ Options parse(int argc, char** argv) {
             usage_error("unknown argument '" + arg + "'");
         }
         if (has_inline_value && (arg == "--causal" || arg == "--no-verify" || arg == "--no-lse" ||
-                                 arg == "--no-pingpong" || arg == "--no-intra-wg-overlap")) {
+                                 arg == "--no-pingpong" || arg == "--no-intra-wg-overlap" || arg == "--deterministic")) {
             usage_error(arg + " takes no value");
         }
     }
+    if (o.pass == Pass::kBackward && !o.with_lse) usage_error("--no-lse is a forward option: the backward needs LSE");
+    if (o.pass == Pass::kForward && o.deterministic) usage_error("--deterministic is a backward option (hattn bwd)");
     if (o.heads_kv < 0) o.heads_kv = o.heads;
     if (o.seqlen_k < 0) o.seqlen_k = o.seqlen_q;
     if (o.iters < 0 || o.warmup < 0) usage_error("--iters and --warmup must be >= 0");
@@ -235,9 +254,31 @@ double forward_flops(const Options& o) {
     return 4.0 * o.batch * o.heads * o.dim * pairs;
 }
 
+// Backward FLOPs: five GEMMs of the same size (S, dP, dV, dK, dQ) against the forward's two, i.e.
+// 2.5 x the forward's count (the convention of published numbers).
+double backward_flops(const Options& o) { return 2.5 * forward_flops(o); }
+
+double max_abs_16(const std::vector<uint16_t>& bits, hattn_dtype dtype) {
+    double m = 0;
+    for (uint16_t b : bits) m = std::max(m, std::fabs(static_cast<double>(hattn::numerics::half_to_float(b, dtype))));
+    return m;
+}
+
+// One line per checked tensor, and its worst element when it fails. Returns cmp.ok.
+bool report(const char* what, const char* layout, const hattn::numerics::CompareResult& cmp, const std::string& bounds,
+            const int64_t dims[4]) {
+    std::printf("verify %-4s %-15s max abs err %.3e, rel L2 %.3e (bounds: %s)\n", what, layout, cmp.max_abs_err,
+                cmp.rel_l2, bounds.c_str());
+    if (!cmp.ok) {
+        std::printf("  %s\n  worst element %s\n", cmp.summary().c_str(),
+                    hattn::numerics::describe_index(cmp.worst_index, dims).c_str());
+    }
+    return cmp.ok;
+}
+
 // Checks O and LSE against the GPU reference; prints a report. Returns true on PASS.
-bool verify(const Options& o, const hattn_fwd_params& params, const DeviceBuffer& v_dev, const DeviceBuffer& o_dev,
-            const DeviceBuffer* lse_dev) {
+bool verify_forward(const Options& o, const hattn_fwd_params& params, const DeviceBuffer& v_dev,
+                    const DeviceBuffer& o_dev, const DeviceBuffer* lse_dev) {
     namespace nm = hattn::numerics;
     const size_t o_elems = o_dev.bytes() / sizeof(uint16_t);
     const size_t lse_elems = static_cast<size_t>(o.batch) * o.heads * o.seqlen_q;
@@ -248,10 +289,7 @@ bool verify(const Options& o, const hattn_fwd_params& params, const DeviceBuffer
                "reference kernel launch");
     check_cuda(cudaDeviceSynchronize(), "reference kernel");
 
-    const std::vector<uint16_t> v_host = to_host<uint16_t>(v_dev);
-    double max_abs_v = 0;
-    for (uint16_t bits : v_host) max_abs_v = std::max(max_abs_v, std::fabs(static_cast<double>(nm::half_to_float(bits, o.dtype))));
-
+    const double max_abs_v = max_abs_16(to_host<uint16_t>(v_dev), o.dtype);
     const std::vector<uint16_t> out = to_host<uint16_t>(o_dev);
     const std::vector<float> ref = to_host<float>(o_ref);
     const nm::Tolerance o_tol =
@@ -260,13 +298,10 @@ bool verify(const Options& o, const hattn_fwd_params& params, const DeviceBuffer
         out.size(), [&](size_t i) { return static_cast<double>(nm::half_to_float(out[i], o.dtype)); },
         [&](size_t i) { return static_cast<double>(ref[i]); }, o_tol);
     const int64_t o_dims[4] = {o.batch, o.seqlen_q, o.heads, o.dim};
-    std::printf("verify O   [b, s, h, d]: max abs err %.3e, rel L2 %.3e (bounds: %.3e + %.3e*|ref| per element, rel L2 %.3e)\n",
-                o_cmp.max_abs_err, o_cmp.rel_l2, o_tol.atol, o_tol.rtol, o_tol.max_rel_l2);
-    if (!o_cmp.ok) {
-        std::printf("  %s\n  worst element %s\n", o_cmp.summary().c_str(),
-                    nm::describe_index(o_cmp.worst_index, o_dims).c_str());
-    }
-    bool ok = o_cmp.ok;
+    bool ok = report("O", "[b, s, h, d]:", o_cmp,
+                     hattn::common::format("%.3e + %.3e*|ref| per element, rel L2 %.3e", o_tol.atol, o_tol.rtol,
+                                           o_tol.max_rel_l2),
+                     o_dims);
 
     if (lse_dev != nullptr) {
         const std::vector<float> lse = to_host<float>(*lse_dev);
@@ -276,20 +311,87 @@ bool verify(const Options& o, const hattn_fwd_params& params, const DeviceBuffer
             lse.size(), [&](size_t i) { return static_cast<double>(lse[i]); },
             [&](size_t i) { return static_cast<double>(lse_r[i]); }, l_tol);
         const int64_t lse_dims[4] = {1, o.batch, o.heads, o.seqlen_q};
-        std::printf("verify LSE [b, h, s]:    max abs err %.3e, rel L2 %.3e (bounds: %.3e + %.3e*|ref|, rel L2 %.3e)\n",
-                    l_cmp.max_abs_err, l_cmp.rel_l2, l_tol.atol, l_tol.rtol, l_tol.max_rel_l2);
-        if (!l_cmp.ok) {
-            std::printf("  %s\n  worst element %s\n", l_cmp.summary().c_str(),
-                        nm::describe_index(l_cmp.worst_index, lse_dims).c_str());
-        }
-        ok = ok && l_cmp.ok;
+        ok = report("LSE", "[b, h, s]:", l_cmp,
+                    hattn::common::format("%.3e + %.3e*|ref|, rel L2 %.3e", l_tol.atol, l_tol.rtol, l_tol.max_rel_l2),
+                    lse_dims) &&
+             ok;
     }
     std::printf("verify: %s\n", ok ? "PASS" : "FAIL");
     return ok;
 }
 
-// Median time of hattn_fwd in ms, each run timed alone with events after an L2 flush.
-double time_forward(const Options& o, const hattn_fwd_params& params) {
+// The backward's device tensors (contiguous [b, s, h, d]).
+struct BackwardBuffers {
+    const DeviceBuffer *q, *k, *dout, *dq, *dk, *dv;
+};
+
+// Checks dQ, dK and dV against the GPU reference (which reads the O and LSE hattn_fwd wrote, as
+// hattn_bwd does), with the per-element bounds of numerics::bwd_gradient_tolerance. Returns true
+// on PASS.
+bool verify_backward(const Options& o, const hattn_bwd_params& params, const BackwardBuffers& b) {
+    namespace nm = hattn::numerics;
+    const size_t q_elems = b.dq->bytes() / sizeof(uint16_t), kv_elems = b.dk->bytes() / sizeof(uint16_t);
+    hattn::reference::BwdReferenceOutputs out;
+    std::vector<std::unique_ptr<DeviceBuffer>> mem;
+    float** slots[8] = {&out.dq, &out.dk, &out.dv, &out.dq_weight, &out.dk_weight, &out.dv_weight, &out.dq_cancel,
+                        &out.dk_cancel};
+    const bool is_q[8] = {true, false, false, true, false, false, true, false};
+    for (int i = 0; i < 8; ++i) {
+        mem.push_back(std::make_unique<DeviceBuffer>((is_q[i] ? q_elems : kv_elems) * sizeof(float), "reference"));
+        *slots[i] = static_cast<float*>(mem.back()->get());
+    }
+    check_cuda(hattn::reference::reference_bwd(params, out, nullptr), "reference kernel launch");
+    check_cuda(cudaDeviceSynchronize(), "reference kernels");
+    auto host = [&](int i) { return to_host<float>(*mem[i]); };
+
+    const double scale = params.softmax_scale != 0.f ? params.softmax_scale : 1.0 / std::sqrt(static_cast<double>(o.dim));
+    const int group = o.heads / o.heads_kv;
+    struct Gradient {
+        const char* name;
+        const DeviceBuffer* got;
+        int ref, weight, cancel;  // indices into mem (cancel < 0: none)
+        double max_operand;       // max|B| (numerics::bwd_gradient_tolerance)
+        bool kv;
+    } grads[] = {
+        {"dQ", b.dq, 0, 3, 6, scale * max_abs_16(to_host<uint16_t>(*b.k), o.dtype), false},
+        {"dK", b.dk, 1, 4, 7, scale * max_abs_16(to_host<uint16_t>(*b.q), o.dtype), true},
+        {"dV", b.dv, 2, 5, -1, max_abs_16(to_host<uint16_t>(*b.dout), o.dtype), true},
+    };
+    bool ok = true;
+    for (const Gradient& g : grads) {
+        const std::vector<uint16_t> got = to_host<uint16_t>(*g.got);
+        const std::vector<float> ref = host(g.ref), weight = host(g.weight);
+        const std::vector<float> cancel = g.cancel >= 0 ? host(g.cancel) : std::vector<float>(ref.size(), 0.f);
+        const int seqlen = g.kv ? o.seqlen_k : o.seqlen_q;
+        const int heads = g.kv ? o.heads_kv : o.heads;
+        std::vector<double> terms(static_cast<size_t>(seqlen));
+        for (int s = 0; s < seqlen; ++s) {
+            terms[s] = g.kv ? static_cast<double>(group) * nm::rows_seeing_key(s, o.seqlen_q, o.seqlen_k, o.causal)
+                            : nm::visible_keys(s, o.seqlen_q, o.seqlen_k, o.causal);
+        }
+        const size_t row_elems = static_cast<size_t>(heads) * o.dim;
+        const nm::GradientTolerance tol =
+            nm::bwd_gradient_tolerance(o.dtype, g.max_operand, hattn::reference::kGpuReferenceBwdRelError);
+        const nm::CompareResult cmp = nm::compare_gradient(
+            got.size(), [&](size_t i) { return static_cast<double>(nm::half_to_float(got[i], o.dtype)); },
+            [&](size_t i) { return static_cast<double>(ref[i]); }, [&](size_t i) { return static_cast<double>(weight[i]); },
+            [&](size_t i) { return static_cast<double>(cancel[i]); },
+            [&](size_t i) { return terms[i / row_elems % terms.size()]; }, tol);
+        const int64_t dims[4] = {o.batch, seqlen, heads, o.dim};
+        ok = report(g.name, "[b, s, h, d]:", cmp,
+                    hattn::common::format("%.3e * W + %.3e*|ref| per element, rel L2 %.3e", tol.weight_coef, tol.rtol,
+                                          tol.max_rel_l2),
+                    dims) &&
+             ok;
+    }
+    std::printf("verify: %s\n", ok ? "PASS" : "FAIL");
+    return ok;
+}
+
+// Median time of `launch()` in ms, each run timed alone with events after an L2 flush. `launch`
+// returns the hattn status of one call on the given stream.
+template <class Launch>
+double time_median(const Options& o, const char* api, Launch launch) {
     int l2_bytes = 0;
     int device = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
@@ -302,9 +404,9 @@ double time_forward(const Options& o, const hattn_fwd_params& params) {
     check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
 
     for (int w = 0; w < o.warmup; ++w) {
-        const hattn_status st = hattn_fwd(&params, stream);
+        const hattn_status st = launch(stream);
         if (st != HATTN_SUCCESS) {
-            std::fprintf(stderr, "hattn: hattn_fwd failed during warm-up: %s\n", hattn_status_string(st));
+            std::fprintf(stderr, "hattn: %s failed during warm-up: %s\n", api, hattn_status_string(st));
             std::exit(kExitCuda);
         }
     }
@@ -312,10 +414,10 @@ double time_forward(const Options& o, const hattn_fwd_params& params) {
     for (int it = 0; it < o.iters; ++it) {
         check_cuda(cudaMemsetAsync(flush.get(), it & 0xFF, flush.bytes(), stream), "L2 flush");
         check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-        const hattn_status st = hattn_fwd(&params, stream);
+        const hattn_status st = launch(stream);
         check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
         if (st != HATTN_SUCCESS) {
-            std::fprintf(stderr, "hattn: hattn_fwd failed while timing: %s\n", hattn_status_string(st));
+            std::fprintf(stderr, "hattn: %s failed while timing: %s\n", api, hattn_status_string(st));
             std::exit(kExitCuda);
         }
         check_cuda(cudaEventSynchronize(stop), "timed run");
@@ -332,53 +434,97 @@ double time_forward(const Options& o, const hattn_fwd_params& params) {
     return n % 2 == 1 ? times_ms[n / 2] : 0.5 * (times_ms[n / 2 - 1] + times_ms[n / 2]);
 }
 
-}  // namespace
+void print_timing(const Options& o, double ms, double flops) {
+    const char* dtype_name = o.dtype == HATTN_DTYPE_BF16 ? "bf16" : "fp16";
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("time: %.4f ms (median of %d, L2 flushed), %.1f TFLOPS, %.1f%% of the %.0f TFLOPS dense %s peak\n", ms,
+                o.iters, tflops, 100.0 * tflops / kDenseBf16PeakTflops, kDenseBf16PeakTflops, dtype_name);
+}
 
-int main(int argc, char** argv) {
-    const Options o = parse(argc, argv);
-
-    // Validate the shape before touching the GPU, with placeholder pointers (validation never
-    // dereferences them): a bad shape is reported by hattn itself, as a library user sees it.
-    constexpr uintptr_t kPlaceholderAddress = 256;
-    const void* placeholder = reinterpret_cast<const void*>(kPlaceholderAddress);
-    hattn_fwd_params params = hattn_fwd_params_contiguous(placeholder, placeholder, placeholder,
-                                                          const_cast<void*>(placeholder), o.batch, o.heads, o.heads_kv,
-                                                          o.seqlen_q, o.seqlen_k, o.dim, o.dtype);
-    params.causal = o.causal ? 1 : 0;
-    params.softmax_scale = o.scale;
-    params.flags = o.flags;
+// A failed call's status (and, where validation explains it, the message); the exit code.
+int call_failed(const char* api, hattn_status st, hattn_status (*validate)(const void*, char*, size_t),
+                const void* params) {
     char msg[512];
-    const hattn_status valid = hattn_fwd_validate(&params, msg, sizeof(msg));
+    const hattn_status again = validate(params, msg, sizeof(msg));
+    std::fprintf(stderr, "hattn: %s failed: %s%s%s (last CUDA error: %s)\n", api, hattn_status_string(st),
+                 again != HATTN_SUCCESS ? ": " : "", again != HATTN_SUCCESS ? msg : "",
+                 cudaGetErrorString(cudaGetLastError()));
+    return st == HATTN_ERROR_CUDA || st == HATTN_ERROR_UNSUPPORTED_DEVICE ? kExitCuda : kExitUsage;
+}
+
+hattn_status validate_fwd(const void* p, char* msg, size_t len) {
+    return hattn_fwd_validate(static_cast<const hattn_fwd_params*>(p), msg, len);
+}
+hattn_status validate_bwd(const void* p, char* msg, size_t len) {
+    return hattn_bwd_validate(static_cast<const hattn_bwd_params*>(p), msg, len);
+}
+
+// Validates params before touching the GPU; exits with kExitUsage and hattn's message if rejected.
+void require_valid(hattn_status (*validate)(const void*, char*, size_t), const void* params) {
+    char msg[512];
+    const hattn_status valid = validate(params, msg, sizeof(msg));
     if (valid != HATTN_SUCCESS) {
         std::fprintf(stderr, "hattn: invalid parameters: %s: %s\n", hattn_status_string(valid), msg);
-        return kExitUsage;
+        std::exit(kExitUsage);
     }
+}
 
-    // The device must be usable before anything is allocated or filled: no driver, no GPU or a
-    // non-Hopper GPU stops here with what is needed.
+// The device must be usable before anything is allocated or filled: no driver, no GPU or a
+// non-Hopper GPU stops here with what is needed.
+void require_hopper() {
     const std::string no_gpu = hattn::host::gpu_unavailable_reason();
     if (!no_gpu.empty()) {
         std::fprintf(stderr, "hattn: no usable NVIDIA GPU: %s. %s.\n", no_gpu.c_str(),
                      hattn::host::hopper_requirements().c_str());
-        return kExitCuda;
+        std::exit(kExitCuda);
     }
     const std::string not_hopper = hattn::host::hopper_unavailable_reason();
     if (!not_hopper.empty()) {
         std::fprintf(stderr, "hattn: %s\n", not_hopper.c_str());
-        return kExitCuda;
+        std::exit(kExitCuda);
     }
     int device = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     cudaDeviceProp prop;
     check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-
-    const char* dtype_name = o.dtype == HATTN_DTYPE_BF16 ? "bf16" : "fp16";
     std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-    std::printf("fwd: batch %d, heads %d (kv %d), seqlen_q %d, seqlen_k %d, dim %d, %s, %s%s%s, seed %llu\n", o.batch,
-                o.heads, o.heads_kv, o.seqlen_q, o.seqlen_k, o.dim, dtype_name, o.causal ? "causal" : "full",
-                (o.flags & HATTN_FWD_NO_PINGPONG) ? ", no ping-pong" : "",
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options o = parse(argc, argv);
+    const bool backward = o.pass == Pass::kBackward;
+
+    // Validate the shape before touching the GPU, with placeholder pointers (validation never
+    // dereferences them): a bad shape is reported by hattn itself, as a library user sees it.
+    constexpr uintptr_t kPlaceholderAddress = 256;
+    void* placeholder = reinterpret_cast<void*>(kPlaceholderAddress);
+    const float* placeholder_lse = static_cast<const float*>(placeholder);
+    hattn_fwd_params params = hattn_fwd_params_contiguous(placeholder, placeholder, placeholder, placeholder, o.batch,
+                                                          o.heads, o.heads_kv, o.seqlen_q, o.seqlen_k, o.dim, o.dtype);
+    params.causal = o.causal ? 1 : 0;
+    params.softmax_scale = o.scale;
+    params.flags = o.flags;
+    require_valid(validate_fwd, &params);
+    const size_t workspace_bytes = hattn_bwd_workspace_size(o.batch, o.heads, o.seqlen_q, o.dim);
+    hattn_bwd_params bwd = hattn_bwd_params_contiguous(placeholder, placeholder, placeholder, placeholder, placeholder,
+                                                       placeholder_lse, placeholder, placeholder, placeholder, o.batch,
+                                                       o.heads, o.heads_kv, o.seqlen_q, o.seqlen_k, o.dim, o.dtype);
+    bwd.causal = params.causal;
+    bwd.softmax_scale = o.scale;
+    bwd.flags = o.deterministic ? unsigned{HATTN_BWD_DETERMINISTIC} : 0u;
+    bwd.workspace = placeholder;
+    bwd.workspace_size = workspace_bytes;
+    if (backward) require_valid(validate_bwd, &bwd);
+
+    require_hopper();
+    const char* dtype_name = o.dtype == HATTN_DTYPE_BF16 ? "bf16" : "fp16";
+    std::printf("%s: batch %d, heads %d (kv %d), seqlen_q %d, seqlen_k %d, dim %d, %s, %s%s%s%s, seed %llu\n",
+                backward ? "bwd" : "fwd", o.batch, o.heads, o.heads_kv, o.seqlen_q, o.seqlen_k, o.dim, dtype_name,
+                o.causal ? "causal" : "full", (o.flags & HATTN_FWD_NO_PINGPONG) ? ", no ping-pong" : "",
                 (o.flags & HATTN_FWD_NO_INTRA_WG_OVERLAP) ? ", no intra-warpgroup overlap" : "",
-                static_cast<unsigned long long>(o.seed));
+                o.deterministic ? ", deterministic" : "", static_cast<unsigned long long>(o.seed));
 
     const size_t q_elems = static_cast<size_t>(o.batch) * o.seqlen_q * o.heads * o.dim;
     const size_t kv_elems = static_cast<size_t>(o.batch) * o.seqlen_k * o.heads_kv * o.dim;
@@ -405,24 +551,50 @@ int main(int argc, char** argv) {
     params.lse = o.with_lse ? static_cast<float*>(lse.get()) : nullptr;
 
     const hattn_status st = hattn_fwd(&params, nullptr);
-    if (st != HATTN_SUCCESS) {
-        const hattn_status again = hattn_fwd_validate(&params, msg, sizeof(msg));
-        std::fprintf(stderr, "hattn: hattn_fwd failed: %s%s%s (last CUDA error: %s)\n", hattn_status_string(st),
-                     again != HATTN_SUCCESS ? ": " : "", again != HATTN_SUCCESS ? msg : "",
-                     cudaGetErrorString(cudaGetLastError()));
-        return st == HATTN_ERROR_CUDA || st == HATTN_ERROR_UNSUPPORTED_DEVICE ? kExitCuda : kExitUsage;
-    }
+    if (st != HATTN_SUCCESS) return call_failed("hattn_fwd", st, validate_fwd, &params);
     check_cuda(cudaDeviceSynchronize(), "hattn_fwd");
     check_cuda(cudaGetLastError(), "hattn_fwd");
 
-    bool ok = true;
-    if (o.verify) ok = verify(o, params, v, out, o.with_lse ? &lse : nullptr);
+    if (!backward) {
+        bool ok = true;
+        if (o.verify) ok = verify_forward(o, params, v, out, o.with_lse ? &lse : nullptr);
+        if (o.iters > 0) {
+            print_timing(o, time_median(o, "hattn_fwd", [&](cudaStream_t s) { return hattn_fwd(&params, s); }),
+                         forward_flops(o));
+        }
+        return ok ? kExitPass : kExitVerifyFailed;
+    }
 
+    // The backward on fresh dO (its own stream of the seed), its outputs poisoned and its workspace
+    // filled with garbage (hattn_bwd initializes what it needs).
+    DeviceBuffer dout(q_elems * 2, "alloc dout"), dq(q_elems * 2, "alloc dq"), dk(kv_elems * 2, "alloc dk"),
+        dv(kv_elems * 2, "alloc dv");
+    DeviceBuffer workspace(workspace_bytes, "alloc workspace");  // cudaMalloc: 256-byte aligned
+    const uint64_t dout_seed = hattn::testing::detail::splitmix64(o.seed);
+    check_cuda(hattn::testing::fill_normal(dout.get(), q_elems, o.dtype, dout_seed, kInputStddev, nullptr), "fill dout");
+    for (const DeviceBuffer* b : {&dq, &dk, &dv, &workspace}) check_cuda(cudaMemset(b->get(), kPoisonByte, b->bytes()), "poison");
+    check_cuda(cudaDeviceSynchronize(), "dout fill");
+    bwd.q = q.get();
+    bwd.k = k.get();
+    bwd.v = v.get();
+    bwd.o = out.get();
+    bwd.dout = dout.get();
+    bwd.lse = static_cast<const float*>(lse.get());
+    bwd.dq = dq.get();
+    bwd.dk = dk.get();
+    bwd.dv = dv.get();
+    bwd.workspace = workspace.get();
+
+    const hattn_status bst = hattn_bwd(&bwd, nullptr);
+    if (bst != HATTN_SUCCESS) return call_failed("hattn_bwd", bst, validate_bwd, &bwd);
+    check_cuda(cudaDeviceSynchronize(), "hattn_bwd");
+    check_cuda(cudaGetLastError(), "hattn_bwd");
+
+    bool ok = true;
+    if (o.verify) ok = verify_backward(o, bwd, BackwardBuffers{&q, &k, &dout, &dq, &dk, &dv});
     if (o.iters > 0) {
-        const double ms = time_forward(o, params);
-        const double tflops = forward_flops(o) / (ms * 1e-3) / 1e12;
-        std::printf("time: %.4f ms (median of %d, L2 flushed), %.1f TFLOPS, %.1f%% of the %.0f TFLOPS dense %s peak\n",
-                    ms, o.iters, tflops, 100.0 * tflops / kDenseBf16PeakTflops, kDenseBf16PeakTflops, dtype_name);
+        print_timing(o, time_median(o, "hattn_bwd", [&](cudaStream_t s) { return hattn_bwd(&bwd, s); }),
+                     backward_flops(o));
     }
     return ok ? kExitPass : kExitVerifyFailed;
 }

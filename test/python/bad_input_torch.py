@@ -265,11 +265,12 @@ def build_cases() -> list[Case]:
     add("contiguous_dtype_7", contiguous(dtype=7), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
     add("contiguous_seqlen_q_negative", contiguous(seqlen_q=-128), E.HATTN_ERROR_INVALID_SIZE, field_word("seqlen_q"))
     add("contiguous_misaligned_v", contiguous(v=lambda b: b.v + 2), E.HATTN_ERROR_MISALIGNED, field_word("v"))
-    # seqlen_k * heads_kv * head_dim ~ 2^70 wraps int64 inside the helper; either the wrapped stride
-    # (negative) or the true size (too large) must be rejected.
+    # seqlen_k * heads_kv * head_dim ~ 2^70 is past int64: the helper saturates such a stride (a
+    # library that wrapped it made it negative); either way it must be rejected. q's strides (heads_q
+    # is as large) pass TMA's limit too, and q is checked first, so either tensor may be named.
     add("contiguous_kv_size_wraps_int64",
         contiguous(heads_q=INT32_MAX, heads_kv=INT32_MAX, seqlen_k=INT32_MAX, head_dim=256),
-        (E.HATTN_ERROR_INVALID_STRIDE, E.HATTN_ERROR_SIZE_OVERFLOW), r"(?<![A-Za-z_])k(_|:|\b)")
+        (E.HATTN_ERROR_INVALID_STRIDE, E.HATTN_ERROR_SIZE_OVERFLOW), r"(?<![A-Za-z_])[qk](_|:|\b)")
     return cases
 
 
