@@ -237,21 +237,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     auto head_rows = [&](int head) { return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q_padded; };
 
     const uint32_t warpgroup = ptx::warpgroup_index();
-    if (threadIdx.x == 0) {
+    init_barriers([&] {
         ptx::prefetch_tensormap(&maps.q);
         ptx::prefetch_tensormap(&maps.k);
         ptx::prefetch_tensormap(&maps.v);
         ptx::prefetch_tensormap(&maps.dout);
         smem.kv_ring.init(1);
         smem.q_ring.init(kConsumerWarps);
-        ptx::fence_mbarrier_init();
-    }
-    __syncthreads();
+    });
 
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) {
+        if (is_tma_issuer()) {
             typename Ring<1>::State kv_state;
             uint64_t* kv_full = smem.kv_ring.producer_acquire(kv_state, KvTile::kTxBytes * (Cfg::kNeedV ? 2 : 1));
             smem.k.load(&maps.k, kv_full, n0, kv_head, batch);
@@ -697,13 +695,7 @@ inline bool check_args(BwdArgs& a, std::string* error) {
     };
     if (!a.q || !a.k || !a.v || !a.o || !a.dout || !a.lse || !a.dq || !a.dk || !a.dv)
         return fail("q, k, v, o, dout, lse, dq, dk and dv must be non-NULL");
-    if (a.batch <= 0 || a.heads_q <= 0 || a.heads_kv <= 0 || a.seqlen_q <= 0 || a.seqlen_k <= 0)
-        return fail("batch, heads_q, heads_kv, seqlen_q and seqlen_k must be positive");
-    if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
-    if (a.dtype != Dtype::kBf16 && a.dtype != Dtype::kFp16) return fail("dtype must be kBf16 or kFp16");
-    if (!(a.softmax_scale >= 0.f) || std::isinf(a.softmax_scale))
-        return fail("softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
-    if (a.softmax_scale == 0.f) a.softmax_scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+    if (const char* what = fwd::check_shape_dtype_scale(a)) return fail(what);
     const WorkspaceLayout w = workspace_layout(a.batch, a.heads_q, a.seqlen_q, a.head_dim);
     if (w.bytes == 0) return fail("the workspace size overflows");
     if (!a.workspace || reinterpret_cast<uintptr_t>(a.workspace) % kWorkspaceAlign != 0 || a.workspace_size < w.bytes)

@@ -66,7 +66,7 @@ inline WorkspaceLayout workspace_layout(int batch, int heads_q, int seqlen_q, in
     const int64_t rows = (static_cast<int64_t>(seqlen_q) + kQueryBlockRows - 1) / kQueryBlockRows * kQueryBlockRows;
     const int64_t heads = static_cast<int64_t>(batch) * heads_q;
     constexpr int64_t kLimit = int64_t{1} << 62;
-    if (heads > kLimit / rows / (head_dim + 3)) return w;
+    if (heads > kLimit / rows / (static_cast<int64_t>(head_dim) + 3)) return w;
     w.seqlen_q_padded = rows;
     const size_t row_floats = static_cast<size_t>(heads * rows);
     w.lse_offset = 0;

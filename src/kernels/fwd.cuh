@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // K or V slot (one lane each) once its last wgmma on it is done. Q is free again right after
     // the consumers' last QK^T when O has its own staging buffer (one lane per warp), else once
     // the O store that reuses Q's buffer has been read out (one thread per consumer).
-    if (threadIdx.x == 0) {
+    init_barriers([&] {
         ptx::prefetch_tensormap(&tmap_q);
         ptx::prefetch_tensormap(&tmap_k);
         ptx::prefetch_tensormap(&tmap_v);
@@ -177,22 +177,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.q_ring.init(Cfg::kSeparateO ? kConsumerWarps : Cfg::kConsumers);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
-        ptx::fence_mbarrier_init();
-    }
-    __syncthreads();
+    });
+
+    // This CTA's tile on pass `pass` of its walk, its first query row and the number of KV blocks
+    // its rows see; false once the walk is over.
+    auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
+        if (!p.scheduler.tile_for_pass(pass, t)) return false;
+        m0 = t.m_block * kBlockM;
+        n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
+        return true;
+    };
 
     // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
     // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
-        if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) {
+        if (is_tma_issuer()) {
             typename Ring<1>::State q_state;
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
-            for (int pass = 0; p.scheduler.tile_for_pass(pass, t); ++pass) {
-                const int m0 = t.m_block * kBlockM;
-                const int n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
+            int m0, n_blocks;
+            for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
                 // Q is loaded for every tile, even one with nothing to attend to, so that Q's
                 // phases never depend on the mask.
                 smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
@@ -270,9 +276,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         typename Ring<1>::State q_state;
         typename Ring<Cfg::kStages>::State k_state, v_state;
         Tile t;
-        for (int pass = 0; p.scheduler.tile_for_pass(pass, t); ++pass) {
-            const int m0 = t.m_block * kBlockM;
-            const int n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
+        int m0, n_blocks;
+        for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
@@ -422,13 +427,7 @@ inline bool check_args(FwdArgs& a, std::string* error) {
         return false;
     };
     if (!a.q || !a.k || !a.v || !a.o) return fail("q, k, v and o must be non-NULL");
-    if (a.batch <= 0 || a.heads_q <= 0 || a.heads_kv <= 0 || a.seqlen_q <= 0 || a.seqlen_k <= 0)
-        return fail("batch, heads_q, heads_kv, seqlen_q and seqlen_k must be positive");
-    if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
-    if (a.dtype != Dtype::kBf16 && a.dtype != Dtype::kFp16) return fail("dtype must be kBf16 or kFp16");
-    if (!(a.softmax_scale >= 0.f) || std::isinf(a.softmax_scale))
-        return fail("softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim))");
-    if (a.softmax_scale == 0.f) a.softmax_scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+    if (const char* what = fwd::check_shape_dtype_scale(a)) return fail(what);
     // Base alignment, strides and sizes are checked by encode_tensor_map below.
     return true;
 }

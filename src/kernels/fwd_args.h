@@ -2,6 +2,7 @@
 // (so the vendorable single-file kernel does not depend on include/hattn.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace hattn::fwd {
@@ -28,5 +29,19 @@ struct FwdArgs {
     int grid_ctas = 0;             // CTAs to launch: 0 = automatic (one per tile, or one per SM
                                    // when tiles are short); N > 0 = at most N, walking the tiles
 };
+
+// The shape, dtype and scale checks both launchers make for a vendoring user (who has no C API in
+// front of them); resolves softmax_scale 0 to 1/sqrt(head_dim). Returns nullptr or what is wrong.
+template <class Args>
+inline const char* check_shape_dtype_scale(Args& a) {
+    if (a.batch <= 0 || a.heads_q <= 0 || a.heads_kv <= 0 || a.seqlen_q <= 0 || a.seqlen_k <= 0)
+        return "batch, heads_q, heads_kv, seqlen_q and seqlen_k must be positive";
+    if (a.heads_q % a.heads_kv != 0) return "heads_q must be a multiple of heads_kv";
+    if (a.dtype != Dtype::kBf16 && a.dtype != Dtype::kFp16) return "dtype must be kBf16 or kFp16";
+    if (!(a.softmax_scale >= 0.f) || std::isinf(a.softmax_scale))
+        return "softmax_scale must be finite and >= 0 (0 selects 1/sqrt(head_dim))";
+    if (a.softmax_scale == 0.f) a.softmax_scale = 1.f / std::sqrt(static_cast<float>(a.head_dim));
+    return nullptr;
+}
 
 }  // namespace hattn::fwd

@@ -11,7 +11,9 @@
 #include <cstdint>
 
 #include "ptx/barrier.cuh"
+#include "ptx/fence.cuh"
 #include "ptx/mbarrier.cuh"
+#include "ptx/warp.cuh"
 
 namespace hattn::sm90 {
 
@@ -60,6 +62,20 @@ struct Ring {
     __device__ __forceinline__ void consumer_wait(const State& st) { ptx::mbarrier_wait(&full[st.stage], st.phase); }
     __device__ __forceinline__ void consumer_release(const State& st) { ptx::mbarrier_arrive(&empty[st.stage]); }
 };
+
+// Barrier setup by one thread (`init` runs in thread 0), published to the async proxy (TMA
+// completes on these barriers) and to every thread of the CTA before anyone touches them.
+template <class Init>
+__device__ __forceinline__ void init_barriers(Init init) {
+    if (threadIdx.x == 0) {
+        init();
+        ptx::fence_mbarrier_init();
+    }
+    __syncthreads();
+}
+
+// The one thread of a producer warpgroup that issues its TMA loads: an elected lane of warp 0.
+__device__ __forceinline__ bool is_tma_issuer() { return threadIdx.x / 32 == 0 && ptx::elect_one_sync(); }
 
 // A named barrier (bar.sync / bar.arrive id, count) whose thread count is part of its type, so
 // every use of one barrier agrees on it. Ids come from one enum per kernel; 0 is __syncthreads.
