@@ -14,8 +14,10 @@
 
 namespace hattn::ptx {
 
-// Wall-clock budget for one debug-build wait (2 s is ~1000x the longest legitimate wait).
+// Wall-clock budget for one debug-build wait (2 s is ~1000x the longest legitimate wait; it must
+// stay below 2^32 ns, the debug waits time themselves with the timer's low 32 bits).
 constexpr uint64_t kMbarrierTimeoutNs = 2000000000ull;
+static_assert(kMbarrierTimeoutNs < (1ull << 32), "the debug waits use 32-bit timer differences");
 
 // PTX ISA 9.7.13.15.11 mbarrier.init
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrival_count) {
@@ -107,19 +109,21 @@ __device__ __forceinline__ void trap() { asm volatile("trap;" ::: "memory"); }
 // (the backward kernel spilled with one). (No printf here: a call inside the wgmma pipeline would
 // make ptxas serialize it, C7510.)
 __device__ __forceinline__ void mbarrier_wait_parity_timeout(uint64_t* bar, uint32_t parity) {
+    // The low 32 bits of the timer suffice (they wrap every 4.3 s; unsigned differences survive
+    // one wrap) and cost half the registers of the 64-bit timer.
     asm volatile(
-        "{\n\t.reg .pred p;\n\t.reg .u64 t0, t1;\n\t"
-        "mov.u64 t0, %%globaltimer;\n\t"
+        "{\n\t.reg .pred p;\n\t.reg .u32 t0, t1;\n\t"
+        "mov.u32 t0, %%globaltimer_lo;\n\t"
         "WAIT_%=:\n\t"
         "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
         "@p bra DONE_%=;\n\t"
-        "mov.u64 t1, %%globaltimer;\n\t"
-        "sub.u64 t1, t1, t0;\n\t"
-        "setp.gt.u64 p, t1, %2;\n\t"
+        "mov.u32 t1, %%globaltimer_lo;\n\t"
+        "sub.u32 t1, t1, t0;\n\t"
+        "setp.gt.u32 p, t1, %2;\n\t"
         "@p trap;\n\t"
         "bra WAIT_%=;\n\t"
         "DONE_%=:\n\t}" ::"r"(smem_u32(bar)),
-        "r"(parity), "l"(kMbarrierTimeoutNs)
+        "r"(parity), "n"(static_cast<uint32_t>(kMbarrierTimeoutNs))
         : "memory");
 }
 

@@ -15,8 +15,9 @@
 #             seqlen 512..16k x full/causal, batch x seqlen = 16k tokens, heads = 2048 / d
 #   micro     scripts/run_micro.sh $OUT/micro, if that script exists
 #   sanitize  scripts/sanitize_ptx_tests.sh if it exists, then compute-sanitizer memcheck, racecheck
-#             and synccheck on `build/bin/hattn fwd` for every variant at a small odd size, plus GQA,
-#             persistent-grid (more tiles than SMs) and causal seqlen_q > seqlen_k shapes
+#             and synccheck on `build/bin/hattn fwd` and `hattn bwd` for every variant at a small odd
+#             size, plus GQA, persistent-grid (more tiles than SMs), causal seqlen_q != seqlen_k and
+#             the backward's deterministic mode
 #             (SANITIZE_JOBS runs at a time)
 #   robust    build/test/stress_test (threads, 100k calls, >2^31 elements, NaN/Inf inputs),
 #             build/test/hang_guard_test (the debug hang guard traps) and
@@ -354,29 +355,38 @@ cli_args() {  # head_dim dtype causal(0/1) [extra flags]
 # SMs (non-causal, seqlen_k <= 2048: one CTA per SM walks several tiles; 4 x 40 x 3 = 480 tiles;
 # d128 stages O in its own buffer, d256 in Q's), and causal with seqlen_q > seqlen_k (rows that see
 # no key). The large persistent shapes skip the reference check (the tools slow its kernel most).
-sanitize_variants() {  # prints "head_dim dtype causal extra-flags"
+# The backward (`hattn bwd`): every head dim and mask in bf16, fp16 once, the deterministic mode
+# (ordered dQ adds) per head dim, GQA, and causal with seqlen_q > seqlen_k.
+sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
   local d dtype causal
   for d in 64 128 256; do
     for dtype in bf16 fp16; do
-      for causal in 0 1; do echo "$d $dtype $causal"; done
+      for causal in 0 1; do echo "fwd $d $dtype $causal"; done
     done
   done
-  echo "128 bf16 0 --no-pingpong"
-  echo "128 bf16 0 --no-intra-wg-overlap"
-  echo "128 bf16 0 --no-pingpong --no-intra-wg-overlap"
-  echo "128 bf16 1 --heads 8 --heads-kv 2"
-  echo "128 bf16 0 --batch 4 --heads 40 --no-verify"
-  echo "256 bf16 0 --batch 4 --heads 40 --no-verify"
-  echo "64 fp16 1 --seqlen-q 333 --seqlen-k 200"
+  echo "fwd 128 bf16 0 --no-pingpong"
+  echo "fwd 128 bf16 0 --no-intra-wg-overlap"
+  echo "fwd 128 bf16 0 --no-pingpong --no-intra-wg-overlap"
+  echo "fwd 128 bf16 1 --heads 8 --heads-kv 2"
+  echo "fwd 128 bf16 0 --batch 4 --heads 40 --no-verify"
+  echo "fwd 256 bf16 0 --batch 4 --heads 40 --no-verify"
+  echo "fwd 64 fp16 1 --seqlen-q 333 --seqlen-k 200"
+  for d in 64 128 256; do
+    for causal in 0 1; do echo "bwd $d bf16 $causal"; done
+    echo "bwd $d bf16 1 --deterministic"
+  done
+  echo "bwd 128 fp16 0"
+  echo "bwd 128 bf16 1 --heads 8 --heads-kv 2 --seqlen-q 333 --seqlen-k 200"
+  echo "bwd 64 fp16 1 --heads 4 --heads-kv 1 --seqlen-q 200 --seqlen-k 333 --deterministic"
 }
 
 SANITIZE_TOOLS=(memcheck racecheck synccheck)
 
 # One sanitizer run in the background: writes $dir/$idx.log and $dir/$idx.rc.
-sanitize_one() {  # dir idx sanitizer tool seconds cli args...
-  local dir=$1 idx=$2 sanitizer=$3 tool=$4 seconds=$5 cli=$6 rc=0
-  shift 6
-  timeout -k 5 "$seconds" "$sanitizer" --tool "$tool" --error-exitcode 99 "$cli" fwd "$@" \
+sanitize_one() {  # dir idx sanitizer tool seconds cli command args...
+  local dir=$1 idx=$2 sanitizer=$3 tool=$4 seconds=$5 cli=$6 cmd=$7 rc=0
+  shift 7
+  timeout -k 5 "$seconds" "$sanitizer" --tool "$tool" --error-exitcode 99 "$cli" "$cmd" "$@" \
       </dev/null >"$dir/$idx.log" 2>&1 || rc=$?
   echo "$rc" >"$dir/$idx.rc"
 }
@@ -416,14 +426,15 @@ phase_sanitize() {
   # under its own timeout and all inside the phase's limit.
   local jobs=${SANITIZE_JOBS:-6} dir="$LOGS/sanitize_runs" deadline=$((t0 + limit)) per_run_cap=120
   mkdir -p "$dir"
-  local -a variants names tools argss
+  local -a variants names tools cmds argss
   mapfile -t variants < <(sanitize_variants)
-  local tool v d dtype causal extra idx=0 per_run
+  local tool v cmd d dtype causal extra idx=0 per_run
   for tool in "${SANITIZE_TOOLS[@]}"; do
     for v in "${variants[@]}"; do
-      read -r d dtype causal extra <<<"$v"
+      read -r cmd d dtype causal extra <<<"$v"
       tools[idx]=$tool
-      names[idx]="$tool d$d $dtype $([ "$causal" = 1 ] && echo causal || echo full)${extra:+ $extra}"
+      cmds[idx]=$cmd
+      names[idx]="$tool $cmd d$d $dtype $([ "$causal" = 1 ] && echo causal || echo full)${extra:+ $extra}"
       argss[idx]=$(cli_args "$d" "$dtype" "$causal" "$extra")
       idx=$((idx + 1))
     done
@@ -438,7 +449,7 @@ phase_sanitize() {
     fi
     [ "$per_run" -gt "$per_run_cap" ] && per_run=$per_run_cap
     # shellcheck disable=SC2086  # the CLI arguments are a list of words
-    sanitize_one "$dir" "$i" "$sanitizer" "${tools[i]}" "$per_run" "$cli" ${argss[i]} &
+    sanitize_one "$dir" "$i" "$sanitizer" "${tools[i]}" "$per_run" "$cli" "${cmds[i]}" ${argss[i]} &
   done
   wait
   local rc why
@@ -452,7 +463,7 @@ phase_sanitize() {
       failures=$((failures + 1))
       continue
     fi
-    { echo "### $tool: $cli fwd ${argss[i]} -> exit $rc"; cat "$dir/$i.log" 2>/dev/null; } >>"$log"
+    { echo "### $tool: $cli ${cmds[i]} ${argss[i]} -> exit $rc"; cat "$dir/$i.log" 2>/dev/null; } >>"$log"
     runs=$((runs + 1))
     if [ "$rc" = 0 ]; then
       ok_per_tool[$tool]=$(( ${ok_per_tool[$tool]:-0} + 1 ))
@@ -473,7 +484,7 @@ phase_sanitize() {
   for tool in "${SANITIZE_TOOLS[@]}"; do
     detail "$tool: ${ok_per_tool[$tool]:-0}/${total_per_tool[$tool]:-0} variants clean"
   done
-  detail "(hattn fwd $(cli_args D DTYPE 0 | tr -s ' '); $jobs runs at a time)"
+  detail "(hattn fwd|bwd $(cli_args D DTYPE 0 | tr -s ' '); $jobs runs at a time)"
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | sort | uniq -c | head -6 >>"$DETAILS"
   if [ "$failures" -eq 0 ]; then status sanitize "OK ($runs runs)" "$t0"; else status sanitize "FAIL ($failures problems)" "$t0"; fi
   publish

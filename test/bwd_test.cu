@@ -709,22 +709,34 @@ TEST(GpuReferenceBwd, MatchesFp64) {
         const hattn::test::BackwardReferenceResult cpu = hattn::test::reference_attention_backward_fp64(
             p, at(pb.layouts.q), at(pb.layouts.k), at(pb.layouts.v), at(pb.layouts.dout),
             o16.data() + pb.layouts.o.offset);
-        const double err = hattn::reference::kGpuReferenceBwdRelError;
+        // dQ and dK carry the fp32 cancellation of dP - D (a row that sees one key has dS = 0
+        // exactly in float64, a few ulps in fp32: measured on the H200), so their bound covers
+        // the cancellation weight too. The weights and cancellation terms only scale the kernel
+        // tests' tolerances and carry the same cancellation themselves, so they are held to 1e-3
+        // of themselves (on the H200 they reach 4.4e-5).
+        constexpr double kWeightRelError = 1e-3;
+        const std::vector<double> none;
         struct Pair {
             const char* name;
             const std::vector<double>& got;
             const std::vector<double>& ref;
             const std::vector<double>& weight;
-        } pairs[] = {{"dq", gpu.dq, cpu.dq, cpu.dq_weight},          {"dk", gpu.dk, cpu.dk, cpu.dk_weight},
-                     {"dv", gpu.dv, cpu.dv, cpu.dv_weight},          {"dq_weight", gpu.dq_weight, cpu.dq_weight, cpu.dq_weight},
-                     {"dk_weight", gpu.dk_weight, cpu.dk_weight, cpu.dk_weight},
-                     {"dv_weight", gpu.dv_weight, cpu.dv_weight, cpu.dv_weight},
-                     {"dq_cancel", gpu.dq_cancel, cpu.dq_cancel, cpu.dq_cancel},
-                     {"dk_cancel", gpu.dk_cancel, cpu.dk_cancel, cpu.dk_cancel}};
+            const std::vector<double>& cancel;  // empty: none
+            double err;
+        } pairs[] = {{"dq", gpu.dq, cpu.dq, cpu.dq_weight, cpu.dq_cancel, hattn::reference::kGpuReferenceBwdRelError},
+                     {"dk", gpu.dk, cpu.dk, cpu.dk_weight, cpu.dk_cancel, hattn::reference::kGpuReferenceBwdRelError},
+                     {"dv", gpu.dv, cpu.dv, cpu.dv_weight, none, hattn::reference::kGpuReferenceBwdRelError},
+                     {"dq_weight", gpu.dq_weight, cpu.dq_weight, cpu.dq_weight, cpu.dq_cancel, kWeightRelError},
+                     {"dk_weight", gpu.dk_weight, cpu.dk_weight, cpu.dk_weight, cpu.dk_cancel, kWeightRelError},
+                     {"dv_weight", gpu.dv_weight, cpu.dv_weight, cpu.dv_weight, none, kWeightRelError},
+                     {"dq_cancel", gpu.dq_cancel, cpu.dq_cancel, cpu.dq_cancel, none, kWeightRelError},
+                     {"dk_cancel", gpu.dk_cancel, cpu.dk_cancel, cpu.dk_cancel, none, kWeightRelError}};
         for (const Pair& pr : pairs) {
+            const double err = pr.err;
+            auto bound = [&](size_t i) { return err * (pr.weight[i] + (pr.cancel.empty() ? 0.0 : pr.cancel[i])); };
             const nm::CompareResult r = nm::compare_elementwise(
-                pr.ref.size(), [&](size_t i) { return pr.got[i]; }, [&](size_t i) { return pr.ref[i]; },
-                [&](size_t i) { return err * pr.weight[i]; }, [&](size_t i) { return err * pr.weight[i]; }, err, err);
+                pr.ref.size(), [&](size_t i) { return pr.got[i]; }, [&](size_t i) { return pr.ref[i]; }, bound, bound,
+                err, err);
             EXPECT_TRUE(r.ok) << "GPU reference " << pr.name << ": " << r.summary();
         }
     }
