@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "kernels/bwd.cuh"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/scheduler.cuh"
 #include "kernels/sm90/tile.cuh"
@@ -111,3 +112,26 @@ TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {
 }
 
 }  // namespace
+
+// The backward's dQ accumulator: the fragment-order index is a bijection onto the 64 x 64 slice,
+// pairs of a thread's register pairs 2j, 2j + 1 are 16 contiguous bytes (one v4 red), and the
+// conversion kernel's inverse recovers (pair, thread).
+TEST(Sm90BwdDqAccum, FragmentOrderIsABijectionWithItsInverse) {
+    constexpr int kPairs = hattn::bwd::kQueryBlockRows / 4;  // register pairs per thread per slice
+    constexpr int kThreads = hattn::sm90::kWarpgroupThreads;
+    std::set<int> seen;
+    for (int pair = 0; pair < kPairs; ++pair) {
+        for (int tid = 0; tid < kThreads; ++tid) {
+            const int index = hattn::bwd::dq_accum_index(pair, tid);
+            ASSERT_EQ(index % 2, 0);
+            ASSERT_TRUE(seen.insert(index).second) << "pair " << pair << " tid " << tid;
+            if (pair % 2 == 0) EXPECT_EQ(hattn::bwd::dq_accum_index(pair + 1, tid), index + 2);
+            if (pair % 2 == 0) EXPECT_EQ(index % 4, 0);  // 16-byte aligned for red.v4
+            const hattn::bwd::DqPair back = hattn::bwd::dq_accum_pair(index / 2);
+            EXPECT_EQ(back.pair, pair);
+            EXPECT_EQ(back.tid, tid);
+        }
+    }
+    EXPECT_EQ(static_cast<int>(seen.size()), kPairs * kThreads);
+    EXPECT_EQ(*seen.rbegin(), 2 * (kPairs * kThreads - 1));
+}

@@ -14,8 +14,8 @@
 //                         dP^T = V_w dO_i^T     (SS)   dS^T = P^T o (dP^T - D_i)
 //                         dV_w += P^T dO_i      (RS)
 //                         dK_w += dS^T Q_i      (RS)
-//                         dQ_i^T += K^T dS^T    (SS, dS^T through shared memory), added to dQ's
-//                                               fp32 accumulator in global memory (red.add)
+//                         dQ_i^T  = K^T dS^T    (SS, dS^T through shared memory), added to dQ's
+//                                               fp32 accumulator in global memory
 //                       and at the end writes dK_w (times the scale) and dV_w with TMA.
 //   3. bwd_dq_convert   dQ = scale * accumulator, to 16-bit, in the caller's layout.
 //
@@ -29,10 +29,12 @@
 //   * dK and dV of 64 keys x head_dim take head_dim fp32 registers per thread together. At
 //     head_dim 256 that is more than a thread has, so head_dim 256 runs two kernels over the same
 //     blocks: one accumulates dV, the other dK and dQ (S and P are computed in both).
-//   * dQ's accumulator is summed across CTAs with red.global.add (performed in L2, the issuing
-//     thread does not wait). Floating-point addition is not associative, so the order of those
-//     additions changes the result's last bits from run to run; the deterministic mode makes KV
-//     block j wait for blocks 0..j-1 of the same query block (a counter per query block).
+//   * dQ's accumulator is summed across CTAs in L2: red.global.add.v4 from the consumers (d64,
+//     d256), or bulk reduce-adds of staged slices issued by a producer warp (d128). It is stored in
+//     wgmma's fragment order so that a warp's adds cover whole lines (row-major: 8 sectors in 8
+//     lines per instruction, 20-35% slower overall). Floating-point addition is not associative,
+//     so the order of the additions changes the last bits from run to run; the deterministic mode
+//     makes KV block j wait for blocks 0..j-1 of the same query block (a counter per query block).
 //   * dK and dV of a GQA group are summed in registers: one CTA loops over the group's query
 //     heads, so they are deterministic in both modes.
 #pragma once
@@ -116,7 +118,7 @@ struct Config {
     static constexpr bool kDqWarp = kAccDk && kHeadDim == 128;
     // Step i's dQ GEMM is issued in step i + 1, so a warpgroup waits for the other's dS^T of the
     // step before rather than of the current one, and the two warpgroups can drift up to a step
-    // apart: one's softmax then overlaps the other's GEMMs.
+    // apart: one's softmax then overlaps the other's GEMMs (+1-3% at d128).
     static constexpr bool kDelayDq = kAccDk && !kDqOwnKeys && kDsBuffers_ == 2 && kHeadDim == 128;
     // d64's steps are short: loading each column's LSE and D before the GEMMs are issued, and
     // exponentiating once both S and dP are done, measured +10-19% there against the order wider
@@ -193,6 +195,13 @@ struct KernelParams {
 // query rows 8 (pair / 2) + 2 (tid % 4) + {0, 1} of the block (the fragment of dQ^T).
 __host__ __device__ constexpr int dq_accum_index(int pair, int tid) {
     return ((pair / 2) * kWarpgroupThreads + tid) * 4 + (pair % 2) * 2;
+}
+// The inverse, for the float pair at dq_accum_index(pair, tid) == 2 * i.
+struct DqPair {
+    int pair, tid;
+};
+__host__ __device__ constexpr DqPair dq_accum_pair(int i) {
+    return {2 * (i / (2 * kWarpgroupThreads)) + i % 2, (i / 2) % kWarpgroupThreads};
 }
 
 // Blocks until *counter == value (acquire). Debug builds trap after the mbarrier wait's timeout.
@@ -316,8 +325,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 
         // dQ^T slice sl of this warpgroup: head_dim columns [dq_col(sl), +64), keys from dq_key0.
         auto dq_col = [&](int sl) { return (Cfg::kDqOwnKeys ? sl : cw * Cfg::kDqSlices + sl) * kMmaM; };
-        constexpr int kDqFirstStep = 0;
-        const int dq_key_step0 = Cfg::kDqOwnKeys ? first_key_in_block / Elem::kMmaK : kDqFirstStep;
+        const int dq_key_step0 = Cfg::kDqOwnKeys ? first_key_in_block / Elem::kMmaK : 0;  // first k-step over keys
 
         // Adds this warpgroup's dQ^T slices to the accumulator block of query block m, whose
         // slices are stored in fragment order (dq_accum_index): a warp's register pair i is 256
@@ -659,8 +667,8 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
     for (int c0 = 0; c0 < kHeadDim; c0 += kCols) {
         const float2* slice = reinterpret_cast<const float2*>(acc + (c0 / kCols) * kSliceFloats);
         for (int i = t; i < kSliceFloats / 2; i += kAuxThreads) {
-            // float2 i is pair 2 (i / 256) + i % 2 of thread (i / 2) % 128: dq_accum_index inverted
-            const int owner = (i / 2) % kWarpgroupThreads, pair = 2 * (i / (2 * kWarpgroupThreads)) + i % 2;
+            const DqPair at = dq_accum_pair(i);
+            const int owner = at.tid, pair = at.pair;
             const float2 x = slice[i];
             const int col = acc_row_in_warpgroup(owner) + 8 * (pair % 2);
             const int q = 8 * (pair / 2) + 2 * (owner % 4);

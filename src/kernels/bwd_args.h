@@ -45,8 +45,8 @@ struct BwdArgs {
 //                                     rows that see no key (their probabilities become 0)
 //   dpsum     [seqlen_q_padded] fp32  D_i = sum_c dO[i, c] * O[i, c]
 //   dq_accum  [seqlen_q_padded * head_dim] fp32, dQ / softmax_scale summed over KV blocks, in
-//                                     blocks of kQueryBlockRows rows stored transposed
-//                                     ([head_dim][kQueryBlockRows], the order wgmma produces it)
+//                                     blocks of kQueryBlockRows rows, each as head_dim / 64
+//                                     slices in wgmma's fragment order (bwd.cuh: dq_accum_index)
 //   semaphores[seqlen_q_padded / kQueryBlockRows] int32: per query block, how many KV blocks
 //                                     have added their dQ (deterministic mode)
 constexpr size_t kWorkspaceAlign = 256;
