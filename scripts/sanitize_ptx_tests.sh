@@ -5,6 +5,9 @@
 #   ptx_tma_test        memcheck   errors=0  gtest=ok
 #
 # Exit status is non-zero if any tool reports an error or any test fails under the tool.
+# The tests named in RACECHECK_OWN_LINE_TESTS get a racecheck line of their own:
+#
+#   ptx_bulk_test[PtxBulk.LoadRingOfTwo]  racecheck  errors=0  gtest=ok
 # Run from the repository root after `cmake -S . -B build -G Ninja && cmake --build build -j`.
 #   BUILD_DIR (default build), SANITIZER (default: compute-sanitizer from PATH or the toolkit)
 set -uo pipefail
@@ -36,37 +39,56 @@ readonly SANITIZER_ERROR_RC=86
 # handoff published with bar.arrive is reported as a race even though the test checks every
 # value exactly. That one test is left out of racecheck (memcheck still runs it); the fwd
 # kernel's ping-pong passes no data through bar.arrive and runs under racecheck in full.
-readonly RACECHECK_GTEST_FILTER='-PtxBarrier.NamedBarrierPingPongStrictAlternation'
+readonly RACECHECK_EXCLUDED='PtxBarrier.NamedBarrierPingPongStrictAlternation'
+# The bulk-copy ring of ptx_bulk_test is the smallest form of the LSE/D ring on which racecheck
+# reports a hazard in the backward kernel, once with the consumer warps' reads ordered before
+# their release (__syncwarp) and once without, as bwd.cuh releases at head_dim 128: each runs
+# under racecheck alone, so its summary line says which of the two racecheck flags.
+readonly RACECHECK_OWN_LINE_TESTS=(PtxBulk.LoadRingOfTwo PtxBulk.LoadRingOfTwoLaneZeroReleasesAlone)
+own_line_filter=$(IFS=:; echo "${RACECHECK_OWN_LINE_TESTS[*]}")
+readonly RACECHECK_GTEST_FILTER="-$RACECHECK_EXCLUDED:$own_line_filter"
 log_dir=$(mktemp -d)
 status=0
+
+# run_tool LABEL TOOL BINARY [GTEST ARGS...]: one sanitizer run, one summary line.
+run_tool() {
+  local label=$1 tool=$2 bin=$3
+  shift 3
+  local log="$log_dir/${label//[^A-Za-z0-9_.]/_}.$tool.log"
+  "$SANITIZER" --tool "$tool" --error-exitcode "$SANITIZER_ERROR_RC" "$bin" "$@" >"$log" 2>&1
+  local rc=$?
+  # memcheck ends with "ERROR SUMMARY: N errors"; racecheck with
+  # "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)" -- count E.
+  local errors skipped verdict
+  errors=$(grep -Eo 'RACECHECK SUMMARY: .*\([0-9]+ errors' "$log" | tail -1 | grep -Eo '[0-9]+ errors' | grep -Eo '[0-9]+')
+  [ -z "$errors" ] && errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
+  errors=${errors:-unknown}
+  skipped=$(grep -Ec '^\[  SKIPPED \] .*\([0-9]+ ms\)' "$log")  # per-test lines only
+  if [ "$rc" -eq 0 ]; then
+    verdict=ok
+  elif [ "$rc" -eq "$SANITIZER_ERROR_RC" ]; then
+    verdict="sanitizer-error"
+  else
+    verdict="failed(rc=$rc)"
+  fi
+  printf '%-24s %-10s errors=%-8s gtest=%s%s\n' "$label" "$tool" "$errors" "$verdict" \
+    "$([ "$skipped" -gt 0 ] && echo " (skipped tests: $skipped)")"
+  if [ "$rc" -ne 0 ] || [ "$errors" != 0 ]; then
+    status=1
+    echo "  log: $log (last lines below)"
+    tail -n 30 "$log" | sed 's/^/    /'
+  fi
+}
+
 for bin in "${binaries[@]}"; do
   name=$(basename "$bin")
-  for tool in memcheck racecheck; do
-    log="$log_dir/$name.$tool.log"
-    filter=()
-    [ "$tool" = racecheck ] && filter=(--gtest_filter="$RACECHECK_GTEST_FILTER")
-    "$SANITIZER" --tool "$tool" --error-exitcode "$SANITIZER_ERROR_RC" "$bin" "${filter[@]}" >"$log" 2>&1
-    rc=$?
-    # memcheck ends with "ERROR SUMMARY: N errors"; racecheck with
-    # "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)" -- count E.
-    errors=$(grep -Eo 'RACECHECK SUMMARY: .*\([0-9]+ errors' "$log" | tail -1 | grep -Eo '[0-9]+ errors' | grep -Eo '[0-9]+')
-    [ -z "$errors" ] && errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
-    errors=${errors:-unknown}
-    skipped=$(grep -Ec '^\[  SKIPPED \] .*\([0-9]+ ms\)' "$log")  # per-test lines only
-    if [ "$rc" -eq 0 ]; then
-      verdict=ok
-    elif [ "$rc" -eq "$SANITIZER_ERROR_RC" ]; then
-      verdict="sanitizer-error"
-    else
-      verdict="failed(rc=$rc)"
-    fi
-    printf '%-24s %-10s errors=%-8s gtest=%s%s\n' "$name" "$tool" "$errors" "$verdict" \
-      "$([ "$skipped" -gt 0 ] && echo " (skipped tests: $skipped)")"
-    if [ "$rc" -ne 0 ] || [ "$errors" != 0 ]; then
-      status=1
-      echo "  log: $log (last lines below)"
-      tail -n 30 "$log" | sed 's/^/    /'
-    fi
+  run_tool "$name" memcheck "$bin"
+  run_tool "$name" racecheck "$bin" --gtest_filter="$RACECHECK_GTEST_FILTER"
+  for test in "${RACECHECK_OWN_LINE_TESTS[@]}"; do
+    # Only in the binary that defines it (listing the tests needs no GPU).
+    listed=$("$bin" --gtest_list_tests --gtest_filter="$test")
+    grep -q '^  ' <<<"$listed" || continue
+    run_tool "$name[$test]" racecheck "$bin" --gtest_filter="$test"
   done
 done
 [ "$status" -eq 0 ] && echo "all PTX tests clean under memcheck and racecheck" || echo "sanitizer problems found (logs in $log_dir)"
