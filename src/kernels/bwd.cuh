@@ -353,6 +353,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         auto release_stage = [&] {
             ptx::wgmma_fence_operand(dv);
             ptx::wgmma_fence_operand(dk);
+            // Lane 0 releases the slot for its warp: __syncwarp orders every lane's reads of LSE
+            // and D before that arrive (and so before the producer's next bulk copy into the slot).
+            __syncwarp();
             if (lane == 0) smem.q_ring.consumer_release(release_st);
             release_st.advance();
         };
