@@ -323,14 +323,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 #pragma unroll
         for (int i = 0; i < kHeadDim / 2; ++i) dv[i] = dk[i] = 0.f;
 
-        // dQ^T slice sl of this warpgroup: head_dim columns [dq_col(sl), +64), keys from dq_key0.
+        // dQ^T slice sl of this warpgroup: head_dim columns [dq_col(sl), +64), summed over the keys
+        // from k-step dq_key_step0 on (kDqKeys of them).
         auto dq_col = [&](int sl) { return (Cfg::kDqOwnKeys ? sl : cw * Cfg::kDqSlices + sl) * kMmaM; };
         const int dq_key_step0 = Cfg::kDqOwnKeys ? first_key_in_block / Elem::kMmaK : 0;  // first k-step over keys
 
         // Adds this warpgroup's dQ^T slices to the accumulator block of query block m, whose
-        // slices are stored in fragment order (dq_accum_index): a warp's register pair i is 256
-        // contiguous bytes, so the adds are fully coalesced (3.4x fewer L2 sectors touched than
-        // row-major, +20-35% overall; bench/RESULTS.md).
+        // slices are stored in fragment order (dq_accum_index): a warp's 16-byte reds of register
+        // pairs 2j, 2j + 1 cover 512 contiguous bytes, where a row-major layout would spread each
+        // instruction over 8 lines (+20-35% overall; bench/RESULTS.md run 14).
         using DqFragment = float[Cfg::kDqSlices][kBlockM / 2];
         auto add_dq = [&](float* block, const DqFragment& dq) {
 #pragma unroll
@@ -401,17 +402,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 
         // dQ^T = K^T dS^T for the step whose dS^T is in buffer `buf`.
         auto issue_dq = [&](int buf) {
-          if constexpr (Cfg::kAccDk) {
-            ptx::wgmma_fence();
+            if constexpr (Cfg::kAccDk) {
+                ptx::wgmma_fence();
 #pragma unroll
-            for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
 #pragma unroll
-                for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
-                    mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
-                                                smem.ds[buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
+                    for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
+                        mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
+                                                    smem.ds[buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
+                }
+                ptx::wgmma_commit_group();
             }
-            ptx::wgmma_commit_group();
-          }
         };
         // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready[c][b].
         // Two per warpgroup: a warpgroup cannot store twice before the other has waited once
@@ -537,7 +538,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             ptx::wgmma_wait_group<0>();
             finish_dq(previous.head, previous.m);
         }
-
 
         // ============================== epilogue ==============================
         // dK (times the scale) and dV -> 16-bit -> the K (and V) tiles -> TMA store. K is free
