@@ -49,9 +49,8 @@ using hattn::test::Placement;
 // the GPU reference.
 constexpr double kCpuReferenceMaxMacs = 24.0 * 1024 * 1024;
 
-// Padding used by the strided layouts: 8 elements = 16 bytes keeps every stride TMA-legal.
-constexpr int64_t kRowPad = 8;
-constexpr int64_t kBatchPad = 64;
+using hattn::test::kBatchPad;
+using hattn::test::kRowPad;
 
 enum class Layout {
     kContiguous,       // [b, s, h, d], each tensor in its own buffer
@@ -97,21 +96,9 @@ Layouts make_layouts(const Case& c) {
     const int64_t d = c.head_dim;
     Layouts l;
     auto bshd = [&](int buffer, int seqlen, int heads, int64_t seq_pad) {
-        Placement p;
-        p.buffer = buffer;
-        p.head_stride = d;
-        p.seq_stride = heads * d + seq_pad;
-        p.batch_stride = seqlen * p.seq_stride;
-        return p;
+        return hattn::test::bshd_placement(buffer, d, seqlen, heads, seq_pad);
     };
-    auto bhsd = [&](int buffer, int seqlen, int heads) {
-        Placement p;
-        p.buffer = buffer;
-        p.seq_stride = d + kRowPad;
-        p.head_stride = seqlen * p.seq_stride;
-        p.batch_stride = heads * p.head_stride + kBatchPad;
-        return p;
-    };
+    auto bhsd = [&](int buffer, int seqlen, int heads) { return hattn::test::bhsd_placement(buffer, d, seqlen, heads); };
     // Three tensors interleaved in one [b, s, 3, h, d] buffer (needs sq == sk and heads_q ==
     // heads_kv, checked by the case builders).
     auto packed3 = [&](int buffer, Placement* a, Placement* b, Placement* e) {
@@ -502,7 +489,7 @@ void check_case(const Case& c) {
 
 // ---- Case builders ----------------------------------------------------------------------------------
 
-const char* dtype_name(hattn_dtype t) { return t == HATTN_DTYPE_BF16 ? "bf16" : "fp16"; }
+using hattn::test::dtype_name;
 const char* layout_name(Layout l) {
     switch (l) {
         case Layout::kContiguous: return "bshd";
@@ -514,15 +501,7 @@ const char* layout_name(Layout l) {
 
 Case make_case(int b, int hq, int hkv, int sq, int sk, int d, hattn_dtype dtype, bool causal,
                Layout layout = Layout::kContiguous, unsigned flags = 0) {
-    Case c;
-    c.batch = b;
-    c.heads_q = hq;
-    c.heads_kv = hkv;
-    c.seqlen_q = sq;
-    c.seqlen_k = sk;
-    c.head_dim = d;
-    c.dtype = dtype;
-    c.causal = causal;
+    Case c = hattn::test::attention_case<Case>(b, hq, hkv, sq, sk, d, dtype, causal);
     c.layout = layout;
     c.flags = flags;
     return c;

@@ -40,6 +40,47 @@ struct Placement {
     }
 };
 
+// Padding the strided test layouts use: 8 elements = 16 bytes keeps every stride TMA-legal.
+constexpr int64_t kRowPad = 8;
+constexpr int64_t kBatchPad = 64;
+
+// A [b, s, h, d] tensor in buffer `buffer`, each row of heads padded by seq_pad elements.
+inline Placement bshd_placement(int buffer, int64_t d, int seqlen, int heads, int64_t seq_pad) {
+    Placement p;
+    p.buffer = buffer;
+    p.head_stride = d;
+    p.seq_stride = heads * d + seq_pad;
+    p.batch_stride = seqlen * p.seq_stride;
+    return p;
+}
+
+// A head-major [b, h, s, d + kRowPad] tensor with a batch stride padded by kBatchPad.
+inline Placement bhsd_placement(int buffer, int64_t d, int seqlen, int heads) {
+    Placement p;
+    p.buffer = buffer;
+    p.seq_stride = d + kRowPad;
+    p.head_stride = seqlen * p.seq_stride;
+    p.batch_stride = heads * p.head_stride + kBatchPad;
+    return p;
+}
+
+// A test case's shape fields, for the Case structs of the forward and backward tests.
+template <class Case>
+Case attention_case(int b, int hq, int hkv, int sq, int sk, int d, hattn_dtype dtype, bool causal) {
+    Case c;
+    c.batch = b;
+    c.heads_q = hq;
+    c.heads_kv = hkv;
+    c.seqlen_q = sq;
+    c.seqlen_k = sk;
+    c.head_dim = d;
+    c.dtype = dtype;
+    c.causal = causal;
+    return c;
+}
+
+inline const char* dtype_name(hattn_dtype t) { return t == HATTN_DTYPE_BF16 ? "bf16" : "fp16"; }
+
 // One past the last element a placement addresses.
 inline int64_t extent(const Placement& p, int batch, int seqlen, int heads, int d) {
     return p.index(batch - 1, seqlen - 1, heads - 1, d - 1) + 1;
