@@ -68,6 +68,20 @@ def status_name(status: int) -> str:
     return STATUS_NAMES.get(status, f"unknown status {status}")
 
 
+# The fields both params structs share, in their order in include/hattn.h.
+_SHAPE_FIELDS = [(name, ctypes.c_int) for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")]
+_TAIL_FIELDS = [
+    ("dtype", ctypes.c_int),  # hattn_dtype
+    ("softmax_scale", ctypes.c_float),
+    ("causal", ctypes.c_int),
+    ("flags", ctypes.c_uint),
+]
+
+
+def _stride_fields(*tensors: str) -> list[tuple[str, type]]:
+    return [(f"{t}_{dim}_stride", ctypes.c_int64) for t in tensors for dim in ("batch", "seq", "head")]
+
+
 class HattnFwdParams(ctypes.Structure):
     """struct hattn_fwd_params, field by field (enums are C ints, `unsigned` is c_uint)."""
     _fields_ = [
@@ -76,28 +90,9 @@ class HattnFwdParams(ctypes.Structure):
         ("v", ctypes.c_void_p),
         ("o", ctypes.c_void_p),
         ("lse", ctypes.c_void_p),  # float*
-        ("batch", ctypes.c_int),
-        ("heads_q", ctypes.c_int),
-        ("heads_kv", ctypes.c_int),
-        ("seqlen_q", ctypes.c_int),
-        ("seqlen_k", ctypes.c_int),
-        ("head_dim", ctypes.c_int),
-        ("q_batch_stride", ctypes.c_int64),
-        ("q_seq_stride", ctypes.c_int64),
-        ("q_head_stride", ctypes.c_int64),
-        ("k_batch_stride", ctypes.c_int64),
-        ("k_seq_stride", ctypes.c_int64),
-        ("k_head_stride", ctypes.c_int64),
-        ("v_batch_stride", ctypes.c_int64),
-        ("v_seq_stride", ctypes.c_int64),
-        ("v_head_stride", ctypes.c_int64),
-        ("o_batch_stride", ctypes.c_int64),
-        ("o_seq_stride", ctypes.c_int64),
-        ("o_head_stride", ctypes.c_int64),
-        ("dtype", ctypes.c_int),  # hattn_dtype
-        ("softmax_scale", ctypes.c_float),
-        ("causal", ctypes.c_int),
-        ("flags", ctypes.c_uint),
+        *_SHAPE_FIELDS,
+        *_stride_fields("q", "k", "v", "o"),
+        *_TAIL_FIELDS,
     ]
 
 
@@ -117,10 +112,6 @@ EXPECTED_OFFSETS = {
 }
 
 
-def _stride_fields(*tensors: str) -> list[tuple[str, type]]:
-    return [(f"{t}_{dim}_stride", ctypes.c_int64) for t in tensors for dim in ("batch", "seq", "head")]
-
-
 class HattnBwdParams(ctypes.Structure):
     """struct hattn_bwd_params, field by field (enums are C ints, `unsigned` is c_uint)."""
     _fields_ = [
@@ -135,17 +126,9 @@ class HattnBwdParams(ctypes.Structure):
         ("dv", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
-        ("batch", ctypes.c_int),
-        ("heads_q", ctypes.c_int),
-        ("heads_kv", ctypes.c_int),
-        ("seqlen_q", ctypes.c_int),
-        ("seqlen_k", ctypes.c_int),
-        ("head_dim", ctypes.c_int),
+        *_SHAPE_FIELDS,
         *_stride_fields("q", "k", "v", "o", "do", "dq", "dk", "dv"),
-        ("dtype", ctypes.c_int),  # hattn_dtype
-        ("softmax_scale", ctypes.c_float),
-        ("causal", ctypes.c_int),
-        ("flags", ctypes.c_uint),
+        *_TAIL_FIELDS,
     ]
 
 
