@@ -161,6 +161,38 @@ def fmt(x: float | None, spec: str = ".1f") -> str:
 
 
 # ---- GPU side (imports torch lazily so --dry-run runs anywhere) -----------------------------------
+def fill_tflops(row, prefixes: tuple[str, ...], flops: float) -> None:
+    """row.<prefix>_tflops from row.<prefix>_ms for each backend, and hattn's ratio to cuDNN."""
+    for prefix in prefixes:
+        ms = getattr(row, f"{prefix}_ms")
+        setattr(row, f"{prefix}_tflops", None if ms is None else flops / (ms * 1e-3) / 1e12)
+    if row.hattn_tflops and row.cudnn_tflops:
+        row.hattn_over_cudnn = row.hattn_tflops / row.cudnn_tflops
+
+
+def run_cases(cases: list[Case], rows: list, measure_case, tag: str, failed_row) -> None:
+    """measure_case(case, index) for every case; one that raises becomes failed_row(case, note) and
+    the sweep goes on, unless the CUDA context is broken."""
+    import torch
+
+    for case_index, case in enumerate(cases):
+        print(f"[{tag}{case_index + 1}/{len(cases)}] {case.label()}", file=sys.stderr, flush=True)
+        try:
+            measure_case(case, case_index)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as error:  # keep going: one bad shape must not hide the others
+            rows.append(failed_row(case, f"{type(error).__name__}: {str(error).splitlines()[0]}"))
+            print(f"    error: {rows[-1].notes[0]}", file=sys.stderr, flush=True)
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                print("compare_torch.py: the CUDA context is broken; stopping the sweep", file=sys.stderr)
+                rows[-1].notes.append("CUDA context broken: sweep stopped here")
+                return
+        torch.cuda.empty_cache()
+
+
 def run_sweep(args, hattn: Hattn, cases: list[Case], ablation_flags: dict[Case, list[int]],
               rows: list[Row], meta: dict) -> None:
     """Measures every case, appending to `rows` as it goes (so an interrupted sweep keeps its rows)."""
@@ -308,34 +340,15 @@ def run_sweep(args, hattn: Hattn, cases: list[Case], ablation_flags: dict[Case, 
                 row.notes.append(str(error).splitlines()[0])
                 row.check = "FAIL" if row.check == "n/a" else row.check
 
-            for prefix in ("hattn", "cudnn", "fa2"):
-                ms = getattr(row, f"{prefix}_ms")
-                setattr(row, f"{prefix}_tflops", None if ms is None else case.flops / (ms * 1e-3) / 1e12)
-            if row.hattn_tflops and row.cudnn_tflops:
-                row.hattn_over_cudnn = row.hattn_tflops / row.cudnn_tflops
+            fill_tflops(row, ("hattn", "cudnn", "fa2"), case.flops)
             rows.append(row)
             print(f"    {row.variant}: hattn {fmt(row.hattn_tflops)} cuDNN {fmt(row.cudnn_tflops)} "
                   f"FA2 {fmt(row.fa2_tflops)} TFLOPS; check {row.check} (rel L2 {fmt(row.rel_l2, '.2e')})"
                   + (f"; {'; '.join(row.notes)}" if row.notes else ""), file=sys.stderr, flush=True)
 
     generator = torch.Generator(device=device)
-    for case_index, case in enumerate(cases):
-        print(f"[{case_index + 1}/{len(cases)}] {case.label()}", file=sys.stderr, flush=True)
-        try:
-            measure_case(case, case_index)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except Exception as error:  # keep going: one bad shape must not hide the others
-            rows.append(Row(case.head_dim, case.seqlen, case.batch, case.heads, case.causal, 0, "default",
-                            check="FAIL", notes=[f"{type(error).__name__}: {str(error).splitlines()[0]}"]))
-            print(f"    error: {rows[-1].notes[0]}", file=sys.stderr, flush=True)
-            try:
-                torch.cuda.synchronize()
-            except Exception:
-                print("compare_torch.py: the CUDA context is broken; stopping the sweep", file=sys.stderr)
-                rows[-1].notes.append("CUDA context broken: sweep stopped here")
-                return
-        torch.cuda.empty_cache()
+    run_cases(cases, rows, measure_case, "", lambda case, note: Row(
+        case.head_dim, case.seqlen, case.batch, case.heads, case.causal, 0, "default", check="FAIL", notes=[note]))
 
 
 # ---- Backward --------------------------------------------------------------------------------------
@@ -553,11 +566,7 @@ def run_bwd_sweep(args, hattn: Hattn, cases: list[Case], rows: list[BwdRow], met
         for row in hattn_rows:
             row.hattn_ms = best.get(f"hattn:{row.variant}")
             row.cudnn_ms, row.fa2_ms, row.fa4_ms = best.get("cudnn"), best.get("fa2"), best.get("fa4")
-            for prefix in ("hattn", "cudnn", "fa2", "fa4"):
-                ms = getattr(row, f"{prefix}_ms")
-                setattr(row, f"{prefix}_tflops", None if ms is None else case.bwd_flops / (ms * 1e-3) / 1e12)
-            if row.hattn_tflops and row.cudnn_tflops:
-                row.hattn_over_cudnn = row.hattn_tflops / row.cudnn_tflops
+            fill_tflops(row, ("hattn", "cudnn", "fa2", "fa4"), case.bwd_flops)
             rows.append(row)
             errs = "/".join(fmt(e, ".1e") for e in (row.rel_l2_dq, row.rel_l2_dk, row.rel_l2_dv))
             print(f"    {row.variant}: hattn {fmt(row.hattn_tflops)} cuDNN {fmt(row.cudnn_tflops)} "
@@ -566,23 +575,8 @@ def run_bwd_sweep(args, hattn: Hattn, cases: list[Case], rows: list[BwdRow], met
                   + (f"; {'; '.join(row.notes)}" if row.notes else ""), file=sys.stderr, flush=True)
 
     generator = torch.Generator(device=device)
-    for case_index, case in enumerate(cases):
-        print(f"[bwd {case_index + 1}/{len(cases)}] {case.label()}", file=sys.stderr, flush=True)
-        try:
-            measure_case(case, case_index)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except Exception as error:  # keep going: one bad shape must not hide the others
-            rows.append(BwdRow(case.head_dim, case.seqlen, case.batch, case.heads, case.causal, "default",
-                               check="FAIL", notes=[f"{type(error).__name__}: {str(error).splitlines()[0]}"]))
-            print(f"    error: {rows[-1].notes[0]}", file=sys.stderr, flush=True)
-            try:
-                torch.cuda.synchronize()
-            except Exception:
-                print("compare_torch.py: the CUDA context is broken; stopping the sweep", file=sys.stderr)
-                rows[-1].notes.append("CUDA context broken: sweep stopped here")
-                return
-        torch.cuda.empty_cache()
+    run_cases(cases, rows, measure_case, "bwd ", lambda case, note: BwdRow(
+        case.head_dim, case.seqlen, case.batch, case.heads, case.causal, "default", check="FAIL", notes=[note]))
 
 
 # ---- Reporting -------------------------------------------------------------------------------------
