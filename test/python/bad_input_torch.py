@@ -168,6 +168,23 @@ def field_word(name: str) -> str:
     return rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])"
 
 
+
+# The checks the forward and backward share (same fields, same statuses, same case names).
+def add_dtype_and_head_dim_cases(add, setter):
+    for dtype in (2, -1, INT32_MAX):
+        add(f"dtype_{dtype}", setter(dtype=dtype), hc.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
+    for d in (96, 0, -1, 32, 512):
+        add(f"head_dim_{d}", setter(head_dim=d), hc.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))
+
+
+def add_size_cases(add, setter):
+    for size in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"):
+        for value in (0, -1, -(2**31)):
+            add(f"{size}_{value}", setter(**{size: value}), hc.HATTN_ERROR_INVALID_SIZE, field_word(size))
+    add("heads_q_2_heads_kv_3", setter(heads_kv=3), hc.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_kv"))
+    add("heads_q_3_heads_kv_2", setter(heads_q=3), hc.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_q"))
+
+
 def build_cases() -> list[Case]:
     E = hc
     cases: list[Case] = []
@@ -187,17 +204,10 @@ def build_cases() -> list[Case]:
         add(f"null_{t}", setter(**{t: None}), E.HATTN_ERROR_NULL_POINTER, field_word(t))
 
     # ---- dtype and head_dim ----
-    for dtype in (2, -1, INT32_MAX):
-        add(f"dtype_{dtype}", setter(dtype=dtype), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
-    for d in (96, 0, -1, 32, 512):
-        add(f"head_dim_{d}", setter(head_dim=d), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))
+    add_dtype_and_head_dim_cases(add, setter)
 
     # ---- sizes ----
-    for size in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"):
-        for value in (0, -1, -(2**31)):
-            add(f"{size}_{value}", setter(**{size: value}), E.HATTN_ERROR_INVALID_SIZE, field_word(size))
-    add("heads_q_2_heads_kv_3", setter(heads_kv=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_kv"))
-    add("heads_q_3_heads_kv_2", setter(heads_q=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_q"))
+    add_size_cases(add, setter)
 
     # ---- alignment of the base pointers (TMA: 16 bytes; LSE: 4 bytes) ----
     for t in ("q", "k", "v", "o"):
@@ -343,17 +353,10 @@ def build_bwd_cases() -> list[Case]:
         claim_workspace=False)
 
     # ---- dtype and head_dim ----
-    for dtype in (2, -1, INT32_MAX):
-        add(f"dtype_{dtype}", setter(dtype=dtype), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("dtype"))
-    for d in (96, 0, -1, 32, 512):
-        add(f"head_dim_{d}", setter(head_dim=d), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))
+    add_dtype_and_head_dim_cases(add, setter)
 
     # ---- sizes, GQA ----
-    for size in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"):
-        for value in (0, -1, -(2**31)):
-            add(f"{size}_{value}", setter(**{size: value}), E.HATTN_ERROR_INVALID_SIZE, field_word(size))
-    add("heads_q_2_heads_kv_3", setter(heads_kv=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_kv"))
-    add("heads_q_3_heads_kv_2", setter(heads_q=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_q"))
+    add_size_cases(add, setter)
     add("heads_q_4_heads_kv_3", setter(heads_q=4, heads_kv=3), E.HATTN_ERROR_HEADS_NOT_DIVISIBLE,
         field_word("heads_kv") + "|" + field_word("heads_q"))
 
