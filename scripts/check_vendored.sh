@@ -72,7 +72,7 @@ check_one() {  # kind
   fi
 
   # Compile from inside the temporary folder so no repository header can be found by accident.
-  cp "scripts/$example.cu" "$dir/"
+  cp "scripts/$example.cu" scripts/vendor_example_util.h "$dir/"
   if ! (cd "$dir" && "$NVCC" -std=c++17 -gencode=arch=compute_90a,code=sm_90a "${defines[@]}" \
           -Xptxas=--warn-on-spills,--warning-as-error -keep -keep-dir keep "$example.cu" -o "$example"); then
     echo "check_vendored.sh: FAIL: $header does not compile/link on its own (with scripts/$example.cu)" >&2

@@ -1,8 +1,9 @@
 // hattn/scripts/vendor_bwd_example.cu -- a consumer of the vendored single-file backward kernel.
 //
-// It includes nothing from hattn except one amalgamated header (scripts/amalgamate.py), so
+// It includes nothing from hattn except one amalgamated header (scripts/amalgamate.py; its host
+// helpers come from vendor_example_util.h, shared with vendor_example.cu), so
 // compiling it proves that header stands alone:
-//   python3 scripts/amalgamate.py --kernel bwd -o /tmp/v/hattn_bwd_single.cuh && cp scripts/vendor_bwd_example.cu /tmp/v/
+//   python3 scripts/amalgamate.py --kernel bwd -o /tmp/v/hattn_bwd_single.cuh && cp scripts/vendor_bwd_example.cu scripts/vendor_example_util.h /tmp/v/
 //   cd /tmp/v && nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a vendor_bwd_example.cu -o vendor_bwd_example
 // With -DHATTN_VENDORED_HEADER='"hattn_single.cuh"' it takes the file made with --kernel all
 // (forward and backward), and then also instantiates the forward launchers and takes O and LSE
@@ -31,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "vendor_example_util.h"
+
 namespace {
 
 constexpr int kHeadDim = 128;
@@ -46,34 +49,9 @@ constexpr double kRtol = 2e-2;
 constexpr double kRelL2 = 2e-2;
 constexpr uint64_t kSeed = 0x2545f4914f6cdd1dull;
 
-// bf16 <-> float on the host, round-to-nearest-even (values are finite).
-uint16_t float_to_bf16(float x) {
-    uint32_t bits;
-    std::memcpy(&bits, &x, sizeof(bits));
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<uint16_t>(bits >> 16);
-}
-float bf16_to_float(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float x;
-    std::memcpy(&x, &bits, sizeof(x));
-    return x;
-}
-
-// Uniform in [-1, 1) from a 64-bit LCG; good enough for a smoke test.
-float next_uniform(uint64_t* state) {
-    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<float>((*state >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
-}
-
-#define CHECK_CUDA(expr)                                                                           \
-    do {                                                                                           \
-        const cudaError_t rc_ = (expr);                                                            \
-        if (rc_ != cudaSuccess) {                                                                  \
-            std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(rc_));               \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
+using vendor_example::bf16_to_float;
+using vendor_example::float_to_bf16;
+using vendor_example::next_uniform;
 
 // Contiguous [batch, seqlen, heads, head_dim] indexing.
 size_t at(int b, int s, int h, int heads, int d) { return ((size_t(b) * kSeqlen + s) * heads + h) * kHeadDim + d; }

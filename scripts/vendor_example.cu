@@ -1,8 +1,9 @@
 // hattn/scripts/vendor_example.cu -- a consumer of the vendored single-file kernel.
 //
-// It includes nothing from hattn except the amalgamated header (scripts/amalgamate.py), so
+// It includes nothing from hattn except the amalgamated header (scripts/amalgamate.py; the
+// examples' own host helpers come from vendor_example_util.h), so
 // compiling it proves that header stands alone:
-//   python3 scripts/amalgamate.py -o /tmp/v/hattn_fwd_single.cuh && cp scripts/vendor_example.cu /tmp/v/
+//   python3 scripts/amalgamate.py -o /tmp/v/hattn_fwd_single.cuh && cp scripts/vendor_example.cu scripts/vendor_example_util.h /tmp/v/
 //   cd /tmp/v && nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a vendor_example.cu -o vendor_example
 // scripts/check_vendored.sh does exactly that (CI). On a Hopper GPU the program also runs one
 // small causal bf16 forward pass at head_dim 128 through launch_fwd_head_dim<128> and checks it
@@ -18,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "vendor_example_util.h"
+
 namespace {
 
 constexpr int kHeadDim = 128;
@@ -29,34 +32,9 @@ constexpr double kAtol = 1e-2;    // bf16 output: 8 mantissa bits, |O| < 1
 constexpr double kRtol = 2e-2;
 constexpr uint64_t kSeed = 0x9e3779b97f4a7c15ull;
 
-// bf16 <-> float on the host, round-to-nearest-even (inputs are finite).
-uint16_t float_to_bf16(float x) {
-    uint32_t bits;
-    std::memcpy(&bits, &x, sizeof(bits));
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return static_cast<uint16_t>(bits >> 16);
-}
-float bf16_to_float(uint16_t h) {
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float x;
-    std::memcpy(&x, &bits, sizeof(x));
-    return x;
-}
-
-// Uniform in [-1, 1) from a 64-bit LCG; good enough for a smoke test.
-float next_uniform(uint64_t* state) {
-    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-    return static_cast<float>((*state >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
-}
-
-#define CHECK_CUDA(expr)                                                                           \
-    do {                                                                                           \
-        const cudaError_t rc_ = (expr);                                                            \
-        if (rc_ != cudaSuccess) {                                                                  \
-            std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(rc_));               \
-            return 1;                                                                              \
-        }                                                                                          \
-    } while (0)
+using vendor_example::bf16_to_float;
+using vendor_example::float_to_bf16;
+using vendor_example::next_uniform;
 
 }  // namespace
 
