@@ -100,8 +100,6 @@ __device__ __forceinline__ uint64_t read_globaltimer() {
     return t;
 }
 
-// PTX ISA 9.7.19.1 trap -- abort the kernel (the launch returns an error on the host).
-__device__ __forceinline__ void trap() { asm volatile("trap;" ::: "memory"); }
 
 // Debug variant: the same wait with a wall-clock deadline, then a trap. The launch then fails
 // with cudaErrorLaunchFailure instead of hanging; compute-sanitizer or cuda-gdb names the wait.
