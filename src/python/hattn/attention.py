@@ -14,16 +14,12 @@ def _kernel_layout(t: Tensor) -> Tensor:
     """t itself when the kernel can read it in place (contiguous head dim; batch, seq and head
     strides positive multiples of 16 bytes; a 16-byte aligned start), else a contiguous copy.
     The start is judged from the storage offset: torch's allocator aligns storages to 512 bytes."""
-    if t.dim() != 4 or t.stride(3) != 1:
-        return t.contiguous()
     size = t.element_size()
-    for dim in range(3):
-        stride_bytes = t.stride(dim) * size
-        if t.shape[dim] > 1 and (stride_bytes <= 0 or stride_bytes % _TMA_ALIGN_BYTES):
-            return t.contiguous()
-    if t.storage_offset() * size % _TMA_ALIGN_BYTES:
-        return t.contiguous()
-    return t
+    in_place = (t.dim() == 4 and t.stride(3) == 1 and t.storage_offset() * size % _TMA_ALIGN_BYTES == 0 and
+                all(t.shape[i] == 1 or (t.stride(i) > 0 and t.stride(i) * size % _TMA_ALIGN_BYTES == 0)
+                    for i in range(3)))
+    # clone, not contiguous(): a contiguous tensor at a misaligned offset needs a copy too.
+    return t if in_place else t.clone(memory_format=torch.contiguous_format)
 
 
 class _Attention(torch.autograd.Function):

@@ -512,7 +512,8 @@ class Hattn:
 
     def bwd_workspace_torch(self, q, seqlen_q: int | None = None):
         """A uint8 tensor of hattn_bwd_workspace_size bytes for q's shape ([b, s, h, d]), on q's
-        device. torch's caching allocator hands out 512-byte-aligned blocks; checked."""
+        device, BWD_WORKSPACE_ALIGN-byte aligned. torch's CUDA caching allocator hands out
+        512-byte-aligned blocks; another allocator's block is over-allocated and sliced."""
         import torch
 
         b, s, h, d = q.shape
@@ -521,9 +522,10 @@ class Hattn:
             raise HattnArgumentError(f"hattn_bwd_workspace_size({b}, {h}, {s}, {d}) = 0: bad or overflowing sizes",
                                      HATTN_ERROR_SIZE_OVERFLOW)
         ws = torch.empty(size, dtype=torch.uint8, device=q.device)
-        if ws.is_cuda and ws.data_ptr() % BWD_WORKSPACE_ALIGN:
-            raise HattnError(f"torch returned a workspace at {ws.data_ptr():#x}, not {BWD_WORKSPACE_ALIGN}-byte "
-                             "aligned", HATTN_ERROR_WORKSPACE)
+        if ws.data_ptr() % BWD_WORKSPACE_ALIGN:
+            ws = torch.empty(size + BWD_WORKSPACE_ALIGN, dtype=torch.uint8, device=q.device)
+            skip = -ws.data_ptr() % BWD_WORKSPACE_ALIGN
+            ws = ws[skip:skip + size]
         return ws
 
     def fwd_torch(self, q, k, v, *, causal: bool = False, softmax_scale: float = 0.0, flags: int = 0,
@@ -614,6 +616,8 @@ def _check_bshd(tensors: dict, first: str, batch: int | None = None, head_dim: i
     _check_rank(**tensors)
     shape = tuple(tensors[first].shape)
     for name, t in tensors.items():
+        if 0 in t.shape:
+            raise ValueError(f"{name}: empty tensor of shape {tuple(t.shape)}: every size must be at least 1")
         if tuple(t.shape) != shape:
             raise ValueError(f"{name}: shape {tuple(t.shape)} differs from {first}'s {shape}")
         if t.stride(3) != 1:
