@@ -24,6 +24,7 @@ OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hattn-python.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 SUMMARY="$OUT/summary.txt"
+unset HATTN_LIB  # test the library installed with the package, not one named by the environment
 SECONDS=0
 : >"$SUMMARY"
 note() { echo "$*" | tee -a "$SUMMARY"; }
@@ -39,29 +40,39 @@ note "python: $("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torc
 note "scikit-build-core: $("$PY" -c 'import scikit_build_core as s; print(s.__version__)' 2>&1 | tail -1)"
 
 # ---- install -------------------------------------------------------------------------------------
-# A virtual environment with the system's site-packages: pip installs only hattn, into it, and a
-# system Python that refuses pip (PEP 668) is no obstacle.
+# Into a virtual environment that sees the system's site-packages (pip installs only hattn there,
+# and a system Python that refuses pip, PEP 668, is no obstacle). Where that environment cannot
+# import torch (PYTHON is itself a virtual environment, or has no venv module), into a folder put
+# on PYTHONPATH instead (pip install --target).
 install_rc=0
-if "$PY" -m venv --system-site-packages "$WORK/venv" >"$OUT/pip_install.log" 2>&1; then
+VPY=$PY
+: >"$OUT/pip_install.log"
+pip_args=(-m pip install --no-build-isolation --no-deps -v)
+if "$PY" -m venv --system-site-packages "$WORK/venv" >>"$OUT/pip_install.log" 2>&1 &&
+   "$WORK/venv/bin/python" -c 'import torch, scikit_build_core' >>"$OUT/pip_install.log" 2>&1; then
   VPY="$WORK/venv/bin/python"
+  where="a virtual environment over the system's packages"
 else
-  note "no venv module: installing into the system Python"
-  VPY=$PY
+  pip_args+=(--target "$WORK/site")
+  export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  where="$WORK/site (pip --target; a venv over $PY would not see its torch)"
 fi
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 t0=$SECONDS
-timeout -k 10 "$PIP_TIMEOUT_S" "$VPY" -m pip install --no-build-isolation --no-deps -v . \
-    >>"$OUT/pip_install.log" 2>&1 || install_rc=$?
+timeout -k 10 "$PIP_TIMEOUT_S" "$VPY" "${pip_args[@]}" . >>"$OUT/pip_install.log" 2>&1 || install_rc=$?
 if [ "$install_rc" -eq 0 ]; then
-  note "install: OK ($((SECONDS - t0)) s): $("$VPY" -c 'import hattn; print(hattn.library().path, hattn.library().version())' 2>&1 | tail -1)"
+  note "install: OK ($((SECONDS - t0)) s, into $where): $("$VPY" -c 'import hattn; print(hattn.library().path, hattn.library().version())' 2>&1 | tail -1)"
 else
-  note "install: FAIL (pip exit $install_rc after $((SECONDS - t0)) s); last lines of pip_install.log:"
+  note "install: FAIL (pip exit $install_rc after $((SECONDS - t0)) s, into $where); from pip_install.log:"
   grep -E 'error|Error|FAILED' "$OUT/pip_install.log" | grep -v '^ *-' | head -15 | cut -c1-300 | tee -a "$SUMMARY"
   tail -n 5 "$OUT/pip_install.log" | cut -c1-300 | tee -a "$SUMMARY"
 fi
 
 # ---- tests ---------------------------------------------------------------------------------------
 test_rc=0
+# This script is for a Hopper host: GPU tests that skip here are a failure, not a pass.
+no_gpu=$(cd test/python && "$VPY" -c 'from hopper import missing_hopper; print(missing_hopper())' 2>&1 | tail -1)
+[ -n "$no_gpu" ] && note "GPU: NOT USABLE, the GPU tests will skip: $no_gpu"
 left=$((BUDGET_S - SECONDS - RESERVE_S))
 export HATTN_TIMING_FILE="$WORK/timing.txt"
 if [ "$install_rc" -ne 0 ]; then
@@ -83,7 +94,7 @@ else
   [ "$test_rc" -eq 124 ] && note "tests: TIMED OUT after $left s"
   note "tests ($((SECONDS - t0)) s, exit $test_rc): $(grep -E '[0-9]+ (passed|failed)' "$OUT/pytest.log" | tail -1)"
   grep -E '(FAILED|ERROR)( |$)' "$OUT/pytest.log" | grep -v '^=' | head -20 | cut -c1-240 | sed 's/^/  /' | tee -a "$SUMMARY"
-  grep -E '^SKIPPED|SKIPPED \(' "$OUT/pytest.log" | head -8 | cut -c1-240 | sed 's/^/  /' | tee -a "$SUMMARY"
+  grep -E '^SKIPPED \[|SKIPPED \(' "$OUT/pytest.log" | grep -v '::' | head -8 | cut -c1-240 | sed 's/^/  /' | tee -a "$SUMMARY"
   grep -E '^training losses' "$OUT/pytest.log" | head -1 | cut -c1-300 | sed 's/^/  /' | tee -a "$SUMMARY"
   if [ -s "$HATTN_TIMING_FILE" ]; then
     sed 's/^/  /' "$HATTN_TIMING_FILE" | tee -a "$SUMMARY"
@@ -92,7 +103,8 @@ else
   fi
 fi
 
-note "== total ${SECONDS} s; install exit $install_rc, tests exit $test_rc"
+[ -n "$no_gpu" ] && [ "$test_rc" -eq 0 ] && test_rc=3
+note "== total ${SECONDS} s; install exit $install_rc, tests exit $test_rc$([ "$test_rc" -eq 3 ] && echo ' (no Hopper GPU: GPU tests skipped)')"
 echo
 echo "=============================== SUMMARY ($SUMMARY) ==============================="
 cat "$SUMMARY"

@@ -40,13 +40,11 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_scale: fl
 @fwd.register_fake
 def _fwd_fake(q, k, v, causal=False, softmax_scale=0.0):
     b, sq, hq, _ = capi._check_rank(q=q)
-    o = q.new_empty(q.shape)
-    lse = q.new_empty((b, hq, sq), dtype=torch.float32)
-    lib = library()
-    p = lib.fwd_params_torch(q, k, v, o, lse, causal=causal, softmax_scale=softmax_scale,
-                             address=capi.placeholder_address)
-    if _static(q, k, v):
-        lib.check_fwd(p)
+    o, lse = q.new_empty(q.shape), q.new_empty((b, hq, sq), dtype=torch.float32)
+    if _static(q, k, v):  # symbolic sizes (dynamic shapes) are checked when the op runs
+        lib = library()
+        lib.check_fwd(lib.fwd_params_torch(q, k, v, o, lse, causal=causal, softmax_scale=softmax_scale,
+                                           address=capi.placeholder_address))
     capi.check_devices(q=q, k=k, v=v)
     return o, lse
 
@@ -64,8 +62,8 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, c
 def _bwd_fake(dout, q, k, v, o, lse, causal=False, softmax_scale=0.0, deterministic=False):
     b, sq, hq, d = capi._check_rank(q=q, k=k, v=v)
     dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-    lib = library()
-    if _static(dout, q, k, v, o, lse):
+    if _static(dout, q, k, v, o, lse):  # symbolic sizes (dynamic shapes) are checked when the op runs
+        lib = library()
         size = lib.bwd_workspace_size(b, hq, sq, d)
         workspace = q.new_empty(max(size, 1), dtype=torch.uint8)  # a fake tensor: allocates nothing
         p = lib.bwd_params_torch(q, k, v, o, lse, dout, dq, dk, dv, workspace, causal=causal,
