@@ -205,17 +205,19 @@ def test_opcheck():
 
 
 def test_runs_on_the_current_stream():
+    """On a side stream, q is written after a long GPU sleep: a launch on any other stream would
+    read it before it is written (NaN) instead of after."""
     need_gpu()
     q, k, v = (randn(2, 2048, 8, 128, seed=i) for i in range(3))
     expected = hattn.attention(q, k, v)
+    late_q = torch.full_like(q, float("nan"))
+    torch.cuda.synchronize()
     side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.cuda._sleep(20_000_000)  # ~10 ms: a launch on another stream would finish first
-        out = hattn.attention(q, k, v)
-        done = torch.cuda.Event()
-        done.record()
-    done.synchronize()
+        torch.cuda._sleep(20_000_000)  # ~10 ms
+        late_q.copy_(q)
+        out = hattn.attention(late_q, k, v)
+    side.synchronize()
     assert torch.equal(out, expected)
 
 
@@ -234,12 +236,13 @@ class Block(torch.nn.Module):
     def forward(self, x):
         b, s, _ = x.shape
         qkv = self.qkv(self.norm(x)).view(b, s, self.heads + 2 * self.heads_kv, self.head_dim)
-        q, k, v = qkv.split([self.heads, self.heads_kv, self.heads_kv], dim=2)
+        # Attention in bf16 whatever the model's dtype (a no-op for a bf16 model).
+        q, k, v = (t.to(torch.bfloat16) for t in qkv.split([self.heads, self.heads_kv, self.heads_kv], dim=2))
         if self.use_hattn:
             o = hattn.attention(q, k, v, causal=True)
         else:
             o = sdpa(q, k, v, True, None)
-        return x + self.proj(o.reshape(b, s, -1))
+        return x + self.proj(o.to(x.dtype).reshape(b, s, -1))
 
 
 def test_torch_compile_fullgraph():
@@ -285,7 +288,7 @@ class TinyTransformer(torch.nn.Module):
 
 def train(use_hattn, steps=8):
     torch.manual_seed(0)
-    model = TinyTransformer(use_hattn=use_hattn).cuda().to(torch.bfloat16)
+    model = TinyTransformer(use_hattn=use_hattn).cuda()  # fp32 weights, bf16 attention
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator(device="cuda")
     g.manual_seed(1)
@@ -293,7 +296,7 @@ def train(use_hattn, steps=8):
     losses = []
     for tokens in data:
         logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()
