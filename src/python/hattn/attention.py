@@ -6,20 +6,18 @@ from torch import Tensor
 
 from . import ops  # noqa: F401  (registers torch.ops.hattn.*)
 
-# TMA reads global memory in 16-byte units: every stride and the base address must be a multiple.
+# TMA reads global memory in 16-byte units: every stride must be a multiple.
 _TMA_ALIGN_BYTES = 16
 
 
 def _kernel_layout(t: Tensor) -> Tensor:
     """t itself when the kernel can read it in place (contiguous head dim; batch, seq and head
-    strides positive multiples of 16 bytes; a 16-byte aligned start), else a contiguous copy.
-    The start is judged from the storage offset: torch's allocator aligns storages to 512 bytes."""
+    strides positive multiples of 16 bytes), else a contiguous copy. (A start that is not 16-byte
+    aligned, which only the data pointer tells and torch.compile cannot trace, is the ops' to copy.)"""
     size = t.element_size()
-    in_place = (t.dim() == 4 and t.stride(3) == 1 and t.storage_offset() * size % _TMA_ALIGN_BYTES == 0 and
-                all(t.shape[i] == 1 or (t.stride(i) > 0 and t.stride(i) * size % _TMA_ALIGN_BYTES == 0)
-                    for i in range(3)))
-    # clone, not contiguous(): a contiguous tensor at a misaligned offset needs a copy too.
-    return t if in_place else t.clone(memory_format=torch.contiguous_format)
+    in_place = t.dim() == 4 and t.stride(3) == 1 and all(
+        t.shape[i] == 1 or (t.stride(i) > 0 and t.stride(i) * size % _TMA_ALIGN_BYTES == 0) for i in range(3))
+    return t if in_place else t.contiguous()
 
 
 class _Attention(torch.autograd.Function):

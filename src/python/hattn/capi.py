@@ -590,15 +590,14 @@ def _data_ptr(t) -> int:
     return t.data_ptr()
 
 
-# A 512-byte-aligned placeholder base (the alignment torch's CUDA allocator gives): validation
-# compares addresses with alignment rules only and never dereferences them.
-PLACEHOLDER_BASE = 1 << 32
+# A 512-byte-aligned placeholder (the alignment torch's CUDA allocator gives): validation compares
+# addresses with alignment rules only and never dereferences them.
+PLACEHOLDER_ADDRESS = 1 << 32
 
 
 def placeholder_address(t) -> int:
-    """The address validation sees for a tensor that has none (a fake tensor while tracing): an
-    allocator-aligned base plus the tensor's own storage offset."""
-    return PLACEHOLDER_BASE + t.storage_offset() * t.element_size()
+    """The address validation sees for a tensor that has none (a fake tensor while tracing)."""
+    return PLACEHOLDER_ADDRESS
 
 
 def _check_rank(**tensors) -> tuple:

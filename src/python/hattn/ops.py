@@ -3,8 +3,9 @@
 Each op allocates its outputs (contiguous), checks its inputs (ValueError naming the tensor, or
 HattnArgumentError with the C API's message) and launches on the current CUDA stream of q's device.
 Each has a fake implementation (same checks, same output shapes and strides, no launch), so
-torch.compile traces them without graph breaks. The ops take the kernel's layout as it is: strides
-it cannot use are an error here; hattn.attention copies such inputs first.
+torch.compile traces them without graph breaks. The ops read strided inputs in place and copy one
+whose start is not 16-byte aligned (a view at an odd offset); strides the kernel cannot use are an
+error here (hattn.attention copies such inputs first).
 """
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def library() -> capi.Hattn:
     return capi.Hattn(capi.default_library_path())
 
 
+# TMA needs 16-byte aligned base addresses.
+_TMA_ALIGN_BYTES = 16
+
+
+def _aligned(t: Tensor) -> Tensor:
+    """t, or a contiguous copy of it when its data does not start on a 16-byte boundary."""
+    return t if t.data_ptr() % _TMA_ALIGN_BYTES == 0 else t.clone(memory_format=torch.contiguous_format)
+
+
 def _static(*tensors: Tensor) -> bool:
     """True when every size and stride is a plain int (not a symbolic size from dynamic shapes)."""
     return all(isinstance(x, int) for t in tensors for x in (*t.shape, *t.stride(), t.storage_offset()))
@@ -34,6 +44,7 @@ def _static(*tensors: Tensor) -> bool:
 def fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_scale: float = 0.0) -> tuple[Tensor, Tensor]:
     """(O, LSE) of attention on [batch, seqlen, heads, head_dim] tensors; LSE is fp32
     [batch, heads_q, seqlen_q] (natural log). softmax_scale 0 means 1/sqrt(head_dim)."""
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
     return library().fwd_torch(q, k, v, causal=causal, softmax_scale=softmax_scale)
 
 
@@ -54,6 +65,7 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, c
         softmax_scale: float = 0.0, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """(dQ, dK, dV) for dout = dL/dO of the forward that gave o and lse (same q, k, v, causal and
     scale); dK and dV are summed over each GQA group. deterministic: bit-identical dQ run to run."""
+    dout, q, k, v, o = _aligned(dout), _aligned(q), _aligned(k), _aligned(v), _aligned(o)
     return library().bwd_torch(q, k, v, o, lse, dout, causal=causal, softmax_scale=softmax_scale,
                                deterministic=deterministic)
 
