@@ -93,6 +93,31 @@ def test_make_fx_traces_the_ops_without_a_gpu():
     assert "hattn.fwd.default" in targets, targets
 
 
+class QKVAttention(torch.nn.Module):
+    """A QKV projection into hattn.attention: its inputs are strided views of one tensor."""
+
+    def __init__(self, dim=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False, device="cuda", dtype=torch.bfloat16)
+
+    def forward(self, x):
+        b, s, dim = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, dim // self.heads).unbind(2)
+        return hattn.attention(q, k, v, causal=True).reshape(b, s, dim)
+
+
+def test_dynamo_traces_attention_without_graph_breaks():
+    """torch.export in strict mode traces with Dynamo (torch.compile's front end) and fails on any
+    graph break; fake CUDA tensors let it run here, without a GPU."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        module = QKVAttention()
+        x = torch.empty(2, 128, 256, device="cuda", dtype=torch.bfloat16)
+        exported = torch.export.export(module, (x,), strict=True)
+    code = "\n".join(m.code for m in exported.graph_module.modules() if isinstance(m, torch.fx.GraphModule))
+    assert "torch.ops.hattn.fwd.default" in code, code
+
+
 # ---- argument checks: each names the argument (CPU tensors reach every check but the device's) ---
 def cpu(*shape, dtype=torch.bfloat16):
     return torch.zeros(*shape, dtype=dtype)
