@@ -84,7 +84,7 @@ elif [ "$left" -lt 30 ]; then
 else
   t0=$SECONDS
   if "$VPY" -c 'import pytest' 2>/dev/null; then
-    runner=(-m pytest test/python -v -rs -s -p no:cacheprovider --junitxml="$OUT/junit.xml")
+    runner=(-m pytest test/python -v -rfEs -s -p no:cacheprovider --junitxml="$OUT/junit.xml")
   else
     note "pytest is not installed: running the suites with test/python/run_without_pytest.py"
     runner=(test/python/run_without_pytest.py)
@@ -93,7 +93,8 @@ else
   timeout -k 10 "$left" env PYTHONUNBUFFERED=1 "$VPY" "${runner[@]}" >"$OUT/pytest.log" 2>&1 || test_rc=$?
   [ "$test_rc" -eq 124 ] && note "tests: TIMED OUT after $left s"
   note "tests ($((SECONDS - t0)) s, exit $test_rc): $(grep -E '[0-9]+ (passed|failed)' "$OUT/pytest.log" | tail -1)"
-  grep -E '(FAILED|ERROR)( |$)' "$OUT/pytest.log" | grep -v '^=' | head -20 | cut -c1-240 | sed 's/^/  /' | tee -a "$SUMMARY"
+  # pytest's short summary lines, or the stand-in's per-case lines.
+  grep -E '^(FAILED|ERROR) |::[^ ]+ FAILED$' "$OUT/pytest.log" | head -20 | cut -c1-300 | sed 's/^/  /' | tee -a "$SUMMARY"
   grep -E '^SKIPPED \[|SKIPPED \(' "$OUT/pytest.log" | grep -v '::' | head -8 | cut -c1-240 | sed 's/^/  /' | tee -a "$SUMMARY"
   grep -E '^training losses' "$OUT/pytest.log" | head -1 | cut -c1-300 | sed 's/^/  /' | tee -a "$SUMMARY"
   if [ -s "$HATTN_TIMING_FILE" ]; then
