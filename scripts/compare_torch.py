@@ -2,8 +2,9 @@
 """Compare hattn's attention with PyTorch SDPA (cuDNN and FlashAttention-2 backends), forward and backward.
 
 All backends run in one process on the same input tensors, so clocks, power state and library
-versions are shared. hattn is called through its C API (build/libhattn.so via ctypes,
-scripts/hattn_ctypes.py) on [batch, seqlen, heads, head_dim] tensors; SDPA gets the transposed
+versions are shared. hattn is called through its C API (build/libhattn.so) with the Python package's
+ctypes mirror (src/python/hattn/capi.py, loaded as scripts/hattn_ctypes.py, so no install is needed)
+on [batch, seqlen, heads, head_dim] tensors; SDPA gets the transposed
 views [batch, heads, seqlen, head_dim] of the very same memory (no copies, unless a backend rejects
 those strides: then it gets contiguous copies, made outside timing).
 
@@ -57,7 +58,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# ---- include/hattn.h, mirrored (scripts/hattn_ctypes.py) --------------------------------------
+# ---- include/hattn.h, mirrored by the package's hattn/capi.py (scripts/hattn_ctypes.py loads it) --
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hattn_ctypes import (EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE, EXPECTED_OFFSETS,  # noqa: E402
                           EXPECTED_SIZE, HATTN_BWD_DETERMINISTIC, HATTN_DTYPE_BF16, HATTN_DTYPE_FP16,

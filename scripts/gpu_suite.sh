@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script to run on the GPU host (an H200), from the repository root:
 #
-#   OUT=/some/dir scripts/gpu_suite.sh [tests] [bench] [compare] [micro] [sanitize] [robust] [maxlen]
+#   OUT=/some/dir scripts/gpu_suite.sh [tests] [bench] [compare] [micro] [sanitize] [robust] [maxlen] [python]
 #
 # Always configures (Ninja, Release, -DHATTN_PTXAS_WERROR=ON) and builds with every core; then runs
 # the phases named on the command line (all of them when none is named):
@@ -25,6 +25,9 @@
 #             backward, from PyTorch processes)
 #   maxlen    scripts/max_seqlen.py: the longest causal d128 bf16 forward that fits in memory (and in
 #             the phase's time), checked against cuDNN and float64 (JSON in logs.tgz, table in the summary)
+#   python    scripts/gpu_python.sh: pip-installs the Python package from this tree (its own build,
+#             no internet) and runs the pytest suites test/python/ (SDPA float64 sweep, torch.compile,
+#             training, bad inputs, hattn.attention within 3% of the C API); its logs in logs.tgz
 # A failing phase is reported and the next one still runs. Everything lands in $OUT, kept to at
 # most MAX_RETURNED_FILES files so the results are easy to copy off the GPU host: summary.txt,
 # logs.tgz (every full log and the secondary JSON/CSV files), bench.json, compare.json,
@@ -36,7 +39,7 @@
 #   inside it, and each phase's timeout is clipped to what is left),
 #   TESTS_TIMEOUT_S (300), BENCH_TIMEOUT_S (180), BWD_BENCH_TIMEOUT_S (180), COMPARE_TIMEOUT_S (300),
 #   COMPARE_BWD_TIMEOUT_S (300), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300), ROBUST_TIMEOUT_S (300),
-#   MAXLEN_TIMEOUT_S (300), SANITIZE_JOBS (6),
+#   MAXLEN_TIMEOUT_S (300), PYTHON_TIMEOUT_S (290), SANITIZE_JOBS (6),
 #   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments for both
 #   directions, e.g. "--quick"), COMPARE_BWD_ARGS (backward only, e.g. "--deterministic --fa4-path DIR"),
 #   MAXLEN_ARGS (extra max_seqlen.py arguments, e.g. "--heads 16,1"),
@@ -63,7 +66,7 @@ STATUS="$LOGS/status.txt"     # one line per phase
 : >"$STATUS"
 SECONDS=0
 
-ALL_PHASES=(tests bench compare micro sanitize robust maxlen)
+ALL_PHASES=(tests bench compare micro sanitize robust maxlen python)
 if [ $# -eq 0 ]; then
   PHASES=("${ALL_PHASES[@]}")
 else
@@ -582,6 +585,25 @@ phase_maxlen() {
     tail -n 15 "$LOGS/maxlen_progress.log" >>"$DETAILS"
   fi
   if [ "$rc" -eq 0 ]; then status maxlen OK "$t0"; else status maxlen "FAIL (exit $rc)" "$t0"; fi
+  publish
+}
+
+# ---- python -----------------------------------------------------------------------------------------
+phase_python() {
+  local t0=$SECONDS rc=0 limit
+  out_of_time python && return 0
+  limit=$(phase_limit "${PYTHON_TIMEOUT_S:-290}")
+  section "python (pip install . and the pytest suites test/python/)"
+  # The script keeps to its budget and summarises itself; the outer timeout is a backstop.
+  OUT="$LOGS/python" PYTHON_BUDGET_S="$limit" PYTHON="${PYTHON:-python3}" \
+      timeout -k 10 "$((limit + 15))" bash scripts/gpu_python.sh >"$LOGS/python.log" 2>&1 || rc=$?
+  if [ -s "$LOGS/python/summary.txt" ]; then
+    sed 's/^/  /' "$LOGS/python/summary.txt" >>"$DETAILS"
+  else
+    detail "no summary; last lines of its log:"
+    tail -n 15 "$LOGS/python.log" >>"$DETAILS"
+  fi
+  if [ "$rc" -eq 0 ]; then status python OK "$t0"; else status python "FAIL (exit $rc)" "$t0"; fi
   publish
 }
 

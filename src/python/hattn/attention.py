@@ -1,0 +1,54 @@
+"""hattn.attention: the user function, with autograd through hattn's backward kernel."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import ops  # noqa: F401  (registers torch.ops.hattn.*)
+
+# TMA reads global memory in 16-byte units: every stride must be a multiple.
+_TMA_ALIGN_BYTES = 16
+
+
+def _kernel_layout(t: Tensor) -> Tensor:
+    """t itself when the kernel can read it in place (contiguous head dim; batch, seq and head
+    strides positive multiples of 16 bytes), else a contiguous copy. (A start that is not 16-byte
+    aligned, which only the data pointer tells and torch.compile cannot trace, is the ops' to copy.)"""
+    size = t.element_size()
+    in_place = t.dim() == 4 and t.stride(3) == 1 and all(
+        t.shape[i] == 1 or (t.stride(i) > 0 and t.stride(i) * size % _TMA_ALIGN_BYTES == 0) for i in range(3))
+    return t if in_place else t.contiguous()
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, softmax_scale: float, deterministic: bool):
+        o, lse = torch.ops.hattn.fwd(q, k, v, causal, softmax_scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        # The incoming gradient may be any layout (expanded from a sum, say): copy it if needed.
+        dq, dk, dv = torch.ops.hattn.bwd(_kernel_layout(dout), q, k, v, o, lse, ctx.causal, ctx.softmax_scale,
+                                         ctx.deterministic)
+        return dq, dk, dv, None, None, None
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_scale: float | None = None,
+              return_lse: bool = False, deterministic: bool = False):
+    """softmax(softmax_scale * Q K^T + mask) V on CUDA tensors of layout [batch, seqlen, heads, head_dim]
+    (as flash_attn_func), bf16 or fp16, head_dim 64, 128 or 256, any sequence lengths.
+
+    k and v have heads_kv heads, a divisor of q's heads (GQA; 1 = MQA). causal: key j is visible
+    to query i iff j <= i + seqlen_k - seqlen_q (bottom-right aligned). softmax_scale: default
+    1/sqrt(head_dim). return_lse: also return LSE, fp32 [batch, heads, seqlen_q] (natural log; not
+    differentiable). deterministic: the backward's dQ is bit-identical from run to run.
+    Inputs whose strides the kernel cannot use are copied; the output is contiguous."""
+    q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    o, lse = _Attention.apply(q, k, v, bool(causal), scale, bool(deterministic))
+    return (o, lse) if return_lse else o

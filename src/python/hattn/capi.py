@@ -1,0 +1,670 @@
+"""ctypes mirror of include/hattn.h: the params structs, the enums and the entry points.
+
+The package's hattn.ops call the library through this module; the scripts load it as
+`hattn_ctypes` from its file (scripts/hattn_ctypes.py), without torch or an installed package.
+
+    from hattn import capi                 # scripts: import hattn_ctypes as capi
+    lib = capi.Hattn()                     # $HATTN_LIB, else the package's libhattn.so, else build/libhattn.so
+    p = lib.params_contiguous(q, k, v, o, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, capi.HATTN_DTYPE_BF16)
+    status, message = lib.validate(p)
+    status = lib.fwd(p, stream)            # stream: a cudaStream_t as an int (0 = the legacy stream)
+
+    # The backward (raw): lib.bwd_params_contiguous(...), lib.bwd_validate(p), lib.bwd(p, stream),
+    # lib.bwd_workspace_size(batch, heads_q, seqlen_q, head_dim).
+
+    # On PyTorch CUDA tensors in the [batch, seqlen, heads, head_dim] layout (any batch/seq/head
+    # strides, contiguous head_dim); these raise ValueError (a check of the tensors),
+    # HattnArgumentError (the C API's validation) or HattnError (a failed launch):
+    o, lse = lib.fwd_torch(q, k, v, causal=True)
+    dq, dk, dv = lib.bwd_torch(q, k, v, o, lse, dout, causal=True)   # workspace allocated for you
+    ws = lib.bwd_workspace_torch(q)        # or allocate it once and pass workspace=ws
+
+Pure standard library at import (torch is imported only by the *_torch helpers), so the struct
+layout checks (check_struct_layout) run without torch or a GPU. The mirror is checked three ways:
+field offsets and sizes against hand-worked x86-64 tables, field names, order and C types against
+the struct definitions parsed from include/hattn.h, and the status enum and flag values against
+the header's.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import re
+from pathlib import Path
+
+# This file is src/python/hattn/capi.py in a source tree, <site-packages>/hattn/capi.py installed.
+SOURCE_TREE = Path(__file__).resolve().parents[3]
+HEADER = SOURCE_TREE / "include" / "hattn.h"
+PACKAGED_LIB = Path(__file__).resolve().parent / "libhattn.so"  # put there by `pip install`
+LIB_ENV = "HATTN_LIB"
+
+# ---- enum hattn_status -------------------------------------------------------------------------
+HATTN_SUCCESS = 0
+HATTN_ERROR_NULL_PARAMS = 1
+HATTN_ERROR_NULL_POINTER = 2
+HATTN_ERROR_MISALIGNED = 3
+HATTN_ERROR_UNSUPPORTED_HEAD_DIM = 4
+HATTN_ERROR_UNSUPPORTED_DTYPE = 5
+HATTN_ERROR_INVALID_SIZE = 6
+HATTN_ERROR_INVALID_STRIDE = 7
+HATTN_ERROR_HEADS_NOT_DIVISIBLE = 8
+HATTN_ERROR_SIZE_OVERFLOW = 9
+HATTN_ERROR_INVALID_SCALE = 10
+HATTN_ERROR_INVALID_FLAGS = 11
+HATTN_ERROR_UNSUPPORTED_DEVICE = 12
+HATTN_ERROR_CUDA = 13
+HATTN_ERROR_WORKSPACE = 14
+
+STATUS_NAMES = {value: name for name, value in globals().items()
+                if name.startswith("HATTN_ERROR_") or name == "HATTN_SUCCESS"}
+
+# ---- enum hattn_dtype and the variant flags ------------------------------------------------------
+HATTN_DTYPE_BF16 = 0
+HATTN_DTYPE_FP16 = 1
+HATTN_FWD_NO_PINGPONG = 1 << 0
+HATTN_FWD_NO_INTRA_WG_OVERLAP = 1 << 1
+HATTN_BWD_DETERMINISTIC = 1 << 0
+
+# The backward's workspace must be this aligned (include/hattn.h, hattn_bwd_params.workspace).
+BWD_WORKSPACE_ALIGN = 256
+
+
+def status_name(status: int) -> str:
+    return STATUS_NAMES.get(status, f"unknown status {status}")
+
+
+# The fields both params structs share, in their order in include/hattn.h.
+_SHAPE_FIELDS = [(name, ctypes.c_int) for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")]
+_TAIL_FIELDS = [
+    ("dtype", ctypes.c_int),  # hattn_dtype
+    ("softmax_scale", ctypes.c_float),
+    ("causal", ctypes.c_int),
+    ("flags", ctypes.c_uint),
+]
+
+
+def _stride_fields(*tensors: str) -> list[tuple[str, type]]:
+    return [(f"{t}_{dim}_stride", ctypes.c_int64) for t in tensors for dim in ("batch", "seq", "head")]
+
+
+class HattnFwdParams(ctypes.Structure):
+    """struct hattn_fwd_params, field by field (enums are C ints, `unsigned` is c_uint)."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),  # float*
+        *_SHAPE_FIELDS,
+        *_stride_fields("q", "k", "v", "o"),
+        *_TAIL_FIELDS,
+    ]
+
+
+# x86-64 (LP64, System V) layout, worked out by hand: five 8-byte pointers (0..39), six ints
+# (40..63; 64 is 8-aligned, so no padding before the strides), twelve int64 strides (64..159),
+# then dtype/scale/causal/flags, 4 bytes each (160..175). Size 176 = a multiple of the 8-byte
+# alignment, so no tail padding. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
+EXPECTED_SIZE = 176
+EXPECTED_OFFSETS = {
+    "q": 0, "k": 8, "v": 16, "o": 24, "lse": 32,
+    "batch": 40, "heads_q": 44, "heads_kv": 48, "seqlen_q": 52, "seqlen_k": 56, "head_dim": 60,
+    "q_batch_stride": 64, "q_seq_stride": 72, "q_head_stride": 80,
+    "k_batch_stride": 88, "k_seq_stride": 96, "k_head_stride": 104,
+    "v_batch_stride": 112, "v_seq_stride": 120, "v_head_stride": 128,
+    "o_batch_stride": 136, "o_seq_stride": 144, "o_head_stride": 152,
+    "dtype": 160, "softmax_scale": 164, "causal": 168, "flags": 172,
+}
+
+
+class HattnBwdParams(ctypes.Structure):
+    """struct hattn_bwd_params, field by field (enums are C ints, `unsigned` is c_uint)."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("dout", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),  # const float*
+        ("dq", ctypes.c_void_p),
+        ("dk", ctypes.c_void_p),
+        ("dv", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+        *_SHAPE_FIELDS,
+        *_stride_fields("q", "k", "v", "o", "do", "dq", "dk", "dv"),
+        *_TAIL_FIELDS,
+    ]
+
+
+# x86-64: ten 8-byte pointers (0..79), size_t workspace_size (80..87), six ints (88..111; 112 is
+# 8-aligned, no padding), 24 int64 strides (112..303), dtype/scale/causal/flags (304..319). Size
+# 320, a multiple of 8. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
+EXPECTED_BWD_SIZE = 320
+EXPECTED_BWD_OFFSETS = {
+    "q": 0, "k": 8, "v": 16, "o": 24, "dout": 32, "lse": 40, "dq": 48, "dk": 56, "dv": 64, "workspace": 72,
+    "workspace_size": 80,
+    "batch": 88, "heads_q": 92, "heads_kv": 96, "seqlen_q": 100, "seqlen_k": 104, "head_dim": 108,
+    **{f"{t}_{dim}_stride": 112 + 24 * i + 8 * j
+       for i, t in enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv"))
+       for j, dim in enumerate(("batch", "seq", "head"))},
+    "dtype": 304, "softmax_scale": 308, "causal": 312, "flags": 316,
+}
+
+# ---- include/hattn.h, parsed: the mirror must match the header field for field -----------------
+# C type of a struct field -> the ctypes type the mirror must use for it.
+C_TO_CTYPES = {
+    "const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "const float*": ctypes.c_void_p,
+    "float*": ctypes.c_void_p, "size_t": ctypes.c_size_t, "int": ctypes.c_int, "int64_t": ctypes.c_int64,
+    "hattn_dtype": ctypes.c_int, "float": ctypes.c_float, "unsigned": ctypes.c_uint,
+}
+
+
+def _header_text(header: Path) -> str:
+    """The header with its comments removed."""
+    text = header.read_text()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def header_struct_fields(struct: str, header: Path = HEADER) -> list[tuple[str, str]]:
+    """[(field name, C type)] of `typedef struct <struct> {...} <struct>;` in declaration order."""
+    body = re.search(rf"typedef\s+struct\s+{struct}\s*\{{(.*?)\}}\s*{struct}\s*;", _header_text(header), re.S)
+    if body is None:
+        raise ValueError(f"{header}: no `typedef struct {struct} {{...}} {struct};`")
+    fields = []
+    for decl in body.group(1).split(";"):
+        decl = " ".join(decl.replace("*", "* ").split())
+        if not decl:
+            continue
+        first, *more = [part.strip() for part in decl.split(",")]
+        words = first.split()
+        ctype = " ".join(words[:-1]).replace(" *", "*")
+        for name in [words[-1], *more]:
+            fields.append((name.lstrip("* "), ctype + "*" * name.count("*")))
+    return fields
+
+
+def header_enum(enum: str, header: Path = HEADER) -> dict[str, int]:
+    """NAME -> value of `typedef enum <enum> {...}` (implicit values counted as C does)."""
+    body = re.search(rf"typedef\s+enum\s+{enum}\s*\{{(.*?)\}}", _header_text(header), re.S)
+    if body is None:
+        raise ValueError(f"{header}: no `typedef enum {enum} {{...}}`")
+    values, nxt = {}, 0
+    for item in body.group(1).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, value = (part.strip() for part in item.partition("="))
+        nxt = int(value, 0) if value else nxt
+        values[name] = nxt
+        nxt += 1
+    return values
+
+
+def header_flags(header: Path = HEADER) -> dict[str, int]:
+    """HATTN_FWD_* / HATTN_BWD_* flag values (`NAME = 1u << n`)."""
+    return {name: 1 << int(shift) for name, shift in
+            re.findall(r"\b(HATTN_(?:FWD|BWD)_[A-Z0-9_]+)\s*=\s*1u?\s*<<\s*(\d+)", _header_text(header))}
+
+
+def check_against_header(header: Path = HEADER) -> list[str]:
+    """Mismatches between this mirror and include/hattn.h (names, order, C types, enum values)."""
+    problems = []
+    for struct, mirror in (("hattn_fwd_params", HattnFwdParams), ("hattn_bwd_params", HattnBwdParams)):
+        want = header_struct_fields(struct, header)
+        have = [(name, ctype) for name, ctype in mirror._fields_]
+        want_names, have_names = [n for n, _ in want], [n for n, _ in have]
+        if want_names != have_names:
+            first = next(i for i, pair in enumerate(zip(want_names + [None], have_names + [None])) if pair[0] != pair[1])
+            problems.append(f"{struct}: field {first} is {(want_names + ['(end)'])[first]!r} in the header, "
+                            f"{(have_names + ['(end)'])[first]!r} in the mirror (header only: "
+                            f"{sorted(set(want_names) - set(have_names))}, mirror only: "
+                            f"{sorted(set(have_names) - set(want_names))})")
+        for (name, c_type), (_, ctype) in zip(want, have):
+            if c_type not in C_TO_CTYPES:
+                problems.append(f"{struct}.{name}: C type {c_type!r} has no ctypes mapping here (extend C_TO_CTYPES)")
+            elif C_TO_CTYPES[c_type] is not ctype:
+                problems.append(f"{struct}.{name}: C type {c_type!r} needs {C_TO_CTYPES[c_type].__name__}, "
+                                f"the mirror has {ctype.__name__}")
+    mirror_status = {name: value for name, value in globals().items()
+                     if name.startswith("HATTN_ERROR_") or name == "HATTN_SUCCESS"}
+    header_status = header_enum("hattn_status", header)
+    header_dtype = header_enum("hattn_dtype", header)
+    mirror_dtype = {"HATTN_DTYPE_BF16": HATTN_DTYPE_BF16, "HATTN_DTYPE_FP16": HATTN_DTYPE_FP16}
+    for enum, in_header, in_mirror in (("hattn_status", header_status, mirror_status),
+                                       ("hattn_dtype", header_dtype, mirror_dtype)):
+        for name in sorted(set(in_header) | set(in_mirror)):
+            if in_header.get(name) != in_mirror.get(name):
+                problems.append(f"{enum} {name}: header {in_header.get(name)}, mirror {in_mirror.get(name)}")
+    for name, value in header_flags(header).items():
+        if globals().get(name) != value:
+            problems.append(f"{name}: header {value:#x}, mirror {globals().get(name)}")
+    return problems
+
+
+def check_struct_layout(header: Path | None = HEADER) -> None:
+    """Raises SystemExit if a ctypes struct disagrees with its x86-64 layout table, or (when the
+    header exists; pass None to skip) with include/hattn.h's declarations and enum values."""
+    problems = []
+    for struct, mirror, offsets, size in (("hattn_fwd_params", HattnFwdParams, EXPECTED_OFFSETS, EXPECTED_SIZE),
+                                          ("hattn_bwd_params", HattnBwdParams, EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE)):
+        actual = {name: getattr(mirror, name).offset for name, _ in mirror._fields_}
+        problems += [f"{struct}.{name}: ctypes offset {actual.get(name)} != expected {offset}"
+                     for name, offset in offsets.items() if actual.get(name) != offset]
+        problems += [f"{struct}.{name}: not in the expected table" for name in actual if name not in offsets]
+        if ctypes.sizeof(mirror) != size:
+            problems.append(f"sizeof({struct}): ctypes {ctypes.sizeof(mirror)} != expected {size}")
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        problems.append("this is not a 64-bit platform; the expected tables are for x86-64")
+    if header is not None and header.is_file():
+        problems += check_against_header(header)
+    if problems:
+        raise SystemExit("ctypes mirror of include/hattn.h out of date:\n  " + "\n  ".join(problems))
+
+
+def default_library_path() -> Path:
+    """$HATTN_LIB if set, else the installed package's libhattn.so, else build/libhattn.so of the
+    source tree this file is in."""
+    env = os.environ.get(LIB_ENV)
+    if env:
+        return Path(env)
+    return PACKAGED_LIB if PACKAGED_LIB.is_file() else SOURCE_TREE / "build" / "libhattn.so"
+
+
+# HattnError.status when the loaded library lacks the entry point (not a hattn_status value).
+NO_ENTRY_POINT = -1
+
+
+class HattnError(RuntimeError):
+    """A hattn entry point returned a non-success status (raised by the *_torch helpers)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class HattnArgumentError(HattnError, ValueError):
+    """The C API's validation rejected the arguments (every status but HATTN_ERROR_CUDA and
+    HATTN_ERROR_UNSUPPORTED_DEVICE): a ValueError as well as a HattnError."""
+
+
+# The statuses a launch can return for valid arguments: not the caller's arguments' fault.
+LAUNCH_STATUSES = (HATTN_ERROR_CUDA, HATTN_ERROR_UNSUPPORTED_DEVICE)
+
+
+def error_for(status: int, message: str) -> HattnError:
+    return (HattnError if status in LAUNCH_STATUSES else HattnArgumentError)(message, status)
+
+
+class Hattn:
+    """The C API of libhattn.so. `lib` is the raw ctypes.CDLL, with argument types declared.
+
+    A library built before the backward existed has no hattn_bwd*: it still loads, `has_bwd` is
+    False and the backward methods raise HattnError with status NO_ENTRY_POINT."""
+
+    BWD_SYMBOLS = ("hattn_bwd", "hattn_bwd_validate", "hattn_bwd_params_contiguous", "hattn_bwd_workspace_size")
+
+    def __init__(self, path: Path | str | None = None):
+        self.path = Path(path) if path is not None else default_library_path()
+        self.lib = ctypes.CDLL(str(self.path))
+        params_p = ctypes.POINTER(HattnFwdParams)
+        self.lib.hattn_fwd.argtypes = [params_p, ctypes.c_void_p]
+        self.lib.hattn_fwd.restype = ctypes.c_int
+        self.lib.hattn_fwd_validate.argtypes = [params_p, ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.hattn_fwd_validate.restype = ctypes.c_int
+        self.lib.hattn_status_string.argtypes = [ctypes.c_int]
+        self.lib.hattn_status_string.restype = ctypes.c_char_p
+        self.lib.hattn_version.argtypes = []
+        self.lib.hattn_version.restype = ctypes.c_char_p
+        self.lib.hattn_fwd_params_contiguous.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 7
+        self.lib.hattn_fwd_params_contiguous.restype = HattnFwdParams
+
+        self.has_bwd = all(hasattr(self.lib, name) for name in self.BWD_SYMBOLS)
+        if self.has_bwd:
+            bwd_p = ctypes.POINTER(HattnBwdParams)
+            self.lib.hattn_bwd.argtypes = [bwd_p, ctypes.c_void_p]
+            self.lib.hattn_bwd.restype = ctypes.c_int
+            self.lib.hattn_bwd_validate.argtypes = [bwd_p, ctypes.c_char_p, ctypes.c_size_t]
+            self.lib.hattn_bwd_validate.restype = ctypes.c_int
+            self.lib.hattn_bwd_params_contiguous.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int] * 7
+            self.lib.hattn_bwd_params_contiguous.restype = HattnBwdParams
+            self.lib.hattn_bwd_workspace_size.argtypes = [ctypes.c_int] * 4
+            self.lib.hattn_bwd_workspace_size.restype = ctypes.c_size_t
+
+    # ---- thin wrappers (params may be None: the C side then gets NULL) ----
+    def fwd(self, params: HattnFwdParams | None, stream: int | None = 0) -> int:
+        return self.lib.hattn_fwd(None if params is None else ctypes.byref(params), ctypes.c_void_p(stream or None))
+
+    def validate(self, params: HattnFwdParams | None, msg_len: int = 512) -> tuple[int, str]:
+        buf = ctypes.create_string_buffer(msg_len)
+        status = self.lib.hattn_fwd_validate(None if params is None else ctypes.byref(params), buf, msg_len)
+        return status, buf.value.decode(errors="replace")
+
+    def version(self) -> str:
+        """hattn_version(): the loaded library's "MAJOR.MINOR.PATCH"."""
+        return self.lib.hattn_version().decode()
+
+    def status_string(self, status: int) -> str:
+        return (self.lib.hattn_status_string(status) or b"?").decode()
+
+    def params_contiguous(self, q: int | None, k: int | None, v: int | None, o: int | None, batch: int,
+                          heads_q: int, heads_kv: int, seqlen_q: int, seqlen_k: int, head_dim: int,
+                          dtype: int) -> HattnFwdParams:
+        return self.lib.hattn_fwd_params_contiguous(q, k, v, o, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
+                                                    head_dim, dtype)
+
+    def _need_bwd(self) -> None:
+        if not self.has_bwd:
+            raise HattnError(f"{self.path} has no backward entry points ({', '.join(self.BWD_SYMBOLS)}): "
+                             "it was built before the backward API; rebuild it", NO_ENTRY_POINT)
+
+    def bwd(self, params: HattnBwdParams | None, stream: int | None = 0) -> int:
+        self._need_bwd()
+        return self.lib.hattn_bwd(None if params is None else ctypes.byref(params), ctypes.c_void_p(stream or None))
+
+    def bwd_validate(self, params: HattnBwdParams | None, msg_len: int = 512) -> tuple[int, str]:
+        self._need_bwd()
+        buf = ctypes.create_string_buffer(msg_len)
+        status = self.lib.hattn_bwd_validate(None if params is None else ctypes.byref(params), buf, msg_len)
+        return status, buf.value.decode(errors="replace")
+
+    def bwd_workspace_size(self, batch: int, heads_q: int, seqlen_q: int, head_dim: int) -> int:
+        self._need_bwd()
+        return self.lib.hattn_bwd_workspace_size(batch, heads_q, seqlen_q, head_dim)
+
+    def bwd_params_contiguous(self, q: int | None, k: int | None, v: int | None, o: int | None,
+                              dout: int | None, lse: int | None, dq: int | None, dk: int | None, dv: int | None,
+                              batch: int, heads_q: int, heads_kv: int, seqlen_q: int, seqlen_k: int,
+                              head_dim: int, dtype: int) -> HattnBwdParams:
+        self._need_bwd()
+        return self.lib.hattn_bwd_params_contiguous(q, k, v, o, dout, lse, dq, dk, dv, batch, heads_q, heads_kv,
+                                                    seqlen_q, seqlen_k, head_dim, dtype)
+
+    # ---- helpers ----
+    def describe(self, status: int, params: HattnFwdParams) -> str:
+        text = self.status_string(status)
+        detail = ctypes.create_string_buffer(512)
+        if self.lib.hattn_fwd_validate(ctypes.byref(params), detail, len(detail)) != HATTN_SUCCESS:
+            text += f" ({detail.value.decode(errors='replace')})"
+        return f"hattn_fwd: status {status}: {text}"
+
+    def describe_bwd(self, status: int, params: HattnBwdParams) -> str:
+        text = self.status_string(status)
+        detail = ctypes.create_string_buffer(512)
+        if self.lib.hattn_bwd_validate(ctypes.byref(params), detail, len(detail)) != HATTN_SUCCESS:
+            text += f" ({detail.value.decode(errors='replace')})"
+        return f"hattn_bwd: status {status}: {text}"
+
+    def check_contiguous_helper(self) -> None:
+        """CPU-only: hattn_fwd_params_contiguous (returned by value) must match our own strides."""
+        b, hq, hkv, sq, sk, d = 2, 8, 2, 96, 80, 128
+        fake = [0x10000 * (i + 1) for i in range(4)]  # 16-byte-aligned addresses, never dereferenced
+        p = self.lib.hattn_fwd_params_contiguous(*fake, b, hq, hkv, sq, sk, d, HATTN_DTYPE_BF16)
+        want = dict(q=fake[0], k=fake[1], v=fake[2], o=fake[3], lse=None, batch=b, heads_q=hq, heads_kv=hkv,
+                    seqlen_q=sq, seqlen_k=sk, head_dim=d,
+                    q_batch_stride=sq * hq * d, q_seq_stride=hq * d, q_head_stride=d,
+                    k_batch_stride=sk * hkv * d, k_seq_stride=hkv * d, k_head_stride=d,
+                    v_batch_stride=sk * hkv * d, v_seq_stride=hkv * d, v_head_stride=d,
+                    o_batch_stride=sq * hq * d, o_seq_stride=hq * d, o_head_stride=d,
+                    dtype=HATTN_DTYPE_BF16, causal=0, flags=0)
+        bad = [f"{k}: {getattr(p, k)} != {v}" for k, v in want.items() if getattr(p, k) != v]
+        # "the default scale": 0 (resolved later) or 1/sqrt(head_dim) spelled out are both fine.
+        if not (p.softmax_scale == 0.0 or math.isclose(p.softmax_scale, 1 / math.sqrt(d), rel_tol=1e-6)):
+            bad.append(f"softmax_scale: {p.softmax_scale} is neither 0 nor 1/sqrt({d})")
+        if bad:
+            raise SystemExit("hattn_fwd_params_contiguous disagrees with the ctypes mirror:\n  " + "\n  ".join(bad))
+
+    def check_bwd_contiguous_helper(self) -> None:
+        """CPU-only: hattn_bwd_params_contiguous must match our strides and leave no workspace;
+        hattn_bwd_workspace_size must be 0 for bad sizes and a 256-multiple that grows with them."""
+        self._need_bwd()
+        b, hq, hkv, sq, sk, d = 2, 8, 2, 96, 80, 128
+        fake = [0x10000 * (i + 1) for i in range(9)]  # aligned, never dereferenced
+        p = self.lib.hattn_bwd_params_contiguous(*fake, b, hq, hkv, sq, sk, d, HATTN_DTYPE_BF16)
+        want = dict(q=fake[0], k=fake[1], v=fake[2], o=fake[3], dout=fake[4], lse=fake[5], dq=fake[6], dk=fake[7],
+                    dv=fake[8], workspace=None, workspace_size=0, batch=b, heads_q=hq, heads_kv=hkv,
+                    seqlen_q=sq, seqlen_k=sk, head_dim=d, dtype=HATTN_DTYPE_BF16, causal=0, flags=0)
+        for t, heads, seqlen in (("q", hq, sq), ("o", hq, sq), ("do", hq, sq), ("dq", hq, sq),
+                                 ("k", hkv, sk), ("v", hkv, sk), ("dk", hkv, sk), ("dv", hkv, sk)):
+            want.update({f"{t}_batch_stride": seqlen * heads * d, f"{t}_seq_stride": heads * d, f"{t}_head_stride": d})
+        bad = [f"{k}: {getattr(p, k)} != {v}" for k, v in want.items() if getattr(p, k) != v]
+        if not (p.softmax_scale == 0.0 or math.isclose(p.softmax_scale, 1 / math.sqrt(d), rel_tol=1e-6)):
+            bad.append(f"softmax_scale: {p.softmax_scale} is neither 0 nor 1/sqrt({d})")
+        ws = self.bwd_workspace_size
+        small, large = ws(1, 2, 128, 64), ws(2, 16, 4096, 128)
+        if not (0 < small < large):
+            bad.append(f"hattn_bwd_workspace_size: {small} bytes for b1 h2 s128 d64, {large} for b2 h16 s4096 d128")
+        for size in (small, large):
+            if size % BWD_WORKSPACE_ALIGN:
+                bad.append(f"hattn_bwd_workspace_size returned {size}, not a multiple of {BWD_WORKSPACE_ALIGN}")
+        # The dQ accumulator alone is fp32 [batch, heads_q, seqlen_q, head_dim].
+        if large < 2 * 16 * 4096 * 128 * 4:
+            bad.append(f"hattn_bwd_workspace_size(2, 16, 4096, 128) = {large} is below the fp32 dQ accumulator's size")
+        for args in ((0, 2, 128, 64), (1, -1, 128, 64), (1, 2, 0, 64), (1, 2, 128, 0),
+                     (2**31 - 1, 2**31 - 1, 2**31 - 1, 256)):
+            if ws(*args) != 0:
+                bad.append(f"hattn_bwd_workspace_size{args} = {ws(*args)}, expected 0")
+        if bad:
+            raise SystemExit("hattn_bwd_params_contiguous / hattn_bwd_workspace_size disagree with the ctypes "
+                             "mirror:\n  " + "\n  ".join(bad))
+
+    # ---- PyTorch tensors ([batch, seqlen, heads, head_dim], strides taken from the tensors) ----
+    # Every *_torch call checks in this order: the tensors' ranks, shapes and dtypes (ValueError
+    # naming the tensor), the C API's validation (HattnArgumentError with its message), the devices
+    # (ValueError), and only then launches. Nothing but the device check needs a GPU, so the first
+    # two run on any machine, on CPU tensors too.
+    def fwd_params_torch(self, q, k, v, o, lse=None, *, causal: bool = False, softmax_scale: float = 0.0,
+                         flags: int = 0, address=None) -> HattnFwdParams:
+        """hattn_fwd_params for these tensors. Checks what the C API cannot see: shapes that agree,
+        a contiguous head dim, one dtype, a contiguous fp32 LSE of [batch, heads_q, seqlen_q].
+        address(t) gives the address to pass for t (default t.data_ptr(); tracing with fake tensors
+        passes placeholder_address)."""
+        address = address or _data_ptr
+        b, sq, hq, d = _check_bshd({"q": q, "o": o}, "q")
+        _, sk, hkv, _ = _check_bshd({"k": k, "v": v}, "k", batch=b, head_dim=d)
+        _check_same_dtype(q=q, k=k, v=v, o=o)
+        if lse is not None:
+            _check_lse(lse, b, hq, sq)
+        p = HattnFwdParams()
+        p.q, p.k, p.v, p.o = address(q), address(k), address(v), address(o)
+        p.lse = None if lse is None else address(lse)
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+            _set_strides(p, name, t)
+        p.dtype, p.softmax_scale, p.causal, p.flags = dtype_code(q), softmax_scale, int(bool(causal)), flags
+        return p
+
+    def bwd_params_torch(self, q, k, v, o, lse, dout, dq, dk, dv, workspace, *, causal: bool = False,
+                         softmax_scale: float = 0.0, flags: int = 0, address=None) -> HattnBwdParams:
+        """hattn_bwd_params for these tensors (same checks as fwd_params_torch; workspace: a uint8
+        tensor whose size in bytes becomes workspace_size)."""
+        address = address or _data_ptr
+        b, sq, hq, d = _check_bshd({"q": q, "o": o, "dout": dout, "dq": dq}, "q")
+        _, sk, hkv, _ = _check_bshd({"k": k, "v": v, "dk": dk, "dv": dv}, "k", batch=b, head_dim=d)
+        _check_same_dtype(q=q, k=k, v=v, o=o, dout=dout, dq=dq, dk=dk, dv=dv)
+        _check_lse(lse, b, hq, sq)
+        if workspace.dtype.itemsize != 1 or not workspace.is_contiguous():
+            raise ValueError(f"workspace: expected a contiguous 1-byte-element tensor, got {workspace.dtype} "
+                             f"with strides {workspace.stride()}")
+        p = HattnBwdParams()
+        p.q, p.k, p.v, p.o, p.dout = address(q), address(k), address(v), address(o), address(dout)
+        p.lse, p.dq, p.dk, p.dv = address(lse), address(dq), address(dk), address(dv)
+        p.workspace, p.workspace_size = address(workspace), workspace.numel()
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
+        for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
+            _set_strides(p, name, t)
+        p.dtype, p.softmax_scale, p.causal, p.flags = dtype_code(q), softmax_scale, int(bool(causal)), flags
+        return p
+
+    def check_fwd(self, params: HattnFwdParams) -> None:
+        """hattn_fwd_validate; raises HattnArgumentError with its message on failure."""
+        status, message = self.validate(params)
+        if status != HATTN_SUCCESS:
+            raise error_for(status, f"hattn_fwd: {message} ({status_name(status)})")
+
+    def check_bwd(self, params: HattnBwdParams) -> None:
+        """hattn_bwd_validate; raises HattnArgumentError with its message on failure."""
+        status, message = self.bwd_validate(params)
+        if status != HATTN_SUCCESS:
+            raise error_for(status, f"hattn_bwd: {message} ({status_name(status)})")
+
+    def bwd_workspace_torch(self, q, seqlen_q: int | None = None):
+        """A uint8 tensor of hattn_bwd_workspace_size bytes for q's shape ([b, s, h, d]), on q's
+        device, BWD_WORKSPACE_ALIGN-byte aligned. torch's CUDA caching allocator hands out
+        512-byte-aligned blocks; another allocator's block is over-allocated and sliced."""
+        import torch
+
+        b, s, h, d = q.shape
+        size = self.bwd_workspace_size(b, h, s if seqlen_q is None else seqlen_q, d)
+        if size == 0:
+            raise HattnArgumentError(f"hattn_bwd_workspace_size({b}, {h}, {s}, {d}) = 0: bad or overflowing sizes",
+                                     HATTN_ERROR_SIZE_OVERFLOW)
+        ws = torch.empty(size, dtype=torch.uint8, device=q.device)
+        if ws.data_ptr() % BWD_WORKSPACE_ALIGN:
+            ws = torch.empty(size + BWD_WORKSPACE_ALIGN, dtype=torch.uint8, device=q.device)
+            skip = -ws.data_ptr() % BWD_WORKSPACE_ALIGN
+            ws = ws[skip:skip + size]
+        return ws
+
+    def fwd_torch(self, q, k, v, *, causal: bool = False, softmax_scale: float = 0.0, flags: int = 0,
+                  out=None, lse=None, want_lse: bool = True, stream: int | None = None):
+        """O (contiguous unless out is given) and LSE (fp32 [b, heads_q, s_q], when want_lse or lse
+        is given) on the current stream of q's device. Returns (o, lse or None)."""
+        import torch
+
+        b, sq, hq, _ = _check_rank(q=q)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        if lse is None and want_lse:
+            lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+        p = self.fwd_params_torch(q, k, v, out, lse, causal=causal, softmax_scale=softmax_scale, flags=flags)
+        self.check_fwd(p)
+        check_devices(q=q, k=k, v=v, out=out, **({} if lse is None else {"lse": lse}))
+        with torch.cuda.device(q.device):
+            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+            status = self.lib.hattn_fwd(ctypes.byref(p), ctypes.c_void_p(s or None))
+        if status != HATTN_SUCCESS:
+            raise error_for(status, self.describe(status, p))
+        return out, lse
+
+    def bwd_torch(self, q, k, v, o, lse, dout, *, causal: bool = False, softmax_scale: float = 0.0,
+                  deterministic: bool = False, flags: int = 0, dq=None, dk=None, dv=None, workspace=None,
+                  stream: int | None = None):
+        """(dq, dk, dv) for the forward that gave o and lse (same q, k, v, causal and scale), on the
+        current stream of q's device; dk and dv are [b, s_k, heads_kv, d] (summed over each GQA group).
+        Allocates what is not given (contiguous; the workspace with bwd_workspace_torch)."""
+        import torch
+
+        self._need_bwd()
+        _check_rank(q=q, k=k, v=v)
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device) if dq is None else dq
+        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if dk is None else dk
+        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device) if dv is None else dv
+        workspace = self.bwd_workspace_torch(q) if workspace is None else workspace
+        flags |= HATTN_BWD_DETERMINISTIC if deterministic else 0
+        p = self.bwd_params_torch(q, k, v, o, lse, dout, dq, dk, dv, workspace, causal=causal,
+                                  softmax_scale=softmax_scale, flags=flags)
+        self.check_bwd(p)
+        check_devices(q=q, k=k, v=v, o=o, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, workspace=workspace)
+        with torch.cuda.device(q.device):
+            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+            status = self.lib.hattn_bwd(ctypes.byref(p), ctypes.c_void_p(s or None))
+        if status != HATTN_SUCCESS:
+            raise error_for(status, self.describe_bwd(status, p))
+        return dq, dk, dv
+
+
+# ---- checks behind the *_torch helpers (what the C API cannot see from pointers and strides) ----
+def dtype_code(t, name: str = "tensor") -> int:
+    """hattn_dtype of a torch tensor (bf16 or fp16); ValueError naming it otherwise."""
+    import torch
+
+    codes = {torch.bfloat16: HATTN_DTYPE_BF16, torch.float16: HATTN_DTYPE_FP16}
+    if t.dtype not in codes:
+        raise ValueError(f"{name}: hattn takes bfloat16 or float16 tensors, got {t.dtype}")
+    return codes[t.dtype]
+
+
+def _data_ptr(t) -> int:
+    return t.data_ptr()
+
+
+# A 512-byte-aligned placeholder (the alignment torch's CUDA allocator gives): validation compares
+# addresses with alignment rules only and never dereferences them.
+PLACEHOLDER_ADDRESS = 1 << 32
+
+
+def placeholder_address(t) -> int:
+    """The address validation sees for a tensor that has none (a fake tensor while tracing)."""
+    return PLACEHOLDER_ADDRESS
+
+
+def _check_rank(**tensors) -> tuple:
+    """Each tensor must be 4-D [batch, seqlen, heads, head_dim]; returns the first one's shape."""
+    for name, t in tensors.items():
+        if t.dim() != 4:
+            raise ValueError(f"{name}: expected a 4-D tensor [batch, seqlen, heads, head_dim], got shape "
+                             f"{tuple(t.shape)}")
+    return tuple(next(iter(tensors.values())).shape)
+
+
+def _check_bshd(tensors: dict, first: str, batch: int | None = None, head_dim: int | None = None):
+    """The tensors must be 4-D [batch, seqlen, heads, head_dim] tensors of one shape with a
+    contiguous head dim; returns that shape."""
+    _check_rank(**tensors)
+    shape = tuple(tensors[first].shape)
+    for name, t in tensors.items():
+        if 0 in t.shape:
+            raise ValueError(f"{name}: empty tensor of shape {tuple(t.shape)}: every size must be at least 1")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name}: shape {tuple(t.shape)} differs from {first}'s {shape}")
+        if t.stride(3) != 1:
+            raise ValueError(f"{name}: head_dim must be contiguous (stride 1), got stride {t.stride(3)}")
+    if batch is not None and shape[0] != batch:
+        raise ValueError(f"{first}: batch {shape[0]} differs from q's {batch}")
+    if head_dim is not None and shape[3] != head_dim:
+        raise ValueError(f"{first}: head_dim {shape[3]} differs from q's {head_dim}")
+    return shape
+
+
+def _check_same_dtype(**tensors) -> None:
+    (first_name, first), *rest = tensors.items()
+    dtype_code(first, first_name)
+    for name, t in rest:
+        if t.dtype != first.dtype:
+            raise ValueError(f"{name}: dtype {t.dtype} differs from {first_name}'s {first.dtype}")
+
+
+def check_devices(**tensors) -> None:
+    """Every tensor must be a CUDA tensor on the first one's device."""
+    (first_name, first), *rest = tensors.items()
+    if not first.is_cuda:
+        raise ValueError(f"{first_name}: expected a CUDA tensor, got one on {first.device}")
+    for name, t in rest:
+        if t.device != first.device:
+            raise ValueError(f"{name}: on {t.device}, expected {first_name}'s device {first.device}")
+
+
+def _check_lse(lse, batch: int, heads_q: int, seqlen_q: int) -> None:
+    import torch
+
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads_q, seqlen_q) or not lse.is_contiguous():
+        raise ValueError(f"lse: expected a contiguous float32 tensor of shape {(batch, heads_q, seqlen_q)}, "
+                         f"got {lse.dtype} {tuple(lse.shape)} strides {lse.stride()}")
+
+
+def kernel_strides(t) -> tuple[int, int, int]:
+    """The batch, seq and head strides to pass for a [b, s, h, d] tensor. A dimension of size 1 is
+    never stepped through, and torch leaves its stride arbitrary (0 after expand, 1 after some
+    views): it gets the stride a contiguous tensor would have, so it cannot fail a stride check."""
+    _, s, h, d = t.shape
+    contiguous = (s * h * d, h * d, d)
+    return tuple(c if t.shape[i] == 1 else t.stride(i) for i, c in enumerate(contiguous))
+
+
+def _set_strides(p, name: str, t) -> None:
+    strides = kernel_strides(t)
+    for dim, stride in zip(("batch", "seq", "head"), strides):
+        setattr(p, f"{name}_{dim}_stride", stride)
+

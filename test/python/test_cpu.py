@@ -1,0 +1,197 @@
+"""The hattn package without a GPU: import, version, the ctypes mirror, the op schemas, the fake
+implementations (shapes, strides, and the same errors as the real ops), and the argument checks,
+which all run before anything touches a device (the C API's validation never dereferences)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import hattn
+from hattn import capi
+from hattn.attention import _kernel_layout
+
+REPO = Path(__file__).resolve().parents[2]
+HEADER = REPO / "include" / "hattn.h"
+
+
+def test_installed_package_and_version():
+    assert Path(hattn.library().path).is_file()
+    assert hattn.library().version() == hattn.__version__
+    text = HEADER.read_text()
+    header = ".".join(re.search(rf"#define HATTN_VERSION_{p} +(\d+)", text).group(1) for p in ("MAJOR", "MINOR", "PATCH"))
+    assert hattn.__version__ == header
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1) == header
+
+
+def test_ctypes_mirror_matches_the_header():
+    capi.check_struct_layout(HEADER)  # raises SystemExit with the differences
+    lib = hattn.library()
+    lib.check_contiguous_helper()
+    lib.check_bwd_contiguous_helper()
+
+
+def test_op_schemas():
+    assert str(torch.ops.hattn.fwd.default._schema) == (
+        "hattn::fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float softmax_scale=0.) -> (Tensor, Tensor)")
+    assert str(torch.ops.hattn.bwd.default._schema) == (
+        "hattn::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal=False, "
+        "float softmax_scale=0., bool deterministic=False) -> (Tensor, Tensor, Tensor)")
+
+
+# ---- fake implementations: what torch.compile sees ----------------------------------------------
+def fake(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="cuda")
+
+
+@pytest.mark.parametrize("heads_kv", [8, 2, 1])
+def test_fake_fwd_and_bwd_shapes(heads_kv):
+    with FakeTensorMode():
+        q, k = fake(2, 100, 8, 128), fake(2, 77, heads_kv, 128)
+        o, lse = torch.ops.hattn.fwd(q, k, k, True, 0.0)
+        assert (o.shape, o.stride(), o.dtype) == (q.shape, (100 * 8 * 128, 8 * 128, 128, 1), q.dtype)
+        assert (lse.shape, lse.dtype) == ((2, 8, 100), torch.float32)
+        dq, dk, dv = torch.ops.hattn.bwd(o, q, k, k, o, lse, True, 0.0, False)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, k.shape)
+        assert dk.is_contiguous() and dq.device == q.device
+
+
+def test_fake_attention_with_autograd_and_lse():
+    with FakeTensorMode():
+        qkv = fake(2, 64, 3, 4, 64).requires_grad_()
+        q, k, v = qkv.unbind(2)
+        out, lse = hattn.attention(q, k, v, causal=True, return_lse=True)
+        assert out.shape == q.shape and lse.shape == (2, 4, 64) and not lse.requires_grad
+        # (Running the backward needs a CUDA context, even on fake tensors: test_gpu.py does.)
+        assert "_Attention" in type(out.grad_fn).__name__
+
+
+def test_fake_rejects_what_the_kernel_rejects():
+    with FakeTensorMode():
+        q = fake(1, 16, 4, 96)
+        with pytest.raises(hattn.HattnArgumentError, match="head_dim = 96"):
+            torch.ops.hattn.fwd(q, q, q)
+        padded = fake(1, 16, 4, 68)[..., :64]
+        with pytest.raises(hattn.HattnArgumentError, match="q_head_stride = 68 elements"):
+            torch.ops.hattn.fwd(padded, padded, padded)
+        cpu = torch.empty(1, 16, 4, 64, dtype=torch.bfloat16)
+        with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+            torch.ops.hattn.fwd(cpu, cpu, cpu)
+
+
+def test_make_fx_traces_the_ops_without_a_gpu():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode():
+        q = fake(1, 32, 4, 64)
+        graph = make_fx(lambda a: hattn.attention(a, a, a, causal=True))(q)
+    targets = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert "hattn.fwd.default" in targets, targets
+
+
+class QKVAttention(torch.nn.Module):
+    """A QKV projection into hattn.attention: its inputs are strided views of one tensor."""
+
+    def __init__(self, dim=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False, device="cuda", dtype=torch.bfloat16)
+
+    def forward(self, x):
+        b, s, dim = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, dim // self.heads).unbind(2)
+        return hattn.attention(q, k, v, causal=True).reshape(b, s, dim)
+
+
+def test_dynamo_traces_attention_without_graph_breaks():
+    """torch.export in strict mode traces with Dynamo (torch.compile's front end) and fails on any
+    graph break; fake CUDA tensors let it run here, without a GPU."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        module = QKVAttention()
+        x = torch.empty(2, 128, 256, device="cuda", dtype=torch.bfloat16)
+        exported = torch.export.export(module, (x,), strict=True)
+    code = "\n".join(m.code for m in exported.graph_module.modules() if isinstance(m, torch.fx.GraphModule))
+    assert "torch.ops.hattn.fwd.default" in code, code
+
+
+# ---- argument checks: each names the argument (CPU tensors reach every check but the device's) ---
+def cpu(*shape, dtype=torch.bfloat16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+Q = cpu(1, 128, 4, 64)
+WIDE = cpu(1, 128, 4, 128)
+BAD_FWD = [
+    ("rank", (Q[0], Q, Q), ValueError, r"q: expected a 4-D tensor"),
+    ("dtype", (Q.float(), Q.float(), Q.float()), ValueError, r"q: hattn takes bfloat16 or float16"),
+    ("mixed dtypes", (Q, Q.half(), Q), ValueError, r"k: dtype torch.float16 differs from q's torch.bfloat16"),
+    ("k/v shapes", (Q, Q[:, :100], Q), ValueError, r"v: shape \(1, 128, 4, 64\) differs from k's"),
+    ("batch", (Q, cpu(2, 128, 4, 64), cpu(2, 128, 4, 64)), ValueError, r"k: batch 2 differs from q's 1"),
+    ("head dims", (Q, WIDE, WIDE), ValueError, r"k: head_dim 128 differs from q's 64"),
+    ("head dim stride", (WIDE[..., ::2],) * 3, ValueError, r"q: head_dim must be contiguous"),
+    ("head_dim 96", (cpu(1, 8, 2, 96),) * 3, hattn.HattnArgumentError, r"head_dim = 96"),
+    ("heads", (Q, Q[:, :, :3], Q[:, :, :3]), hattn.HattnArgumentError, r"heads_q = 4 is not a multiple of heads_kv = 3"),
+    ("empty", (cpu(1, 0, 4, 64),) * 3, ValueError, r"q: empty tensor of shape \(1, 0, 4, 64\)"),
+    # A view at an odd offset is copied by the op (its data pointer is known only when it runs).
+    ("misaligned start", (WIDE[..., 1:65],) * 3, ValueError, r"q: expected a CUDA tensor"),
+    ("stride", (cpu(1, 128, 4, 68)[..., :64],) * 3, hattn.HattnArgumentError, r"q_head_stride = 68 elements"),
+    ("device", (Q, Q, Q), ValueError, r"q: expected a CUDA tensor, got one on cpu"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_FWD, ids=[c[0] for c in BAD_FWD])
+def test_fwd_argument_errors(case):
+    _, args, error, pattern = case
+    with pytest.raises(error, match=pattern):
+        torch.ops.hattn.fwd(*args)
+
+
+def test_scale_error():
+    with pytest.raises(hattn.HattnArgumentError, match="softmax_scale"):
+        torch.ops.hattn.fwd(Q, Q, Q, False, -1.0)
+    with pytest.raises(hattn.HattnArgumentError, match="softmax_scale"):
+        hattn.attention(Q, Q, Q, softmax_scale=float("nan"))
+
+
+def test_bwd_argument_errors():
+    lse = torch.zeros(1, 4, 128)
+    with pytest.raises(ValueError, match=r"lse: expected a contiguous float32 tensor of shape \(1, 4, 128\)"):
+        torch.ops.hattn.bwd(Q, Q, Q, Q, Q, lse[:, :2])
+    with pytest.raises(ValueError, match="dout: shape"):
+        torch.ops.hattn.bwd(Q[:, :64], Q, Q, Q, Q, lse)
+    with pytest.raises(ValueError, match="o: dtype"):
+        torch.ops.hattn.bwd(Q, Q, Q, Q, Q.half(), lse)
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        torch.ops.hattn.bwd(Q, Q, Q, Q, Q, lse)
+
+
+def test_errors_are_both_hattn_and_value_errors():
+    assert issubclass(hattn.HattnArgumentError, hattn.HattnError)
+    assert issubclass(hattn.HattnArgumentError, ValueError)
+    with pytest.raises(hattn.HattnError) as info:
+        torch.ops.hattn.fwd(*(cpu(1, 8, 2, 96),) * 3)
+    assert info.value.status == capi.HATTN_ERROR_UNSUPPORTED_HEAD_DIM
+
+
+# ---- layouts hattn.attention passes in place, and ones it copies -------------------------------
+def test_kernel_layout_copies_only_what_the_kernel_cannot_read():
+    qkv = cpu(2, 64, 3, 4, 64)
+    bhsd = cpu(2, 4, 64, 64).transpose(1, 2)
+    flat = cpu(2 * 64 * 4 * 64 + 3)
+    # (A misaligned start, flat[3:], is left to the ops, which see the data pointer.)
+    for t in (qkv[:, :, 0], bhsd, cpu(1, 64, 4, 64), cpu(64, 4, 64).unsqueeze(0), flat[3:].view(2, 64, 4, 64)):
+        assert _kernel_layout(t) is t
+    for t in (cpu(2, 64, 4, 128)[..., ::2], cpu(1, 64, 4, 64).expand(2, 64, 4, 64), cpu(2, 64, 4, 68)[..., :64]):
+        copy = _kernel_layout(t)
+        assert copy is not t and copy.is_contiguous() and torch.equal(copy, t)
+
+
+def test_size_one_dimensions_get_contiguous_strides():
+    t = cpu(64, 4, 64).unsqueeze(0).expand(1, 64, 4, 64)  # batch stride 0, but batch 1
+    assert capi.kernel_strides(t) == (64 * 4 * 64, 4 * 64, 64)
+    t = cpu(1, 64, 1, 64).as_strided((1, 64, 1, 64), (1, 64, 3, 1))  # head stride 3, but 1 head
+    assert capi.kernel_strides(t) == (64 * 64, 64, 64)
