@@ -1,10 +1,14 @@
 """The hattn package on a Hopper GPU: outputs and gradients against float64, torch.compile, training,
 bad inputs and the cost of the Python layer. Every test skips, saying why, without a Hopper GPU.
 
-Accuracy standard: for every output and gradient, hattn's largest error against a float64 SDPA
-reference (the inputs upcast) must be at most twice that of PyTorch's own SDPA in the same 16-bit
-dtype on the same inputs, plus a small floor, and so must its relative L2 error: a bad element or
-a bad row cannot hide in an average.
+Accuracy standard: for every output and gradient, hattn's relative L2 error against a float64 SDPA
+reference (the inputs upcast) must be at most twice that of PyTorch's own fused SDPA in the same
+16-bit dtype on the same inputs, plus a small floor; and its largest single error at most twice the
+larger of the fused SDPA's and of plain attention written in PyTorch ops in that dtype (the
+yardstick FlashAttention's tests use: 16-bit GEMM operands, P and dS rounded to 16 bits, as in
+every Hopper attention kernel), plus the floor. The fused kernels' worst element can be within
+half an ulp of float64 where a kernel that rounds dS to 16 bits before the dQ GEMM is a few ulps
+off; the plain yardstick makes the same roundings, so a bad element still fails.
 """
 from __future__ import annotations
 
@@ -61,6 +65,23 @@ def sdpa(q, k, v, causal, scale, dtype=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale).transpose(1, 2)
 
 
+def plain_attention(q, k, v, causal, scale):
+    """Attention in PyTorch ops in the inputs' 16-bit dtype (softmax in fp32, P rounded back):
+    the roundings of a fused kernel, none of its care. [b, s, h, d], bottom-right causal, GQA."""
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-1, -2)).float() * scale
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
+    p = torch.softmax(s, dim=-1).to(q.dtype)
+    return (p @ v).transpose(1, 2)
+
+
 def run_with_grads(fn, q, k, v, dout):
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     out = fn(q, k, v)
@@ -68,19 +89,21 @@ def run_with_grads(fn, q, k, v, dout):
     return out, dq, dk, dv
 
 
-def check_close(name, got, ref, peer):
-    """got (hattn) and peer (SDPA, 16-bit) against ref (float64)."""
+def check_close(name, got, ref, peer, plain=None):
+    """got (hattn), peer (fused SDPA, 16-bit) and plain (plain_attention) against ref (float64)."""
     assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != {tuple(ref.shape)}"
     assert torch.isfinite(got).all(), f"{name}: {int((~torch.isfinite(got)).sum())} non-finite elements"
     err = (got.double() - ref).abs()
     peer_err = (peer.double() - ref).abs()
+    plain_max = (plain.double() - ref).abs().max().item() if plain is not None else 0.0
     floor = ERROR_FLOOR * max(ref.abs().max().item(), 1e-6)
     worst = err.max().item()
-    limit = ERROR_FACTOR * peer_err.max().item() + floor
+    yardstick = max(peer_err.max().item(), plain_max)
+    limit = ERROR_FACTOR * yardstick + floor
     where = tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape))
     assert worst <= limit, (f"{name}: max error {worst:.3e} at {where} (got {got[where].item():.5f}, "
-                            f"ref {ref[where].item():.5f}) > {limit:.3e} ({ERROR_FACTOR} x SDPA's "
-                            f"{peer_err.max().item():.3e} + {floor:.1e})")
+                            f"ref {ref[where].item():.5f}) > {limit:.3e} ({ERROR_FACTOR} x max(fused SDPA's "
+                            f"{peer_err.max().item():.3e}, plain's {plain_max:.3e}) + {floor:.1e})")
     norm = ref.norm().item() or 1.0
     rel, peer_rel = err.norm().item() / norm, peer_err.norm().item() / norm
     assert rel <= ERROR_FACTOR * peer_rel + ERROR_FLOOR, (f"{name}: relative L2 error {rel:.3e} > "
@@ -93,8 +116,9 @@ def check_against_sdpa(q, k, v, causal=False, scale=None, deterministic=False):
     got = run_with_grads(fwd, q, k, v, dout)
     ref = run_with_grads(lambda a, b, c: sdpa(a, b, c, causal, scale, torch.float64), q, k, v, dout.double())
     peer = run_with_grads(lambda a, b, c: sdpa(a, b, c, causal, scale), q, k, v, dout)
-    for name, g, r, p in zip(("out", "dq", "dk", "dv"), got, ref, peer):
-        check_close(name, g, r, p)
+    plain = run_with_grads(lambda a, b, c: plain_attention(a, b, c, causal, scale), q, k, v, dout)
+    for name, g, r, p, pl in zip(("out", "dq", "dk", "dv"), got, ref, peer, plain):
+        check_close(name, g, r, p, pl)
     return got
 
 
