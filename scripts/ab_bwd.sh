@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT=${OUT:-/tmp/ab_bwd}
 ROUNDS=${ROUNDS:-3}
-TIME_LIMIT=${TIME_LIMIT:-300}
+TIME_LIMIT=${TIME_LIMIT:-300}    # the A/B process
+TOTAL_LIMIT=${TOTAL_LIMIT:-410}  # the whole script (the fallback checks stop short of it)
 mkdir -p "$OUT"
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
@@ -63,7 +64,9 @@ echo "builds: $((t1 - t0)) s, $((${#libs[@]} / 2)) libraries ok"
 [ ${#libs[@]} -gt 0 ] || exit 1
 
 status=0
-timeout "$TIME_LIMIT" python3 scripts/ab_fwd.py --bwd --deterministic "${libs[@]}" --rounds "$ROUNDS" \
+ab_limit=$((TOTAL_LIMIT - (t1 - t0) - 15))
+[ "$ab_limit" -lt "$TIME_LIMIT" ] || ab_limit=$TIME_LIMIT
+timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd --deterministic "${libs[@]}" --rounds "$ROUNDS" \
   --head-dims 64,128,256 --seqlens 2048,4096,8192,16384 --json "$OUT/ab_bwd.json" \
   >"$LOGS/ab.txt" 2>"$LOGS/ab.err" || status=$?
 t2=$(date +%s)
@@ -73,7 +76,8 @@ if [ "$status" -gt 1 ]; then
   echo "A/B process failed ($status): each build alone, two shapes, correctness only" | tee -a "$LOGS/ab.txt"
   tail -20 "$LOGS/ab.err" >>"$LOGS/ab.txt"
   for ((i = 1; i < ${#libs[@]}; i += 2)); do
-    timeout 60 python3 scripts/ab_fwd.py --bwd --deterministic --lib "${libs[i]}" --rounds 0 \
+    if [ $(($(date +%s) - t0)) -gt $((TOTAL_LIMIT - 60)) ]; then echo "(out of time)" >>"$LOGS/ab.txt"; break; fi
+    timeout 55 python3 scripts/ab_fwd.py --bwd --deterministic --lib "${libs[i]}" --rounds 0 \
       --seqlens 2048,8192 >>"$LOGS/ab.txt" 2>&1
     echo "${libs[i]%%=*}: exit $?" >>"$LOGS/ab.txt"
   done

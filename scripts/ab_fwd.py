@@ -129,8 +129,13 @@ class Backward:
     def _cudnn_graph(self, key, i):
         """The cuDNN forward with autograd, once per input set; the backward alone is timed."""
         q, k, v, dout = (t.transpose(1, 2) for t in self.data[key][2][i][:4])
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        out = self.F.scaled_dot_product_attention(*leaves, is_causal=key[2])
+        try:  # cuDNN on views of the [b, s, h, d] tensors, else on contiguous copies (as compare_torch.py)
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = self.F.scaled_dot_product_attention(*leaves, is_causal=key[2])
+        except RuntimeError:
+            leaves = [t.contiguous().detach().requires_grad_() for t in (q, k, v)]
+            out = self.F.scaled_dot_product_attention(*leaves, is_causal=key[2])
+            dout = dout.contiguous()
         return out, leaves, dout
 
     def check(self, key) -> list[str]:

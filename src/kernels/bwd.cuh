@@ -75,7 +75,7 @@ using namespace hattn::sm90;
 constexpr int kSharedAlign = 1024;
 constexpr int kMaxSharedBytes = 227 * 1024;
 
-// Variants under measurement (bench/RESULTS.md), chosen at build time (-D, CMake HATTN_EXTRA_DEFINES).
+// Variants under measurement (scripts/ab_bwd.sh), chosen at build time (-D in CMAKE_CUDA_FLAGS).
 #ifndef HATTN_BWD_DET_DESCENDING
 #define HATTN_BWD_DET_DESCENDING 0
 #endif
