@@ -67,7 +67,7 @@ status=0
 ab_limit=$((TOTAL_LIMIT - (t1 - t0) - 15))
 [ "$ab_limit" -lt "$TIME_LIMIT" ] || ab_limit=$TIME_LIMIT
 timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd --deterministic "${libs[@]}" --rounds "$ROUNDS" \
-  --head-dims 64,128,256 --seqlens 2048,4096,8192,16384 --json "$OUT/ab_bwd.json" \
+  --head-dims 64,128,256 --seqlens 2048,4096,8192,16384 --kernel-split --json "$OUT/ab_bwd.json" \
   >"$LOGS/ab.txt" 2>"$LOGS/ab.err" || status=$?
 t2=$(date +%s)
 echo "A/B: $((t2 - t1)) s, exit $status" >>"$LOGS/ab.txt"

@@ -10,7 +10,7 @@ drift then hits every backend alike, and a slow round does not decide anything.
 
   python3 scripts/ab_fwd.py --lib new=build/libhattn.so --lib base=/tmp/base/libhattn.so \
       [--bwd [--deterministic]] [--head-dims 64,128,256] [--seqlens 512,...,16384] \
-      [--masks full,causal] [--rounds 3]
+      [--masks full,causal] [--rounds 3] [--kernel-split]
 
 Forward: every hattn output is checked against cuDNN's (relative L2 error < 1e-2) before timing.
 Backward: O and LSE come from the first build's forward (untimed; the builds share it), then
@@ -172,6 +172,38 @@ class Backward:
         return runs
 
 
+def print_kernel_split(mode, shapes, torch, sdpa_kernel, SDPBackend) -> None:
+    """The first build's GPU time per kernel kind (torch.profiler, 4 calls, the mean), as a table:
+    what the pre- and post-processing passes cost beside the main kernel(s)."""
+    kinds = ("preprocess", "bwd_kernel", "dq_convert", "fwd_kernel")
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        print("| kernel split (us per call) | " + " | ".join(kinds) + " | other | aux share |")
+        print("|" + "---|" * (len(kinds) + 3))
+        first = next(iter(mode.libs))
+        for key in shapes:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                fn = mode.runners(key)[first]
+            fn(0)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for i in range(4):
+                    fn(i % 2)
+                torch.cuda.synchronize()
+            us = dict.fromkeys(kinds + ("other",), 0.0)
+            for item in prof.key_averages():
+                t = getattr(item, "device_time_total", None)
+                t = getattr(item, "cuda_time_total", 0.0) if t is None else t
+                kind = next((k for k in kinds if k in item.key), "other")
+                us[kind] += t / 4
+            total = sum(us.values()) or float("nan")
+            aux = us["preprocess"] + us["dq_convert"]
+            print(f"| {label(key)} | " + " | ".join(f"{us[k]:.0f}" for k in kinds + ("other",)) +
+                  f" | {aux / total:.1%} |")
+    except Exception as error:  # the split is extra information: never lose the A/B to it
+        print(f"| kernel split failed: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} |")
+
+
 def label(key) -> str:
     d, s, causal = key
     return f"d{d} s{s} {'causal' if causal else 'full'}"
@@ -189,6 +221,8 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=2048, help="heads * head_dim")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--kernel-split", action="store_true",
+                    help="after the table: the first build's GPU time per kernel (torch.profiler)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -273,6 +307,9 @@ def main() -> int:
         rows.append({"d": d, "seqlen": s, "causal": causal, "tflops": tf})
         print(f"| {d} | {'causal' if causal else 'full'} | {s} | " + " | ".join(f"{tf[n]:.0f}" for n in names) +
               " | " + " | ".join(f"{tf[n] / tf['cudnn']:.3f}" for n in ours) + " |")
+
+    if args.kernel_split:
+        print_kernel_split(mode, shapes, torch, sdpa_kernel, SDPBackend)
 
     def geomean(xs):
         return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
