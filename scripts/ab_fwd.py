@@ -39,6 +39,7 @@ from hattn_ctypes import (HATTN_BWD_DETERMINISTIC, HATTN_DTYPE_BF16,  # noqa: E4
                           Hattn)
 
 REL_L2_LIMIT = 1e-2
+EXIT_WRONG = 3  # some build's output failed its check (an uncaught error exits 1)
 BAR_MIN_SEQLEN = 4096  # issue 9's bars are stated for seqlen 4k-16k
 BWD_FLOP_FACTOR = 2.5  # backward FLOPs per forward FLOP
 
@@ -275,7 +276,7 @@ def main() -> int:
 
     if args.rounds == 0:  # correctness only
         print(f"{len(bad)} CORRECTNESS FAILURES" if bad else f"correctness: all {len(shapes)} shapes pass")
-        return 1 if bad else 0
+        return EXIT_WRONG if bad else 0
 
     best: dict[tuple, dict[str, float]] = {key: {} for key in shapes}
     for rnd in range(args.rounds):
@@ -329,7 +330,7 @@ def main() -> int:
         print(f"{len(bad)} CORRECTNESS FAILURES (listed above the table)")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "failures": bad}, indent=1))
-    return 1 if bad else 0
+    return EXIT_WRONG if bad else 0
 
 
 if __name__ == "__main__":
