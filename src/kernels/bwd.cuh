@@ -75,30 +75,19 @@ using namespace hattn::sm90;
 constexpr int kSharedAlign = 1024;
 constexpr int kMaxSharedBytes = 227 * 1024;
 
-// Variants under measurement (scripts/ab_bwd.sh), chosen at build time (-D in CMAKE_CUDA_FLAGS).
-#ifndef HATTN_BWD_DET_DESCENDING
-#define HATTN_BWD_DET_DESCENDING 0
-#endif
-#ifndef HATTN_BWD_LPT_GROUP
-#define HATTN_BWD_LPT_GROUP 0
-#endif
-#ifndef HATTN_BWD_PDL
-#define HATTN_BWD_PDL 0
-#endif
-// The deterministic mode walks each CTA's query blocks last to first: every KV block of a head
-// starts at the last query block (all of them see it), so block j waits for block j - 1 by one
-// step only, where the first-to-last walk makes it wait until j - 1 reaches j's first block.
-constexpr bool kDetDescending = HATTN_BWD_DET_DESCENDING != 0;
-// Head dim 256 (two kernels over the same blocks, NOTES): the dK + dQ kernel reads nothing the dV
-// kernel writes, so it is launched as its programmatic dependent and its CTAs take the SMs the dV
-// kernel's tail leaves idle; each of its CTAs waits for the dV grid before exiting, so the
-// launch's completion still implies both grids' (what follows on the stream reads dV).
-constexpr bool kPdl = HATTN_BWD_PDL != 0;
-// Causal: the KV blocks with the most query blocks (the lowest) start first, over groups of this
-// many (KV head, batch) pairs, so the grid ends on its shortest CTAs (0: the KV block fastest).
-// Small groups keep the CTAs that run together on few heads, which then share Q and dO in L2.
-// Needs the KV blocks and the pair groups within a grid dimension's 65535 (else the 1-D order).
-constexpr int kLptGroup = HATTN_BWD_LPT_GROUP;
+// Scheduling (each measured against the plain order in bench/RESULTS.md):
+// * The deterministic mode walks each CTA's query blocks last to first: every KV block of a head
+//   starts at the last query block (all of them see it), so block j waits for block j - 1 by one
+//   step only, where the first-to-last walk makes it wait until j - 1 reaches j's first block.
+// * Head dim 256 (two kernels over the same blocks, NOTES): the dK + dQ kernel reads nothing the
+//   dV kernel writes, so it is launched as its programmatic dependent and its CTAs take the SMs
+//   the dV kernel's tail leaves idle; each of its CTAs waits for the dV grid before exiting, so
+//   the launch's completion still implies both grids' (what follows on the stream reads dV).
+// * Causal: the KV blocks with the most query blocks (the lowest) start first, over groups of
+//   this many (KV head, batch) pairs, so the grid ends on its shortest CTAs. Small groups keep
+//   the CTAs that run together on few heads, which then share Q and dO in L2. Needs the KV blocks
+//   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
+constexpr int kLptGroup = 4;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -277,12 +266,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     const int m_unmasked = max(m_begin, p.mask.first_unmasked_query_block(n0, kBlockN, kBlockM));
     // The CTA's query blocks, m_begin .. m_end - 1, in the order `walk(t)`, t = 0 .. m_end - m_begin - 1.
     const int m_end = max(m_begin, p.num_m_blocks);
-    constexpr bool descending = kWalkDown;  // kDetDescending, in the deterministic mode
+    constexpr bool descending = kWalkDown;  // the deterministic mode's walk
     auto walk = [&](int t) { return descending ? m_end - 1 - t : m_begin + t; };
     auto head_rows = [&](int head) { return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q_padded; };
 
     const uint32_t warpgroup = ptx::warpgroup_index();
-    if constexpr (kPdl && Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
+    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
     init_barriers([&] {
         ptx::prefetch_tensormap(&maps.q);
         ptx::prefetch_tensormap(&maps.k);
@@ -345,8 +334,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if (lane == 0) ptx::bulk_wait_group<0>();  // the adds land before the CTA retires
             }
         }
-        // kPdl: the CTA retires only after the dV grid has (its producer warpgroup waits for it).
-        if constexpr (kPdl && Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) ptx::griddepcontrol_wait();
+        // d256 dK + dQ: the CTA retires only after the dV grid has (its producer warpgroup waits for it).
+        if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) ptx::griddepcontrol_wait();
     } else {
         // ================================ consumers ===============================
         ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
@@ -789,32 +778,22 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
     const int64_t pairs = static_cast<int64_t>(p.heads_kv) * a.batch;
     const int64_t ctas = p.num_n_blocks * pairs;
-    // The kernel for this launch: the grid order (kLptGrid) and the walk (kWalkDown) are template
-    // arguments, so the default launches' code is untouched by either.
+    // The grid order (kLptGrid) and the walk (kWalkDown) are template arguments: an index or a
+    // flag at run time costs registers the d128 / d256 kernels do not have (they spilled).
+    // The longest-first grid (kLptGrid) for causal launches: the largest group size up to
+    // kLptGroup that divides the pairs, within the grid's y and z limits.
     bool lpt_grid = false;
     dim3 grid(static_cast<unsigned>(ctas));
-    if constexpr (kLptGroup > 0) {
-        // The longest-first grid (kLptGrid) for causal launches: the largest group size up to
-        // kLptGroup that divides the pairs, within the grid's y and z limits.
-        constexpr int64_t kMaxGridYz = 65535;
-        for (int group = kLptGroup; group > 1 && a.causal && p.num_n_blocks <= kMaxGridYz; --group) {
-            if (pairs % group == 0 && pairs / group <= kMaxGridYz) {
-                lpt_grid = true;
-                grid = dim3(group, p.num_n_blocks, static_cast<unsigned>(pairs / group));
-                break;
-            }
+    constexpr int64_t kMaxGridYz = 65535;
+    for (int group = kLptGroup; group > 1 && a.causal && p.num_n_blocks <= kMaxGridYz; --group) {
+        if (pairs % group == 0 && pairs / group <= kMaxGridYz) {
+            lpt_grid = true;
+            grid = dim3(group, p.num_n_blocks, static_cast<unsigned>(pairs / group));
+            break;
         }
     }
-    void (*kernel)(TensorMaps, KernelParams) = bwd_kernel<Cfg>;
-    if constexpr (kLptGroup > 0) {
-        if (lpt_grid) kernel = bwd_kernel<Cfg, true>;
-    }
-    if constexpr (kDetDescending) {
-        if (p.deterministic) kernel = bwd_kernel<Cfg, false, true>;
-        if constexpr (kLptGroup > 0) {
-            if (p.deterministic && lpt_grid) kernel = bwd_kernel<Cfg, true, true>;
-        }
-    }
+    void (*kernel)(TensorMaps, KernelParams) = lpt_grid ? (p.deterministic ? bwd_kernel<Cfg, true, true> : bwd_kernel<Cfg, true>)
+                                                        : (p.deterministic ? bwd_kernel<Cfg, false, true> : bwd_kernel<Cfg>);
     cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (rc != cudaSuccess) {
         if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
@@ -826,8 +805,8 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     config.dynamicSmemBytes = kSmem;
     config.stream = stream;
     cudaLaunchAttribute attribute[1];
-    if constexpr (kPdl && Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) {
-        // The dV kernel before this one lets it start as its CTAs retire (kPdl).
+    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) {
+        // The dV kernel before this one lets it start as its CTAs retire (scheduling, above).
         attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attribute[0].val.programmaticStreamSerializationAllowed = 1;
         config.attrs = attribute;
