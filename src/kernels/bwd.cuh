@@ -89,6 +89,15 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
 constexpr int kLptGroup = 4;
 
+// Variants under measurement (scripts/ab_bwd.sh), chosen at build time (-D in CMAKE_CUDA_FLAGS).
+// HATTN_BWD_BARRIER_IDS: d128's dS-ready barrier ids (kDelayDq) computed from (warpgroup, parity)
+// rather than read from an array indexed at run time, which ptxas keeps on the stack: a local
+// load before each of those barriers, in every step.
+#ifndef HATTN_BWD_BARRIER_IDS
+#define HATTN_BWD_BARRIER_IDS 0
+#endif
+constexpr bool kComputedBarrierIds = HATTN_BWD_BARRIER_IDS != 0;
+
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
 
@@ -446,8 +455,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready[c][b].
         // Two per warpgroup: a warpgroup cannot store twice before the other has waited once
         // (it would first need the other's next dS^T), so consecutive stores never share a phase.
-        const DsReadyBarrier ds_ready[Cfg::kConsumers][2] = {{{kDsReadyFirst + 0}, {kDsReadyFirst + 1}},
-                                                             {{kDsReadyFirst + 2}, {kDsReadyFirst + 3}}};
+        const DsReadyBarrier ds_ready_table[Cfg::kConsumers][2] = {{{kDsReadyFirst + 0}, {kDsReadyFirst + 1}},
+                                                                   {{kDsReadyFirst + 2}, {kDsReadyFirst + 3}}};
+        auto ds_ready = [&](int c, int b) {
+            if constexpr (kComputedBarrierIds)
+                return DsReadyBarrier{kDsReadyFirst + 2 * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
+            else return ds_ready_table[c][b];
+        };
         int parity = 0;
         struct Previous {
             int head, m, ds_buf;
@@ -464,7 +478,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // was, unless that warpgroup is behind).
             if constexpr (Cfg::kDelayDq) {
                 if (previous.m >= 0) {
-                    ds_ready[1 - cw][parity ^ 1].sync();
+                    ds_ready(1 - cw, parity ^ 1).sync();
                     issue_dq(previous.ds_buf);
                     ptx::wgmma_wait_group<0>();
                     finish_dq(previous.head, previous.m);
@@ -533,7 +547,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if constexpr (Cfg::kDsBuffers == 1 && !Cfg::kDqOwnKeys) consumers.sync();
                 store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
                 store_fence();
-                if constexpr (Cfg::kDelayDq) ds_ready[cw][parity].arrive();
+                if constexpr (Cfg::kDelayDq) ds_ready(cw, parity).arrive();
                 // dK += dS^T Q, dS^T from registers (after dV when that is not issued early).
                 ptx::wgmma_fence();
                 if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv();
@@ -572,7 +586,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             }
         }
         if constexpr (Cfg::kDelayDq) {  // the last step's dQ
-            ds_ready[1 - cw][parity ^ 1].sync();
+            ds_ready(1 - cw, parity ^ 1).sync();
             issue_dq(previous.ds_buf);
             ptx::wgmma_wait_group<0>();
             finish_dq(previous.head, previous.m);
