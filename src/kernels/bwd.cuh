@@ -97,6 +97,15 @@ constexpr int kLptGroup = 4;
 #define HATTN_BWD_BARRIER_IDS 0
 #endif
 constexpr bool kComputedBarrierIds = HATTN_BWD_BARRIER_IDS != 0;
+// HATTN_BWD_AUX_PDL: the whole chain preprocess -> main kernel(s) -> dQ conversion launched with
+// programmatic stream serialization. A main CTA loads K and V before it waits for the
+// preprocessing grid (griddepcontrol.wait: its LSE, D and zeroed accumulator), so its prologue
+// and the launch overlap that grid's tail; the conversion's CTAs take the SMs the main grid's last
+// wave leaves idle and wait there for it, so only its memory traffic remains after the main grid.
+#ifndef HATTN_BWD_AUX_PDL
+#define HATTN_BWD_AUX_PDL 0
+#endif
+constexpr bool kAuxPdl = HATTN_BWD_AUX_PDL != 0;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -280,7 +289,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     auto head_rows = [&](int head) { return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q_padded; };
 
     const uint32_t warpgroup = ptx::warpgroup_index();
-    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
+    // Programmatic dependencies (the scheduling notes above; kAuxPdl). The d256 dK + dQ kernel
+    // depends on the dV kernel, whose CTAs let it start only once they are past their own wait for
+    // the preprocessing (so that kernel's outputs are visible to the dK + dQ kernel too).
+    constexpr bool kDkDqOfTwo = Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq;
+    constexpr bool kWaitAtStart = kAuxPdl && !kDkDqOfTwo;
+    if constexpr (!kAuxPdl && Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
+    if constexpr (kAuxPdl && kDkDqOfTwo) ptx::griddepcontrol_launch_dependents();
     init_barriers([&] {
         ptx::prefetch_tensormap(&maps.q);
         ptx::prefetch_tensormap(&maps.k);
@@ -298,6 +313,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             uint64_t* kv_full = smem.kv_ring.producer_acquire(kv_state, KvTile::kTxBytes * (Cfg::kNeedV ? 2 : 1));
             smem.k.load(&maps.k, kv_full, n0, kv_head, batch);
             if constexpr (Cfg::kNeedV) smem.v.load(&maps.v, kv_full, n0, kv_head, batch);
+            if constexpr (kWaitAtStart) ptx::griddepcontrol_wait();  // LSE and D of the preprocessing
 
             typename Ring<Cfg::kStages>::State st;
             constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
@@ -317,6 +333,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // ------------------------------ dQ warp ------------------------------
             // Walks the consumers' steps; per step and consumer: wait for its staged dQ slices,
             // reduce-add them into the accumulator, and free the staging once read.
+            if constexpr (kWaitAtStart) ptx::griddepcontrol_wait();  // the zeroed accumulator
             if constexpr (Cfg::kDqWarp) {
                 const int lane = threadIdx.x % kWarpThreads;
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
@@ -348,6 +365,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     } else {
         // ================================ consumers ===============================
         ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+        if constexpr (kWaitAtStart) {
+            ptx::griddepcontrol_wait();  // the zeroed accumulator (and the semaphores)
+            ptx::griddepcontrol_launch_dependents();
+        }
         const int cw = warpgroup - 1;  // which 64 keys of the block
         const int tid = threadIdx.x % kWarpgroupThreads;
         const int lane = tid % 32;
@@ -660,6 +681,7 @@ template <int kHeadDim, class Elem>
 __global__ void __launch_bounds__(kAuxThreads) bwd_preprocess(const AuxParams p) {
     constexpr bool kIsBf16 = std::is_same_v<Elem, Bf16>;
     constexpr int kRowsPerPass = kAuxThreads / kAuxThreadsPerRow;
+    if constexpr (kAuxPdl) ptx::griddepcontrol_launch_dependents();  // the main kernel waits for this grid itself
     const AuxBlock blk = aux_block(p);
     const int t = threadIdx.x;
     const auto* o = static_cast<const uint8_t*>(p.o);
@@ -712,6 +734,7 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
     constexpr int kColsPerThread = kCols * kQueryBlockRows / kAuxThreads;
     constexpr int kSliceFloats = kCols * kQueryBlockRows;
     __shared__ float tile[kQueryBlockRows][kCols + kPad];
+    if constexpr (kAuxPdl) ptx::griddepcontrol_wait();  // the main grid's adds
     const AuxBlock blk = aux_block(p);
     const int t = threadIdx.x;
     const float* acc = p.dq_accum + (blk.rows + blk.m * kQueryBlockRows) * kHeadDim;
@@ -819,7 +842,7 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     config.dynamicSmemBytes = kSmem;
     config.stream = stream;
     cudaLaunchAttribute attribute[1];
-    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) {
+    if constexpr (kAuxPdl || (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq)) {
         // The dV kernel before this one lets it start as its CTAs retire (scheduling, above).
         attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attribute[0].val.programmaticStreamSerializationAllowed = 1;
@@ -896,8 +919,22 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
         rc = launch_bwd_kernel<Cfg>(a, p, stream, error);
     }
     if (rc != cudaSuccess) return rc;
-    bwd_dq_convert<kHeadDim, Elem><<<static_cast<unsigned>(aux_blocks), kAuxThreads, 0, stream>>>(aux);
-    rc = cudaGetLastError();
+    if constexpr (kAuxPdl) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(static_cast<unsigned>(aux_blocks));
+        config.blockDim = dim3(kAuxThreads);
+        config.stream = stream;
+        cudaLaunchAttribute attribute[1];
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+        rc = cudaLaunchKernelEx(&config, bwd_dq_convert<kHeadDim, Elem>, aux);
+        if (rc == cudaSuccess) rc = cudaGetLastError();
+    } else {
+        bwd_dq_convert<kHeadDim, Elem><<<static_cast<unsigned>(aux_blocks), kAuxThreads, 0, stream>>>(aux);
+        rc = cudaGetLastError();
+    }
     if (rc != cudaSuccess && error) *error = std::string("backward dQ conversion launch: ") + cudaGetErrorString(rc);
     return rc;
 }
