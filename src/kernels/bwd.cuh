@@ -106,6 +106,11 @@ constexpr bool kComputedBarrierIds = HATTN_BWD_BARRIER_IDS != 0;
 #define HATTN_BWD_AUX_PDL 0
 #endif
 constexpr bool kAuxPdl = HATTN_BWD_AUX_PDL != 0;
+// HATTN_BWD_AUX_PDL=2, besides: outside the deterministic mode (whose semaphores count per query
+// block) every main CTA that accumulates dQ counts itself done on its (KV head, batch) pair's
+// semaphore once its adds have landed, and a conversion CTA waits for its pair's count, not for
+// the whole main grid: the pairs that finished before the last wave are converted during it.
+constexpr bool kTailCounters = HATTN_BWD_AUX_PDL >= 2;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -358,6 +363,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     }
                 }
                 if (lane == 0) ptx::bulk_wait_group<0>();  // the adds land before the CTA retires
+                if constexpr (kTailCounters) {
+                    if (lane == 0) {
+                        ptx::fence_proxy_async_global();  // the bulk adds, before the generic release
+                        ptx::red_release_gpu_global_add_s32(p.semaphores + pair, 1);
+                    }
+                }
             }
         }
         // d256 dK + dQ: the CTA retires only after the dV grid has (its producer warpgroup waits for it).
@@ -616,7 +627,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // ============================== epilogue ==============================
         // dK (times the scale) and dV -> 16-bit -> the K (and V) tiles -> TMA store. K is free
         // once both warpgroups' last dQ GEMMs (which read all of K) are done.
+        constexpr bool kConsumersCount = kTailCounters && Cfg::kAccDk && !Cfg::kDqWarp;
+        if constexpr (kConsumersCount) {
+            if (!p.deterministic) ptx::fence_acq_rel_gpu();  // this thread's dQ reds, before the count
+        }
         consumers.sync();
+        if constexpr (kConsumersCount) {
+            if (!p.deterministic && cw == 0 && tid == 0) ptx::red_release_gpu_global_add_s32(p.semaphores + pair, 1);
+        }
         auto& dv_tile = [&]() -> KvTile& {
             if constexpr (Cfg::kNeedV) return smem.v;
             else return smem.k;
@@ -661,6 +679,8 @@ struct AuxParams {
     int seqlen_q, heads_q, num_m_blocks;
     int64_t seqlen_q_padded;
     float scale;
+    int heads_per_kv, heads_kv, num_n_blocks;  // kTailCounters: a query head's pair and its CTAs
+    bool deterministic;
 };
 
 // Query block (m, head, batch) of a 1-D grid, the query block fastest.
@@ -734,8 +754,19 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
     constexpr int kColsPerThread = kCols * kQueryBlockRows / kAuxThreads;
     constexpr int kSliceFloats = kCols * kQueryBlockRows;
     __shared__ float tile[kQueryBlockRows][kCols + kPad];
-    if constexpr (kAuxPdl) ptx::griddepcontrol_wait();  // the main grid's adds
     const AuxBlock blk = aux_block(p);
+    if constexpr (kTailCounters) {
+        if (p.deterministic) {
+            ptx::griddepcontrol_wait();  // the main grid's adds
+        } else {
+            // Every main CTA of this head's pair has added its dQ (kTailCounters).
+            if (threadIdx.x == 0)
+                wait_counter(p.semaphores + blk.batch * p.heads_kv + blk.head / p.heads_per_kv, p.num_n_blocks);
+            __syncthreads();
+        }
+    } else if constexpr (kAuxPdl) {
+        ptx::griddepcontrol_wait();  // the main grid's adds
+    }
     const int t = threadIdx.x;
     const float* acc = p.dq_accum + (blk.rows + blk.m * kQueryBlockRows) * kHeadDim;
     const int r = t / (kAuxThreads / kQueryBlockRows);
@@ -767,6 +798,11 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
             }
         }
         __syncthreads();
+    }
+    // kTailCounters: this grid's completion must still imply the main grid's (dK and dV stores
+    // included) for what follows on the stream: its last CTA retires only after that grid.
+    if constexpr (kTailCounters) {
+        if (blockIdx.x == gridDim.x - 1) ptx::griddepcontrol_wait();
     }
 }
 
@@ -880,6 +916,9 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     aux.num_m_blocks = static_cast<int>(w.seqlen_q_padded / kQueryBlockRows);
     aux.seqlen_q_padded = w.seqlen_q_padded;
     aux.scale = a.softmax_scale;
+    aux.heads_per_kv = a.heads_q / a.heads_kv;
+    aux.heads_kv = a.heads_kv;
+    aux.deterministic = a.deterministic;
 
     KernelParams p;
     p.lse_log2 = aux.lse_log2;
@@ -897,6 +936,7 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     p.deterministic = a.deterministic;
     using Cfg = Config<kHeadDim, Elem>;
     p.num_n_blocks = (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+    aux.num_n_blocks = p.num_n_blocks;
 
     const int64_t aux_blocks = static_cast<int64_t>(aux.num_m_blocks) * a.heads_q * a.batch;
     const int64_t main_ctas = static_cast<int64_t>(p.num_n_blocks) * a.heads_kv * a.batch;
