@@ -102,6 +102,8 @@ class Backward:
 
     def __init__(self, args, libs, torch, F):
         self.torch, self.F, self.libs, self.deterministic = torch, F, libs, args.deterministic
+        # --det-libs: the builds that also run deterministic (default: all of them)
+        self.det_libs = set(args.det_libs.split(",")) if args.det_libs else set(libs)
         self.stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         self.data = {}
 
@@ -125,7 +127,8 @@ class Backward:
     def variants(self):
         yield from ((name, lib, 0) for name, lib in self.libs.items())
         if self.deterministic:
-            yield from ((f"{name}:det", lib, HATTN_BWD_DETERMINISTIC) for name, lib in self.libs.items())
+            yield from ((f"{name}:det", lib, HATTN_BWD_DETERMINISTIC) for name, lib in self.libs.items()
+                        if name in self.det_libs)
 
     def _cudnn_graph(self, key, i):
         """The cuDNN forward with autograd, once per input set; the backward alone is timed."""
@@ -215,6 +218,7 @@ def main() -> int:
     ap.add_argument("--lib", action="append", required=True, help="NAME=PATH to a libhattn.so")
     ap.add_argument("--bwd", action="store_true", help="time the backward pass instead of the forward")
     ap.add_argument("--deterministic", action="store_true", help="--bwd: also time HATTN_BWD_DETERMINISTIC")
+    ap.add_argument("--det-libs", default="", help="--deterministic: only these builds (NAME,NAME; default all)")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
     ap.add_argument("--masks", default="full,causal")
