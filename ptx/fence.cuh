@@ -12,11 +12,6 @@ __device__ __forceinline__ void fence_proxy_async_shared_cta() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// PTX ISA 9.7.13.4 membar/fence: fence.proxy.async.global
-// Orders this thread's async-proxy global accesses (completed bulk copies and reduce-adds) with
-// its later generic-proxy ones, such as the release that tells another CTA they are done.
-__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
-
 // PTX ISA 9.7.13.4 membar/fence: fence.mbarrier_init.release.cluster
 // Makes freshly initialised mbarriers visible to other threads and to the async proxy
 // before anyone arrives on them or TMA completes on them.

@@ -97,20 +97,6 @@ constexpr int kLptGroup = 4;
 #define HATTN_BWD_BARRIER_IDS 0
 #endif
 constexpr bool kComputedBarrierIds = HATTN_BWD_BARRIER_IDS != 0;
-// HATTN_BWD_AUX_PDL: the whole chain preprocess -> main kernel(s) -> dQ conversion launched with
-// programmatic stream serialization. A main CTA loads K and V before it waits for the
-// preprocessing grid (griddepcontrol.wait: its LSE, D and zeroed accumulator), so its prologue
-// and the launch overlap that grid's tail; the conversion's CTAs take the SMs the main grid's last
-// wave leaves idle and wait there for it, so only its memory traffic remains after the main grid.
-#ifndef HATTN_BWD_AUX_PDL
-#define HATTN_BWD_AUX_PDL 0
-#endif
-constexpr bool kAuxPdl = HATTN_BWD_AUX_PDL != 0;
-// HATTN_BWD_AUX_PDL=2, besides: outside the deterministic mode (whose semaphores count per query
-// block) every main CTA that accumulates dQ counts itself done on its (KV head, batch) pair's
-// semaphore once its adds have landed, and a conversion CTA waits for its pair's count, not for
-// the whole main grid: the pairs that finished before the last wave are converted during it.
-constexpr bool kTailCounters = HATTN_BWD_AUX_PDL >= 2;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -294,13 +280,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     auto head_rows = [&](int head) { return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q_padded; };
 
     const uint32_t warpgroup = ptx::warpgroup_index();
-    // Programmatic dependencies (the scheduling notes above; kAuxPdl). The d256 dK + dQ kernel
-    // depends on the dV kernel, whose CTAs let it start only once they are past their own wait for
-    // the preprocessing (so that kernel's outputs are visible to the dK + dQ kernel too).
-    constexpr bool kDkDqOfTwo = Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq;
-    constexpr bool kWaitAtStart = kAuxPdl && !kDkDqOfTwo;
-    if constexpr (!kAuxPdl && Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
-    if constexpr (kAuxPdl && kDkDqOfTwo) ptx::griddepcontrol_launch_dependents();
+    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
     init_barriers([&] {
         ptx::prefetch_tensormap(&maps.q);
         ptx::prefetch_tensormap(&maps.k);
@@ -318,7 +298,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             uint64_t* kv_full = smem.kv_ring.producer_acquire(kv_state, KvTile::kTxBytes * (Cfg::kNeedV ? 2 : 1));
             smem.k.load(&maps.k, kv_full, n0, kv_head, batch);
             if constexpr (Cfg::kNeedV) smem.v.load(&maps.v, kv_full, n0, kv_head, batch);
-            if constexpr (kWaitAtStart) ptx::griddepcontrol_wait();  // LSE and D of the preprocessing
 
             typename Ring<Cfg::kStages>::State st;
             constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
@@ -338,7 +317,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // ------------------------------ dQ warp ------------------------------
             // Walks the consumers' steps; per step and consumer: wait for its staged dQ slices,
             // reduce-add them into the accumulator, and free the staging once read.
-            if constexpr (kWaitAtStart) ptx::griddepcontrol_wait();  // the zeroed accumulator
             if constexpr (Cfg::kDqWarp) {
                 const int lane = threadIdx.x % kWarpThreads;
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
@@ -363,12 +341,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     }
                 }
                 if (lane == 0) ptx::bulk_wait_group<0>();  // the adds land before the CTA retires
-                if constexpr (kTailCounters) {
-                    if (lane == 0) {
-                        ptx::fence_proxy_async_global();  // the bulk adds, before the generic release
-                        ptx::red_release_gpu_global_add_s32(p.semaphores + pair, 1);
-                    }
-                }
             }
         }
         // d256 dK + dQ: the CTA retires only after the dV grid has (its producer warpgroup waits for it).
@@ -376,10 +348,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     } else {
         // ================================ consumers ===============================
         ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-        if constexpr (kWaitAtStart) {
-            ptx::griddepcontrol_wait();  // the zeroed accumulator (and the semaphores)
-            ptx::griddepcontrol_launch_dependents();
-        }
         const int cw = warpgroup - 1;  // which 64 keys of the block
         const int tid = threadIdx.x % kWarpgroupThreads;
         const int lane = tid % 32;
@@ -627,14 +595,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // ============================== epilogue ==============================
         // dK (times the scale) and dV -> 16-bit -> the K (and V) tiles -> TMA store. K is free
         // once both warpgroups' last dQ GEMMs (which read all of K) are done.
-        constexpr bool kConsumersCount = kTailCounters && Cfg::kAccDk && !Cfg::kDqWarp;
-        if constexpr (kConsumersCount) {
-            if (!p.deterministic) ptx::fence_acq_rel_gpu();  // this thread's dQ reds, before the count
-        }
         consumers.sync();
-        if constexpr (kConsumersCount) {
-            if (!p.deterministic && cw == 0 && tid == 0) ptx::red_release_gpu_global_add_s32(p.semaphores + pair, 1);
-        }
         auto& dv_tile = [&]() -> KvTile& {
             if constexpr (Cfg::kNeedV) return smem.v;
             else return smem.k;
@@ -679,8 +640,6 @@ struct AuxParams {
     int seqlen_q, heads_q, num_m_blocks;
     int64_t seqlen_q_padded;
     float scale;
-    int heads_per_kv, heads_kv, num_n_blocks;  // kTailCounters: a query head's pair and its CTAs
-    bool deterministic;
 };
 
 // Query block (m, head, batch) of a 1-D grid, the query block fastest.
@@ -701,7 +660,6 @@ template <int kHeadDim, class Elem>
 __global__ void __launch_bounds__(kAuxThreads) bwd_preprocess(const AuxParams p) {
     constexpr bool kIsBf16 = std::is_same_v<Elem, Bf16>;
     constexpr int kRowsPerPass = kAuxThreads / kAuxThreadsPerRow;
-    if constexpr (kAuxPdl) ptx::griddepcontrol_launch_dependents();  // the main kernel waits for this grid itself
     const AuxBlock blk = aux_block(p);
     const int t = threadIdx.x;
     const auto* o = static_cast<const uint8_t*>(p.o);
@@ -755,18 +713,6 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
     constexpr int kSliceFloats = kCols * kQueryBlockRows;
     __shared__ float tile[kQueryBlockRows][kCols + kPad];
     const AuxBlock blk = aux_block(p);
-    if constexpr (kTailCounters) {
-        if (p.deterministic) {
-            ptx::griddepcontrol_wait();  // the main grid's adds
-        } else {
-            // Every main CTA of this head's pair has added its dQ (kTailCounters).
-            if (threadIdx.x == 0)
-                wait_counter(p.semaphores + blk.batch * p.heads_kv + blk.head / p.heads_per_kv, p.num_n_blocks);
-            __syncthreads();
-        }
-    } else if constexpr (kAuxPdl) {
-        ptx::griddepcontrol_wait();  // the main grid's adds
-    }
     const int t = threadIdx.x;
     const float* acc = p.dq_accum + (blk.rows + blk.m * kQueryBlockRows) * kHeadDim;
     const int r = t / (kAuxThreads / kQueryBlockRows);
@@ -798,11 +744,6 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
             }
         }
         __syncthreads();
-    }
-    // kTailCounters: this grid's completion must still imply the main grid's (dK and dV stores
-    // included) for what follows on the stream: its last CTA retires only after that grid.
-    if constexpr (kTailCounters) {
-        if (blockIdx.x == gridDim.x - 1) ptx::griddepcontrol_wait();
     }
 }
 
@@ -878,7 +819,7 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     config.dynamicSmemBytes = kSmem;
     config.stream = stream;
     cudaLaunchAttribute attribute[1];
-    if constexpr (kAuxPdl || (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq)) {
+    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) {
         // The dV kernel before this one lets it start as its CTAs retire (scheduling, above).
         attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attribute[0].val.programmaticStreamSerializationAllowed = 1;
@@ -916,9 +857,6 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     aux.num_m_blocks = static_cast<int>(w.seqlen_q_padded / kQueryBlockRows);
     aux.seqlen_q_padded = w.seqlen_q_padded;
     aux.scale = a.softmax_scale;
-    aux.heads_per_kv = a.heads_q / a.heads_kv;
-    aux.heads_kv = a.heads_kv;
-    aux.deterministic = a.deterministic;
 
     KernelParams p;
     p.lse_log2 = aux.lse_log2;
@@ -936,7 +874,6 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     p.deterministic = a.deterministic;
     using Cfg = Config<kHeadDim, Elem>;
     p.num_n_blocks = (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
-    aux.num_n_blocks = p.num_n_blocks;
 
     const int64_t aux_blocks = static_cast<int64_t>(aux.num_m_blocks) * a.heads_q * a.batch;
     const int64_t main_ctas = static_cast<int64_t>(p.num_n_blocks) * a.heads_kv * a.batch;
@@ -959,22 +896,8 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
         rc = launch_bwd_kernel<Cfg>(a, p, stream, error);
     }
     if (rc != cudaSuccess) return rc;
-    if constexpr (kAuxPdl) {
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(static_cast<unsigned>(aux_blocks));
-        config.blockDim = dim3(kAuxThreads);
-        config.stream = stream;
-        cudaLaunchAttribute attribute[1];
-        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attribute[0].val.programmaticStreamSerializationAllowed = 1;
-        config.attrs = attribute;
-        config.numAttrs = 1;
-        rc = cudaLaunchKernelEx(&config, bwd_dq_convert<kHeadDim, Elem>, aux);
-        if (rc == cudaSuccess) rc = cudaGetLastError();
-    } else {
-        bwd_dq_convert<kHeadDim, Elem><<<static_cast<unsigned>(aux_blocks), kAuxThreads, 0, stream>>>(aux);
-        rc = cudaGetLastError();
-    }
+    bwd_dq_convert<kHeadDim, Elem><<<static_cast<unsigned>(aux_blocks), kAuxThreads, 0, stream>>>(aux);
+    rc = cudaGetLastError();
     if (rc != cudaSuccess && error) *error = std::string("backward dQ conversion launch: ") + cudaGetErrorString(rc);
     return rc;
 }
