@@ -3,7 +3,7 @@
 # process (scripts/ab_fwd.py --bwd --deterministic --det-libs base), on a GPU machine.
 #
 #   OUT=/tmp/ab bash scripts/ab_bwd.sh            # all variants, the 24-shape grid, 3 rounds
-#   VARIANTS="base aux" ROUNDS=2 bash scripts/ab_bwd.sh
+#   VARIANTS="base main" ROUNDS=2 bash scripts/ab_bwd.sh
 #
 # Each variant is libhattn.so alone (the library target), built with its -D defines in its own
 # folder (build-ab/<name>), all builds at once with -j16. The A/B then checks every build's
@@ -28,20 +28,16 @@ trap 'rm -rf "$LOGS"' EXIT
 # name -> defines (see the top of src/kernels/bwd.cuh)
 declare -A DEFINES=(
   [base]=""
-  [bar]="-DHATTN_BWD_BARRIER_IDS=1"
-  [aux]="-DHATTN_BWD_AUX_PDL=1"
-  [tail]="-DHATTN_BWD_AUX_PDL=2"
-  [all]="-DHATTN_BWD_BARRIER_IDS=1 -DHATTN_BWD_AUX_PDL=2"
 )
 # "main": the checkout this worktree sits in (MAIN_SRC, default ../.. from the repository root,
 # where a worktree under .wt/ finds it), built as it is: base against main shows whether the
 # restructured default path lost anything. Left out when there is no such checkout.
 MAIN_SRC=${MAIN_SRC:-$ROOT/../..}
-default_variants="base bar aux tail all"
+default_variants="base"
 if [ -f "$MAIN_SRC/CMakeLists.txt" ] && [ -f "$MAIN_SRC/src/kernels/bwd.cuh" ]; then
   MAIN_SRC=$(cd "$MAIN_SRC" && pwd)
   DEFINES[main]=""
-  default_variants="base main ${default_variants#base }"
+  default_variants="base main"
 fi
 VARIANTS=${VARIANTS:-$default_variants}
 

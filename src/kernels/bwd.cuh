@@ -89,15 +89,6 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
 constexpr int kLptGroup = 4;
 
-// Variants under measurement (scripts/ab_bwd.sh), chosen at build time (-D in CMAKE_CUDA_FLAGS).
-// HATTN_BWD_BARRIER_IDS: d128's dS-ready barrier ids (kDelayDq) computed from (warpgroup, parity)
-// rather than read from an array indexed at run time, which ptxas keeps on the stack: a local
-// load before each of those barriers, in every step.
-#ifndef HATTN_BWD_BARRIER_IDS
-#define HATTN_BWD_BARRIER_IDS 0
-#endif
-constexpr bool kComputedBarrierIds = HATTN_BWD_BARRIER_IDS != 0;
-
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
 
@@ -452,15 +443,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 ptx::wgmma_commit_group();
             }
         };
-        // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready[c][b].
+        // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready(c, b).
         // Two per warpgroup: a warpgroup cannot store twice before the other has waited once
         // (it would first need the other's next dS^T), so consecutive stores never share a phase.
-        const DsReadyBarrier ds_ready_table[Cfg::kConsumers][2] = {{{kDsReadyFirst + 0}, {kDsReadyFirst + 1}},
-                                                                   {{kDsReadyFirst + 2}, {kDsReadyFirst + 3}}};
-        auto ds_ready = [&](int c, int b) {
-            if constexpr (kComputedBarrierIds)
-                return DsReadyBarrier{kDsReadyFirst + 2 * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
-            else return ds_ready_table[c][b];
+        // The id is computed, not read from a table: a table indexed at run time lives on the
+        // stack (a local load before each of these barriers, in every step).
+        auto ds_ready = [](int c, int b) {
+            return DsReadyBarrier{kDsReadyFirst + 2 * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
         };
         int parity = 0;
         struct Previous {
