@@ -83,6 +83,8 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   dV kernel writes, so it is launched as its programmatic dependent and its CTAs take the SMs
 //   the dV kernel's tail leaves idle; each of its CTAs waits for the dV grid before exiting, so
 //   the launch's completion still implies both grids' (what follows on the stream reads dV).
+//   The preprocess and the dQ conversion stay plain launches: chained the same way (with
+//   per-head done counters or without), they cost head dim 64 ~9% and gained only at 2k tokens.
 // * Causal: the KV blocks with the most query blocks (the lowest) start first, over groups of
 //   this many (KV head, batch) pairs, so the grid ends on its shortest CTAs. Small groups keep
 //   the CTAs that run together on few heads, which then share Q and dO in L2. Needs the KV blocks
