@@ -573,6 +573,42 @@ std::vector<Case> feature_cases() {
     return finish(cases, 13);
 }
 
+// The launch's scheduling, for every head dim (host code: launch_bwd_kernel in src/kernels/bwd.cuh):
+// - the deterministic mode walks each KV block's query blocks last to first: causal, odd lengths,
+//   sq > sk (rows that see no key) and sq < sk, GQA;
+// - causal launches order the grid longest first over groups of up to 4 (KV head, batch) pairs:
+//   several groups of 4 (12 and 16 pairs), of 3 (6, 9) and of 2 (10), and the plain grid when
+//   no group size fits (5 and 7 pairs, both prime);
+// - d256 runs dK + dQ as the dV kernel's programmatic dependent: sq != sk both ways, with more
+//   fewer and more CTAs than SMs (the second grid starts as soon as the first has all its CTAs
+//   resident, and it also fills the SMs the first leaves free).
+std::vector<Case> scheduling_cases() {
+    const unsigned det = HATTN_BWD_DETERMINISTIC;
+    const hattn_dtype bf16 = HATTN_DTYPE_BF16, fp16 = HATTN_DTYPE_FP16;
+    const Layout bshd = Layout::kContiguous;
+    std::vector<Case> cases;
+    // Deterministic walk (pairs: 4, 2, 6, 3, 4, 9).
+    cases.push_back(make_case(2, 6, 2, 515, 1029, 64, fp16, true, bshd, det));
+    cases.push_back(make_case(1, 8, 2, 1029, 515, 64, bf16, true, bshd, det));
+    cases.push_back(make_case(3, 4, 2, 1031, 777, 128, bf16, true, bshd, det));
+    cases.push_back(make_case(1, 6, 3, 333, 1201, 128, fp16, true, bshd, det));
+    cases.push_back(make_case(2, 8, 2, 333, 517, 256, bf16, true, bshd, det));
+    cases.push_back(make_case(3, 6, 3, 613, 401, 256, fp16, true, bshd, det));
+    // Longest-first grid (pairs: 12, 5, 6, 12, 7, 10, 16).
+    cases.push_back(make_case(3, 8, 4, 700, 700, 64, bf16, true));
+    cases.push_back(make_case(1, 15, 5, 450, 300, 64, fp16, true));
+    cases.push_back(make_case(3, 6, 2, 900, 640, 128, fp16, true));
+    cases.push_back(make_case(2, 12, 6, 555, 555, 128, bf16, true));
+    cases.push_back(make_case(7, 2, 1, 300, 450, 128, bf16, true));
+    cases.push_back(make_case(5, 4, 2, 400, 640, 256, bf16, true));
+    cases.push_back(make_case(2, 16, 8, 513, 257, 256, fp16, true));
+    // d256's two kernels, sq != sk (pairs: 32, 8, 4 deterministic).
+    cases.push_back(make_case(4, 16, 8, 600, 1100, 256, bf16, false));
+    cases.push_back(make_case(2, 8, 4, 1500, 900, 256, fp16, true));
+    cases.push_back(make_case(2, 4, 2, 900, 1300, 256, bf16, false, bshd, det));
+    return finish(cases, 16);
+}
+
 // 20 seeded random shapes across every axis.
 std::vector<Case> sweep_cases() {
     constexpr int kSweepShapes = 20;
@@ -613,6 +649,7 @@ INSTANTIATE_TEST_SUITE_P(Matrix, BwdTest, ::testing::ValuesIn(matrix_cases()), c
 INSTANTIATE_TEST_SUITE_P(OddLengths, BwdTest, ::testing::ValuesIn(odd_length_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Features, BwdTest, ::testing::ValuesIn(feature_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Sweep, BwdTest, ::testing::ValuesIn(sweep_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Scheduling, BwdTest, ::testing::ValuesIn(scheduling_cases()), case_name);
 
 // HATTN_BWD_DETERMINISTIC: two runs on the same inputs give bit-identical dq, dk, dv, with fresh
 // garbage in the workspace and re-poisoned outputs in between.
@@ -621,7 +658,11 @@ TEST(BwdDeterminism, RepeatedRunsAreBitIdentical) {
     const std::vector<Case> cases =
         finish({make_case(2, 8, 2, 1031, 1500, 128, HATTN_DTYPE_BF16, true, Layout::kContiguous, HATTN_BWD_DETERMINISTIC),
                 make_case(1, 4, 1, 2100, 900, 64, HATTN_DTYPE_FP16, false, Layout::kContiguous, HATTN_BWD_DETERMINISTIC),
-                make_case(1, 2, 2, 1200, 1200, 256, HATTN_DTYPE_BF16, false, Layout::kPacked, HATTN_BWD_DETERMINISTIC)},
+                make_case(1, 2, 2, 1200, 1200, 256, HATTN_DTYPE_BF16, false, Layout::kPacked, HATTN_BWD_DETERMINISTIC),
+                // Causal, odd lengths both ways, GQA, longest-first grids (4 and 3 pairs).
+                make_case(2, 8, 2, 1031, 777, 256, HATTN_DTYPE_BF16, true, Layout::kContiguous, HATTN_BWD_DETERMINISTIC),
+                make_case(3, 2, 1, 517, 1203, 256, HATTN_DTYPE_FP16, true, Layout::kContiguous, HATTN_BWD_DETERMINISTIC),
+                make_case(3, 4, 1, 1203, 517, 64, HATTN_DTYPE_BF16, true, Layout::kContiguous, HATTN_BWD_DETERMINISTIC)},
                15);
     for (const Case& c : cases) {
         SCOPED_TRACE(c.name);

@@ -58,6 +58,7 @@
 #include "ptx/atomic.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/fence.cuh"
+#include "ptx/griddep.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/mufu.cuh"
 #include "ptx/tma.cuh"
@@ -73,6 +74,22 @@ using namespace hattn::sm90;
 // ---------------------------------------------------------------------------------------
 constexpr int kSharedAlign = 1024;
 constexpr int kMaxSharedBytes = 227 * 1024;
+
+// Scheduling (each measured against the plain order in bench/RESULTS.md):
+// * The deterministic mode walks each CTA's query blocks last to first: every KV block of a head
+//   starts at the last query block (all of them see it), so block j waits for block j - 1 by one
+//   step only, where the first-to-last walk makes it wait until j - 1 reaches j's first block.
+// * Head dim 256 (two kernels over the same blocks, NOTES): the dK + dQ kernel reads nothing the
+//   dV kernel writes, so it is launched as its programmatic dependent and its CTAs take the SMs
+//   the dV kernel's tail leaves idle; each of its CTAs waits for the dV grid before exiting, so
+//   the launch's completion still implies both grids' (what follows on the stream reads dV).
+//   The preprocess and the dQ conversion stay plain launches: chained the same way (with
+//   per-head done counters or without), they cost head dim 64 ~9% and gained only at 2k tokens.
+// * Causal: the KV blocks with the most query blocks (the lowest) start first, over groups of
+//   this many (KV head, batch) pairs, so the grid ends on its shortest CTAs. Small groups keep
+//   the CTAs that run together on few heads, which then share Q and dO in L2. Needs the KV blocks
+//   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
+constexpr int kLptGroup = 4;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -221,7 +238,7 @@ struct TensorMaps {
     CUtensorMap q, k, v, dout, dk, dv;
 };
 
-template <class Cfg>
+template <class Cfg, bool kLptGrid = false, bool kWalkDown = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_constant__ TensorMaps maps, const KernelParams p) {
     using Elem = typename Cfg::Elem;
     using KvTile = typename Cfg::KvTile;
@@ -234,18 +251,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
 
-    // The KV block is the fastest-varying index, so the blocks of one head start in order: the
-    // deterministic mode's wait for block j - 1 is then always a wait for a CTA already running.
-    const int n_block = blockIdx.x % p.num_n_blocks;
-    const int kv_head = (blockIdx.x / p.num_n_blocks) % p.heads_kv;
-    const int batch = blockIdx.x / p.num_n_blocks / p.heads_kv;
+    // kLptGrid: a grid of (group of kLptGroup pairs, KV block, pair group), launched x fastest:
+    // block j of every (KV head, batch) pair of a group before block j + 1, so causal grids start
+    // with their longest CTAs (and the deterministic wait for block j - 1 of the same head still
+    // waits for an earlier CTA). Otherwise a 1-D grid, the KV block fastest, so the blocks of one
+    // head start in order: the deterministic mode's wait for block j - 1 is then always a wait
+    // for a CTA already running.
+    // (Unsigned index math, as on blockIdx itself: signed division here made d128 spill.)
+    const unsigned pair = kLptGrid ? blockIdx.z * gridDim.x + blockIdx.x : blockIdx.x / p.num_n_blocks;
+    const int n_block = kLptGrid ? blockIdx.y : blockIdx.x % p.num_n_blocks;
+    const int kv_head = pair % p.heads_kv;
+    const int batch = pair / p.heads_kv;
     const int n0 = n_block * kBlockN;
     const int head_begin = kv_head * p.heads_per_kv;
     const int m_begin = p.mask.first_query_block(n0, kBlockM);  // earlier query blocks see none of these keys
     const int m_unmasked = max(m_begin, p.mask.first_unmasked_query_block(n0, kBlockN, kBlockM));
+    // The CTA's query blocks, m_begin .. m_end - 1, in the order `walk(t)`, t = 0 .. m_end - m_begin - 1.
+    const int m_end = max(m_begin, p.num_m_blocks);
+    constexpr bool descending = kWalkDown;  // the deterministic mode's walk
+    auto walk = [&](int t) { return descending ? m_end - 1 - t : m_begin + t; };
     auto head_rows = [&](int head) { return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q_padded; };
 
     const uint32_t warpgroup = ptx::warpgroup_index();
+    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
     init_barriers([&] {
         ptx::prefetch_tensormap(&maps.q);
         ptx::prefetch_tensormap(&maps.k);
@@ -267,7 +295,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             typename Ring<Cfg::kStages>::State st;
             constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
-                for (int m = m_begin; m < p.num_m_blocks; ++m) {
+                for (int t = 0; t < m_end - m_begin; ++t) {
+                    const int m = walk(t);
                     uint64_t* full = smem.q_ring.producer_acquire(st, kStageTxBytes);
                     smem.q[st.stage].load(&maps.q, full, m * kBlockM, head, batch);
                     smem.dout[st.stage].load(&maps.dout, full, m * kBlockM, head, batch);
@@ -307,6 +336,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if (lane == 0) ptx::bulk_wait_group<0>();  // the adds land before the CTA retires
             }
         }
+        // d256 dK + dQ: the CTA retires only after the dV grid has (its producer warpgroup waits for it).
+        if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) ptx::griddepcontrol_wait();
     } else {
         // ================================ consumers ===============================
         ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
@@ -414,11 +445,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 ptx::wgmma_commit_group();
             }
         };
-        // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready[c][b].
+        // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready(c, b).
         // Two per warpgroup: a warpgroup cannot store twice before the other has waited once
         // (it would first need the other's next dS^T), so consecutive stores never share a phase.
-        const DsReadyBarrier ds_ready[Cfg::kConsumers][2] = {{{kDsReadyFirst + 0}, {kDsReadyFirst + 1}},
-                                                             {{kDsReadyFirst + 2}, {kDsReadyFirst + 3}}};
+        // The id is computed, not read from a table: a table indexed at run time lives on the
+        // stack (a local load before each of these barriers, in every step).
+        auto ds_ready = [](int c, int b) {
+            return DsReadyBarrier{kDsReadyFirst + 2 * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
+        };
         int parity = 0;
         struct Previous {
             int head, m, ds_buf;
@@ -435,7 +469,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // was, unless that warpgroup is behind).
             if constexpr (Cfg::kDelayDq) {
                 if (previous.m >= 0) {
-                    ds_ready[1 - cw][parity ^ 1].sync();
+                    ds_ready(1 - cw, parity ^ 1).sync();
                     issue_dq(previous.ds_buf);
                     ptx::wgmma_wait_group<0>();
                     finish_dq(previous.head, previous.m);
@@ -504,7 +538,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if constexpr (Cfg::kDsBuffers == 1 && !Cfg::kDqOwnKeys) consumers.sync();
                 store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
                 store_fence();
-                if constexpr (Cfg::kDelayDq) ds_ready[cw][parity].arrive();
+                if constexpr (Cfg::kDelayDq) ds_ready(cw, parity).arrive();
                 // dK += dS^T Q, dS^T from registers (after dV when that is not issued early).
                 ptx::wgmma_fence();
                 if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv();
@@ -527,13 +561,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             parity ^= 1;
         };
 
+        // The masked query blocks (m_begin .. masked_end - 1) come first when walking up, last
+        // when walking down; one loop of each kind, so the step is inlined twice either way.
+        const int masked_end = min(m_unmasked, m_end);
         for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
-            int m = m_begin;
-            for (; m < m_unmasked && m < p.num_m_blocks; ++m) step(head, m, std::true_type{});
-            for (; m < p.num_m_blocks; ++m) step(head, m, std::false_type{});
+#pragma unroll
+            for (int phase = 0; phase < 2; ++phase) {
+                if ((phase == 0) != descending) {
+                    for (int t = 0; t < masked_end - m_begin; ++t)
+                        step(head, descending ? masked_end - 1 - t : m_begin + t, std::true_type{});
+                } else {
+                    for (int t = 0; t < m_end - masked_end; ++t)
+                        step(head, descending ? m_end - 1 - t : masked_end + t, std::false_type{});
+                }
+            }
         }
         if constexpr (Cfg::kDelayDq) {  // the last step's dQ
-            ds_ready[1 - cw][parity ^ 1].sync();
+            ds_ready(1 - cw, parity ^ 1).sync();
             issue_dq(previous.ds_buf);
             ptx::wgmma_wait_group<0>();
             finish_dq(previous.head, previous.m);
@@ -737,14 +781,47 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     }
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
-    auto kernel = bwd_kernel<Cfg>;
+    const int64_t pairs = static_cast<int64_t>(p.heads_kv) * a.batch;
+    const int64_t ctas = p.num_n_blocks * pairs;
+    // The grid order (kLptGrid) and the walk (kWalkDown) are template arguments: an index or a
+    // flag at run time costs registers the d128 / d256 kernels do not have (they spilled).
+    // The longest-first grid (kLptGrid) for causal launches: the largest group size up to
+    // kLptGroup that divides the pairs, within the grid's y and z limits.
+    bool lpt_grid = false;
+    dim3 grid(static_cast<unsigned>(ctas));
+    constexpr int64_t kMaxGridYz = 65535;
+    for (int group = kLptGroup; group > 1 && a.causal && p.num_n_blocks <= kMaxGridYz; --group) {
+        if (pairs % group == 0 && pairs / group <= kMaxGridYz) {
+            lpt_grid = true;
+            grid = dim3(group, p.num_n_blocks, static_cast<unsigned>(pairs / group));
+            break;
+        }
+    }
+    void (*kernel)(TensorMaps, KernelParams) = lpt_grid ? (p.deterministic ? bwd_kernel<Cfg, true, true> : bwd_kernel<Cfg, true>)
+                                                        : (p.deterministic ? bwd_kernel<Cfg, false, true> : bwd_kernel<Cfg>);
     cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     if (rc != cudaSuccess) {
         if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
         return rc;
     }
-    const int64_t ctas = static_cast<int64_t>(p.num_n_blocks) * p.heads_kv * a.batch;
-    kernel<<<static_cast<unsigned>(ctas), Cfg::kThreads, kSmem, stream>>>(maps, p);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(Cfg::kThreads);
+    config.dynamicSmemBytes = kSmem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) {
+        // The dV kernel before this one lets it start as its CTAs retire (scheduling, above).
+        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = attribute;
+        config.numAttrs = 1;
+    }
+    rc = cudaLaunchKernelEx(&config, kernel, maps, p);
+    if (rc != cudaSuccess) {
+        if (error) *error = std::string("backward kernel launch: ") + cudaGetErrorString(rc);
+        return rc;
+    }
     rc = cudaGetLastError();
     if (rc != cudaSuccess && error) *error = std::string("backward kernel launch: ") + cudaGetErrorString(rc);
     return rc;
