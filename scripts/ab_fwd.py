@@ -51,6 +51,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--b2b-seqlens", default="",
+                    help="also time --b2b-calls calls back to back (one event pair, no sleep: host time, launch "
+                         "gaps and programmatic dependent launch count) at these seqlens, e.g. 512,1024")
+    ap.add_argument("--b2b-calls", type=int, default=200)
     args = ap.parse_args()
 
     import torch
@@ -157,8 +161,44 @@ def main() -> int:
     for n in libs:
         geo = math.exp(sum(math.log(r) for r in ratios[n]) / len(ratios[n]))
         print(f"geomean {n}/cudnn = {geo:.3f}  (min {min(ratios[n]):.3f})")
+    b2b_rows = []
+    b2b_seqlens = {int(x) for x in args.b2b_seqlens.split(",") if x}
+    b2b_shapes = [key for key in shapes if key[1] in b2b_seqlens]
+    if b2b_shapes:
+        def back_to_back_us(fn) -> float:
+            for i in range(3):
+                fn(i % 2)
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for r in range(args.b2b_calls):
+                fn(r % 2)
+            b.record()
+            torch.cuda.synchronize()
+            return a.elapsed_time(b) * 1e3 / args.b2b_calls
+        b2b = {key: {} for key in b2b_shapes}
+        for rnd in range(args.rounds):
+            for key in b2b_shapes:
+                runs = {}
+                for name, lib in libs.items():
+                    params = [hattn_call(lib, key, i) for i in range(2)]
+                    runs[name] = lambda i, lib=lib, params=params: lib.hattn_fwd(ctypes.byref(params[i]),
+                                                                                ctypes.c_void_p(stream))
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    runs["cudnn"] = lambda i, key=key: cudnn_call(key, i)
+                    order = list(runs)[rnd % len(runs):] + list(runs)[:rnd % len(runs)]
+                    for name in order:
+                        b2b[key][name] = min(b2b[key].get(name, float("inf")), back_to_back_us(runs[name]))
+        print(f"\nback to back, {args.b2b_calls} calls: microseconds per call (best round)")
+        print("| d | mask | seqlen | " + " | ".join(names) + " | " + " | ".join(f"{n}/cudnn" for n in libs) + " |")
+        print("|" + "---|" * (3 + len(names) + len(libs)))
+        for key in b2b_shapes:
+            us = b2b[key]
+            b2b_rows.append({"d": key[0], "seqlen": key[1], "causal": key[2], "us": us})
+            print(f"| {key[0]} | {'causal' if key[2] else 'full'} | {key[1]} | " + " | ".join(f"{us[n]:.1f}" for n in names)
+                  + " | " + " | ".join(f"{us['cudnn'] / us[n]:.3f}" for n in libs) + " |")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "failures": bad}, indent=1))
+        args.json.write_text(json.dumps({"rows": rows, "back_to_back": b2b_rows, "failures": bad}, indent=1))
     return 1 if bad else 0
 
 

@@ -45,6 +45,7 @@
 #include "kernels/fwd_args.h"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/fragment.cuh"
+#include "kernels/sm90/launch.h"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/scheduler.cuh"
@@ -52,6 +53,7 @@
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/fence.cuh"
+#include "ptx/grid.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/warp.cuh"
@@ -178,11 +180,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
     });
+    if constexpr (kProgrammaticLaunch) ptx::griddepcontrol_wait();  // the set-up above overlapped the previous grid
 
     // This CTA's tile on pass `pass` of its walk, its first query row and the number of KV blocks
     // its rows see; false once the walk is over.
     auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
         if (!p.scheduler.tile_for_pass(pass, t)) return false;
+        if (kProgrammaticLaunch && p.scheduler.is_last_pass(pass)) ptx::griddepcontrol_launch_dependents();
         m0 = t.m_block * kBlockM;
         n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
         return true;
@@ -422,14 +426,9 @@ constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQL
 // The checks a vendoring user gets without the C API in front (which checks much more, with
 // messages naming each field): what would otherwise crash the host or launch nonsense.
 inline bool check_args(FwdArgs& a, std::string* error) {
-    auto fail = [&](const char* what) {
-        if (error) *error = what;
-        return false;
-    };
-    if (!a.q || !a.k || !a.v || !a.o) return fail("q, k, v and o must be non-NULL");
-    if (const char* what = fwd::check_shape_dtype_scale(a)) return fail(what);
-    // Base alignment, strides and sizes are checked by encode_tensor_map below.
-    return true;
+    const char* what = !a.q || !a.k || !a.v || !a.o ? "q, k, v and o must be non-NULL" : fwd::check_shape_dtype_scale(a);
+    if (what != nullptr && error) *error = what;
+    return what == nullptr;  // base alignment, strides and sizes are checked by encode_tensor_map below
 }
 
 template <class Cfg>
@@ -448,53 +447,49 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         !make_bshd_map(&to, o, Elem::kTmaType, kBoxCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
-    KernelParams p;
-    p.lse = a.lse;
-    p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
     const int num_m_blocks = (a.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * a.heads_q * a.batch;
     if (num_tiles > INT32_MAX) {
         if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
         return cudaErrorInvalidValue;
     }
-    p.scheduler = TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal};
-    p.scale = a.softmax_scale;
-    p.scale_log2 = a.softmax_scale * kLog2e;
+    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal},
+                         TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal},
+                         a.softmax_scale, a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
-    auto kernel = fwd_kernel<Cfg>;
-    cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (rc != cudaSuccess) {
-        if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
-        return rc;
-    }
+    int device = 0, sms = 0;
+    cudaError_t rc = cudaGetDevice(&device);
     int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
     const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
-    if (a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
-        // Short tiles spend a large share of their time starting up (barrier setup, first Q/K
-        // loads, O store); one persistent CTA per SM overlaps that with the previous tile:
-        // +4-15% at seqlen_k <= 2k without a mask, and with a causal mask +8-14% at d128 once
-        // the back-and-forth walk balances the tile costs, up to 4k (bench/RESULTS.md, runs 6,
-        // 11, 12; at 8k-16k the persistent causal grid loses 10-40%).
-        // Long tiles amortize the start-up.
-        int device = 0, sms = 0;
-        rc = cudaGetDevice(&device);
-        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if (rc != cudaSuccess) {
-            if (error) *error = std::string("querying the SM count: ") + cudaGetErrorString(rc);
-            return rc;
-        }
+    if (rc == cudaSuccess && a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
+        // Short tiles spend much of their time starting up (barriers, first loads, O store); a
+        // persistent CTA per SM overlaps that with its previous tile: +4-15% at seqlen_k <= 2k,
+        // causal +8-14% up to 4k with the back-and-forth walk, -10-40% at 8k-16k (RESULTS 6, 11, 12).
+        rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         ctas = std::min(p.scheduler.num_tiles, sms);
     }
-    kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
-    rc = cudaGetLastError();
-    if (rc != cudaSuccess && error) *error = std::string("forward kernel launch: ") + cudaGetErrorString(rc);
+    const char* what = "querying the device";
+    if (rc == cudaSuccess)
+        rc = launch_with_opt_in<Cfg>(fwd_kernel<Cfg>, ctas, Cfg::kThreads, kSmem, stream, device, &what, tq, tk, tv, to, p);
+    if (rc != cudaSuccess && error) *error = std::string("forward ") + what + ": " + cudaGetErrorString(rc);
     return rc;
 }
 
 constexpr int kWideBlockN = 176;
 constexpr int kWideBlockMinSeqlenK = 4096;
+#if !defined(HATTN_FWD_D64_NARROW_MAX_SEQLEN_Q) || !defined(HATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K)
+#define HATTN_FWD_D64_NARROW_MAX_SEQLEN_Q 0     // both 0: the d64 short-problem rules below are off
+#define HATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K 0
+#endif
+constexpr int kD64NarrowMaxSeqlenQ = HATTN_FWD_D64_NARROW_MAX_SEQLEN_Q, kD64TwoStageMaxSeqlenK = HATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K;
+
+template <int kHeadDim, int kConsumers, int kBlockN, int kStages>
+cudaError_t launch_fwd_dtype(const FwdArgs& a, cudaStream_t stream, std::string* error) {
+    if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, true, kConsumers, kBlockN, kStages>>(a, stream, error);
+    return launch_fwd<Config<kHeadDim, Fp16, true, true, kConsumers, kBlockN, kStages>>(a, stream, error);
+}
 
 // Entry point for one head dim: picks dtype and (d = 128, bf16 only) the ablation variant.
 template <int kHeadDim>
@@ -518,14 +513,18 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
     // d = 128 with long keys: 176-wide KV blocks (FA3's tile) give each GEMM more work per
     // wait and per turn, +1-6% at seqlen_k >= 4k; short problems lose up to 27% with them
     // (fewer, more masked blocks), so they keep 128 (bench/RESULTS.md run 12).
-    if constexpr (kHeadDim == 128) {
-        if (a.seqlen_k >= kWideBlockMinSeqlenK) {
-            if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, true, 2, kWideBlockN>>(a, stream, error);
-            return launch_fwd<Config<kHeadDim, Fp16, true, true, 2, kWideBlockN>>(a, stream, error);
-        }
-    }
-    if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16>>(a, stream, error);
-    return launch_fwd<Config<kHeadDim, Fp16>>(a, stream, error);
+    if constexpr (kHeadDim == 128)
+        if (a.seqlen_k >= kWideBlockMinSeqlenK) return launch_fwd_dtype<kHeadDim, 2, kWideBlockN, 2>(a, stream, error);
+    // d = 64 on short problems: 128-row tiles (2 consumers) waste less of a short sequence than
+    // 192-row ones, and 2 K/V stages instead of 3 (rules off unless their limits are set).
+    if constexpr (kHeadDim == 64 && kD64NarrowMaxSeqlenQ > 0)
+        if (a.seqlen_q <= kD64NarrowMaxSeqlenQ)
+            return a.seqlen_k <= kD64TwoStageMaxSeqlenK ? launch_fwd_dtype<64, 2, 128, 2>(a, stream, error)
+                                                        : launch_fwd_dtype<64, 2, 128, 3>(a, stream, error);
+    if constexpr (kHeadDim == 64 && kD64TwoStageMaxSeqlenK > 0)
+        if (a.seqlen_k <= kD64TwoStageMaxSeqlenK) return launch_fwd_dtype<64, 3, 128, 2>(a, stream, error);
+    return launch_fwd_dtype<kHeadDim, default_consumers(kHeadDim), default_block_n(kHeadDim), default_stages(kHeadDim)>(
+        a, stream, error);
 }
 
 }  // namespace hattn::fwd

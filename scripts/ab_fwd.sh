@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the forward-pass variants side by side (one build folder each, library target only) and
+# A/Bs them against each other and cuDNN in one process (scripts/ab_fwd.py) over the 36-shape grid,
+# plus a back-to-back timing of the short shapes. Logs go to $OUT; a short table is printed last.
+#   OUT=/some/dir bash scripts/ab_fwd.sh        (ROUNDS=3, JOBS=16, VARIANTS="base s2 ..." override)
+# Variants (compile-time definitions; "base" is the default build):
+#   s2      d64 with 2 K/V stages at seqlen_k <= 1024
+#   m128    d64 with 128-row tiles (2 consumer warpgroups) at seqlen_q <= 1024
+#   m128s2  both
+#   pdl     programmatic dependent launch
+#   cache   the driver entry point and the shared-memory opt-in looked up once
+#   all     m128s2 + pdl + cache
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ab_fwd_out}
+ROUNDS=${ROUNDS:-3}
+JOBS=${JOBS:-16}
+VARIANTS=${VARIANTS:-"base s2 m128 m128s2 pdl cache all"}
+mkdir -p "$OUT"
+LOGDIR=$(mktemp -d)
+T0=$(date +%s)
+
+d64() { echo "-DHATTN_FWD_D64_NARROW_MAX_SEQLEN_Q=$1 -DHATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K=$2"; }
+defs() {
+  case "$1" in
+    base) echo "" ;;
+    s2) d64 0 1024 ;;
+    m128) d64 1024 0 ;;
+    m128s2) d64 1024 1024 ;;
+    pdl) echo "-DHATTN_PROGRAMMATIC_LAUNCH=1" ;;
+    cache) echo "-DHATTN_CACHE_LAUNCH_SETUP=1" ;;
+    all) echo "$(d64 1024 1024) -DHATTN_PROGRAMMATIC_LAUNCH=1 -DHATTN_CACHE_LAUNCH_SETUP=1" ;;
+    *) echo "unknown variant $1" >&2; return 1 ;;
+  esac
+}
+
+build() {  # name -> build-ab/<name>/libhattn.so
+  local name=$1 flags
+  flags=$(defs "$name") || return 1
+  cmake -S . -B "build-ab/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
+    -DHATTN_BUILD_TESTS=OFF -DHATTN_BUILD_BENCH=OFF -DHATTN_BUILD_CLI=OFF -DHATTN_INSTALL=OFF \
+    "-DCMAKE_CUDA_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" >"$LOGDIR/build_$name.log" 2>&1 &&
+    cmake --build "build-ab/$name" -j"$JOBS" --target hattn_shared >>"$LOGDIR/build_$name.log" 2>&1
+}
+
+# All builds at once: each is a handful of translation units, so together they fill the cores.
+pids=()
+for v in $VARIANTS; do build "$v" & pids+=($!); done
+libs=()
+i=0
+for v in $VARIANTS; do
+  if wait "${pids[$i]}"; then
+    lib=$(ls build-ab/"$v"/libhattn.so 2>/dev/null | head -1)
+    if [ -n "$lib" ]; then libs+=(--lib "$v=$lib"); else echo "variant $v: no libhattn.so" | tee -a "$OUT/summary.txt"; fi
+  else
+    echo "variant $v: BUILD FAILED (tail of its log follows)" | tee -a "$OUT/summary.txt"
+    tail -20 "$LOGDIR/build_$v.log" | tee -a "$OUT/summary.txt"
+  fi
+  i=$((i + 1))
+done
+echo "builds: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
+
+if [ ${#libs[@]} -gt 0 ]; then
+  timeout 330 python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --json "$OUT/ab.json" \
+    --b2b-seqlens 512,1024 --b2b-calls 200 >"$OUT/ab.txt" 2>"$LOGDIR/ab.err"
+  echo "ab_fwd.py exit $?" | tee -a "$OUT/summary.txt"
+  tail -5 "$LOGDIR/ab.err" >>"$OUT/summary.txt"
+fi
+tar -czf "$OUT/logs.tgz" -C "$LOGDIR" . 2>/dev/null
+echo "total: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
+
+# The short table: each variant over base, geometric mean per (d, seqlen group), kernel time and
+# back to back; then each variant's overall geomean over cuDNN.
+python3 - "$OUT/ab.json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, math, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no A/B results ({e})"); sys.exit(0)
+rows = data["rows"]
+names = [n for n in rows[0]["tflops"] if n != "cudnn"]
+gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+groups = [("<=1k", lambda s: s <= 1024), ("2k", lambda s: s == 2048), (">=4k", lambda s: s >= 4096)]
+print("variant/base, geomean of TFLOPS ratios (kernel time, events around each call)")
+print("| variant | " + " | ".join(f"d{d} {g}" for d in (64, 128, 256) for g, _ in groups) + " | all/cuDNN |")
+for n in names:
+    cells = []
+    for d in (64, 128, 256):
+        for _, f in groups:
+            rs = [r["tflops"][n] / r["tflops"]["base"] for r in rows if r["d"] == d and f(r["seqlen"]) and "base" in r["tflops"]]
+            cells.append(f"{gm(rs):.3f}")
+    allc = gm([r["tflops"][n] / r["tflops"]["cudnn"] for r in rows])
+    print(f"| {n} | " + " | ".join(cells) + f" | {allc:.3f} |")
+b2b = data.get("back_to_back", [])
+if b2b:
+    print("back to back at 512-1k: base us / variant us (geomean), per head dim")
+    for n in names:
+        cells = [gm([r["us"]["base"] / r["us"][n] for r in b2b if r["d"] == d]) for d in (64, 128, 256)]
+        print(f"  {n}: " + " ".join(f"d{d} {c:.3f}" for d, c in zip((64, 128, 256), cells)))
+if data.get("failures"):
+    print("CORRECTNESS FAILURES: " + "; ".join(data["failures"]))
+PY
