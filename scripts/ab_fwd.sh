@@ -9,13 +9,14 @@
 #   m128s2  both
 #   pdl     programmatic dependent launch
 #   cache   the driver entry point and the shared-memory opt-in looked up once
+#   pf4k    persistent grid for non-causal problems up to seqlen_k 4096 (default 2048)
 #   all     m128s2 + pdl + cache
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ab_fwd_out}
 ROUNDS=${ROUNDS:-3}
 JOBS=${JOBS:-16}
-VARIANTS=${VARIANTS:-"base s2 m128 m128s2 pdl cache all"}
+VARIANTS=${VARIANTS:-"base s2 m128 m128s2 pdl cache pf4k all"}
 mkdir -p "$OUT"
 LOGDIR=$(mktemp -d)
 T0=$(date +%s)
@@ -29,6 +30,7 @@ defs() {
     m128s2) d64 1024 1024 ;;
     pdl) echo "-DHATTN_PROGRAMMATIC_LAUNCH=1" ;;
     cache) echo "-DHATTN_CACHE_LAUNCH_SETUP=1" ;;
+    pf4k) echo "-DHATTN_FWD_PERSISTENT_MAX_SEQLEN_K=4096" ;;
     all) echo "$(d64 1024 1024) -DHATTN_PROGRAMMATIC_LAUNCH=1 -DHATTN_CACHE_LAUNCH_SETUP=1" ;;
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac

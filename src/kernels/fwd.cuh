@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "kernels/fwd_args.h"
+#include "kernels/fwd_rules.h"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/launch.h"
@@ -412,17 +413,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // ---------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------
-// Problems with at most this many keys run on a persistent grid (one CTA per SM, see
-// launch_fwd); the limits for causal and non-causal masks are separate measurements.
-#ifndef HATTN_FWD_PERSISTENT_MAX_SEQLEN_K
-#define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 2048
-#endif
-#ifndef HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K
-#define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
-#endif
-constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
-constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
-
+// The rules for grid and tile (persistence, tile per length) are in kernels/fwd_rules.h.
 // The checks a vendoring user gets without the C API in front (which checks much more, with
 // messages naming each field): what would otherwise crash the host or launch nonsense.
 inline bool check_args(FwdArgs& a, std::string* error) {
@@ -477,14 +468,6 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     return rc;
 }
 
-constexpr int kWideBlockN = 176;
-constexpr int kWideBlockMinSeqlenK = 4096;
-#if !defined(HATTN_FWD_D64_NARROW_MAX_SEQLEN_Q) || !defined(HATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K)
-#define HATTN_FWD_D64_NARROW_MAX_SEQLEN_Q 0     // both 0: the d64 short-problem rules below are off
-#define HATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K 0
-#endif
-constexpr int kD64NarrowMaxSeqlenQ = HATTN_FWD_D64_NARROW_MAX_SEQLEN_Q, kD64TwoStageMaxSeqlenK = HATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K;
-
 template <int kHeadDim, int kConsumers, int kBlockN, int kStages>
 cudaError_t launch_fwd_dtype(const FwdArgs& a, cudaStream_t stream, std::string* error) {
     if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, true, kConsumers, kBlockN, kStages>>(a, stream, error);
@@ -510,21 +493,19 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
         if (error) *error = "ablation variants are built for head_dim 128 bf16 only";
         return cudaErrorInvalidValue;
     }
-    // d = 128 with long keys: 176-wide KV blocks (FA3's tile) give each GEMM more work per
-    // wait and per turn, +1-6% at seqlen_k >= 4k; short problems lose up to 27% with them
-    // (fewer, more masked blocks), so they keep 128 (bench/RESULTS.md run 12).
-    if constexpr (kHeadDim == 128)
-        if (a.seqlen_k >= kWideBlockMinSeqlenK) return launch_fwd_dtype<kHeadDim, 2, kWideBlockN, 2>(a, stream, error);
-    // d = 64 on short problems: 128-row tiles (2 consumers) waste less of a short sequence than
-    // 192-row ones, and 2 K/V stages instead of 3 (rules off unless their limits are set).
+    // The tile per length (kernels/fwd_rules.h): wide KV blocks for long keys; for d = 64 on
+    // short problems 128-row tiles, which waste less of a short sequence than 192-row ones.
+    constexpr int kWideN = wide_block_n(kHeadDim), kConsumers = default_consumers(kHeadDim);
+    if constexpr (kWideN > 0)
+        if (a.seqlen_k >= kWideBlockMinSeqlenK)
+            return launch_fwd_dtype<kHeadDim, kConsumers, kWideN, default_stages(kHeadDim)>(a, stream, error);
     if constexpr (kHeadDim == 64 && kD64NarrowMaxSeqlenQ > 0)
         if (a.seqlen_q <= kD64NarrowMaxSeqlenQ)
             return a.seqlen_k <= kD64TwoStageMaxSeqlenK ? launch_fwd_dtype<64, 2, 128, 2>(a, stream, error)
                                                         : launch_fwd_dtype<64, 2, 128, 3>(a, stream, error);
     if constexpr (kHeadDim == 64 && kD64TwoStageMaxSeqlenK > 0)
         if (a.seqlen_k <= kD64TwoStageMaxSeqlenK) return launch_fwd_dtype<64, 3, 128, 2>(a, stream, error);
-    return launch_fwd_dtype<kHeadDim, default_consumers(kHeadDim), default_block_n(kHeadDim), default_stages(kHeadDim)>(
-        a, stream, error);
+    return launch_fwd_dtype<kHeadDim, kConsumers, default_block_n(kHeadDim), default_stages(kHeadDim)>(a, stream, error);
 }
 
 }  // namespace hattn::fwd
