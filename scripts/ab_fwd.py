@@ -165,38 +165,71 @@ def main() -> int:
     b2b_seqlens = {int(x) for x in args.b2b_seqlens.split(",") if x}
     b2b_shapes = [key for key in shapes if key[1] in b2b_seqlens]
     if b2b_shapes:
-        def back_to_back_us(fn) -> float:
+        # Two ways: "stream", the calls issued from Python one after another (host time counts
+        # whenever it exceeds the kernel's); "graph", the same calls captured once into a CUDA
+        # graph and replayed (no host time: only the kernels and the gaps between them).
+        def back_to_back_us(fn, graph: bool) -> float:
             for i in range(3):
-                fn(i % 2)
+                fn(i % 2, torch.cuda.current_stream().cuda_stream)
             torch.cuda.synchronize()
+            g = None
+            if graph:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, capture_error_mode="relaxed"):
+                    cs = torch.cuda.current_stream().cuda_stream
+                    for r in range(args.b2b_calls):
+                        fn(r % 2, cs)
+                g.replay()
+                torch.cuda.synchronize()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            cs = torch.cuda.current_stream().cuda_stream
             a.record()
-            for r in range(args.b2b_calls):
-                fn(r % 2)
+            if g is not None:
+                g.replay()
+            else:
+                for r in range(args.b2b_calls):
+                    fn(r % 2, cs)
             b.record()
             torch.cuda.synchronize()
             return a.elapsed_time(b) * 1e3 / args.b2b_calls
-        b2b = {key: {} for key in b2b_shapes}
+
+        def hattn_b2b(lib, key):
+            params = [hattn_call(lib, key, i) for i in range(2)]
+
+            def run(i, cs):
+                rc = lib.hattn_fwd(ctypes.byref(params[i]), ctypes.c_void_p(cs))
+                if rc != 0:
+                    raise RuntimeError(f"hattn_fwd status {rc}")
+            return run
+
+        modes = ("stream", "graph")
+        b2b = {(key, m): {} for key in b2b_shapes for m in modes}
         for rnd in range(args.rounds):
             for key in b2b_shapes:
-                runs = {}
-                for name, lib in libs.items():
-                    params = [hattn_call(lib, key, i) for i in range(2)]
-                    runs[name] = lambda i, lib=lib, params=params: lib.hattn_fwd(ctypes.byref(params[i]),
-                                                                                ctypes.c_void_p(stream))
+                runs = {name: hattn_b2b(lib, key) for name, lib in libs.items()}
+                runs["cudnn"] = lambda i, cs, key=key: cudnn_call(key, i)
+                order = list(runs)[rnd % len(runs):] + list(runs)[:rnd % len(runs)]
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    runs["cudnn"] = lambda i, key=key: cudnn_call(key, i)
-                    order = list(runs)[rnd % len(runs):] + list(runs)[:rnd % len(runs)]
-                    for name in order:
-                        b2b[key][name] = min(b2b[key].get(name, float("inf")), back_to_back_us(runs[name]))
-        print(f"\nback to back, {args.b2b_calls} calls: microseconds per call (best round)")
-        print("| d | mask | seqlen | " + " | ".join(names) + " | " + " | ".join(f"{n}/cudnn" for n in libs) + " |")
-        print("|" + "---|" * (3 + len(names) + len(libs)))
-        for key in b2b_shapes:
-            us = b2b[key]
-            b2b_rows.append({"d": key[0], "seqlen": key[1], "causal": key[2], "us": us})
-            print(f"| {key[0]} | {'causal' if key[2] else 'full'} | {key[1]} | " + " | ".join(f"{us[n]:.1f}" for n in names)
-                  + " | " + " | ".join(f"{us['cudnn'] / us[n]:.3f}" for n in libs) + " |")
+                    for m in modes:
+                        for name in order:
+                            try:
+                                us = back_to_back_us(runs[name], m == "graph")
+                            except Exception as e:  # noqa: BLE001 -- a failed capture must not hide the rest
+                                print(f"back to back {m} {name} {key}: {e}", file=sys.stderr)
+                                torch.cuda.synchronize()
+                                us = float("nan")
+                            seen = [x for x in (b2b[(key, m)].get(name, math.nan), us) if not math.isnan(x)]
+                            b2b[(key, m)][name] = min(seen, default=math.nan)
+        for m in modes:
+            print(f"\nback to back ({m}), {args.b2b_calls} calls: microseconds per call (best round)")
+            print("| d | mask | seqlen | " + " | ".join(names) + " | " + " | ".join(f"cudnn/{n}" for n in libs) + " |")
+            print("|" + "---|" * (3 + len(names) + len(libs)))
+            for key in b2b_shapes:
+                us = b2b[(key, m)]
+                b2b_rows.append({"mode": m, "d": key[0], "seqlen": key[1], "causal": key[2], "us": us})
+                print(f"| {key[0]} | {'causal' if key[2] else 'full'} | {key[1]} | " +
+                      " | ".join(f"{us[n]:.1f}" for n in names) + " | " +
+                      " | ".join(f"{us['cudnn'] / us[n]:.3f}" for n in libs) + " |")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "back_to_back": b2b_rows, "failures": bad}, indent=1))
     return 1 if bad else 0

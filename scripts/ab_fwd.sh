@@ -81,24 +81,31 @@ except Exception as e:
     print(f"no A/B results ({e})"); sys.exit(0)
 rows = data["rows"]
 names = [n for n in rows[0]["tflops"] if n != "cudnn"]
+ref = "base" if "base" in names else names[0]
 gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 groups = [("<=1k", lambda s: s <= 1024), ("2k", lambda s: s == 2048), (">=4k", lambda s: s >= 4096)]
-print("variant/base, geomean of TFLOPS ratios (kernel time, events around each call)")
+print(f"variant/{ref}, geomean of TFLOPS ratios (kernel time, events around each call)")
 print("| variant | " + " | ".join(f"d{d} {g}" for d in (64, 128, 256) for g, _ in groups) + " | all/cuDNN |")
 for n in names:
     cells = []
     for d in (64, 128, 256):
         for _, f in groups:
-            rs = [r["tflops"][n] / r["tflops"]["base"] for r in rows if r["d"] == d and f(r["seqlen"]) and "base" in r["tflops"]]
+            rs = [r["tflops"][n] / r["tflops"][ref] for r in rows if r["d"] == d and f(r["seqlen"])]
             cells.append(f"{gm(rs):.3f}")
     allc = gm([r["tflops"][n] / r["tflops"]["cudnn"] for r in rows])
     print(f"| {n} | " + " | ".join(cells) + f" | {allc:.3f} |")
 b2b = data.get("back_to_back", [])
-if b2b:
-    print("back to back at 512-1k: base us / variant us (geomean), per head dim")
+ok = lambda x: x == x  # not NaN (a failed measurement)
+for mode in ("stream", "graph"):
+    rs = [r for r in b2b if r.get("mode") == mode]
+    if not rs:
+        continue
+    print(f"back to back ({mode}) at 512-1k: {ref} us / variant us, and cuDNN us / variant us (geomeans)")
     for n in names:
-        cells = [gm([r["us"]["base"] / r["us"][n] for r in b2b if r["d"] == d]) for d in (64, 128, 256)]
-        print(f"  {n}: " + " ".join(f"d{d} {c:.3f}" for d, c in zip((64, 128, 256), cells)))
+        cells = [gm([r["us"][ref] / r["us"][n] for r in rs if r["d"] == d and ok(r["us"][ref] / r["us"][n])])
+                 for d in (64, 128, 256)]
+        vs = gm([r["us"]["cudnn"] / r["us"][n] for r in rs if ok(r["us"]["cudnn"] / r["us"][n])])
+        print(f"  {n:8s} " + " ".join(f"d{d} {c:.3f}" for d, c in zip((64, 128, 256), cells)) + f" | vs cuDNN {vs:.3f}")
 if data.get("failures"):
     print("CORRECTNESS FAILURES: " + "; ".join(data["failures"]))
 PY
