@@ -162,6 +162,8 @@ def main() -> int:
         geo = math.exp(sum(math.log(r) for r in ratios[n]) / len(ratios[n]))
         print(f"geomean {n}/cudnn = {geo:.3f}  (min {min(ratios[n]):.3f})")
     b2b_rows = []
+    if args.json:  # written now and again below: a failure in the back-to-back part keeps the table
+        args.json.write_text(json.dumps({"rows": rows, "back_to_back": b2b_rows, "failures": bad}, indent=1))
     b2b_seqlens = {int(x) for x in args.b2b_seqlens.split(",") if x}
     b2b_shapes = [key for key in shapes if key[1] in b2b_seqlens]
     if b2b_shapes:

@@ -2,7 +2,7 @@
 # Builds the forward-pass variants side by side (one build folder each, library target only) and
 # A/Bs them against each other and cuDNN in one process (scripts/ab_fwd.py) over the 36-shape grid,
 # plus a back-to-back timing of the short shapes. Logs go to $OUT; a short table is printed last.
-#   OUT=/some/dir bash scripts/ab_fwd.sh        (ROUNDS=3, JOBS=16, VARIANTS="base s2 ..." override)
+#   OUT=/some/dir bash scripts/ab_fwd.sh   (overrides: ROUNDS=3, JOBS=16, BUDGET_S=385, VARIANTS="base s2 ...")
 # Variants (compile-time definitions; "base" is the default build):
 #   s2      d64 with 2 K/V stages at seqlen_k <= 1024
 #   m128    d64 with 128-row tiles (2 consumer warpgroups) at seqlen_q <= 1024
@@ -63,7 +63,8 @@ done
 echo "builds: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
 
 if [ ${#libs[@]} -gt 0 ]; then
-  timeout 330 python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --json "$OUT/ab.json" \
+  left=$(( ${BUDGET_S:-385} - ($(date +%s) - T0) ))  # the whole script stays inside its budget
+  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --json "$OUT/ab.json" \
     --b2b-seqlens 512,1024 --b2b-calls 200 >"$OUT/ab.txt" 2>"$LOGDIR/ab.err"
   echo "ab_fwd.py exit $?" | tee -a "$OUT/summary.txt"
   tail -5 "$LOGDIR/ab.err" >>"$OUT/summary.txt"
