@@ -6,7 +6,6 @@
 #include "common.cuh"
 #include "convert.cuh"
 #include "fence.cuh"
-#include "grid.cuh"
 #include "ldst.cuh"
 #include "mbarrier.cuh"
 #include "mufu.cuh"

@@ -46,7 +46,6 @@
 #include "kernels/fwd_rules.h"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/fragment.cuh"
-#include "kernels/sm90/launch.h"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/scheduler.cuh"
@@ -54,7 +53,6 @@
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/fence.cuh"
-#include "ptx/grid.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/warp.cuh"
@@ -181,13 +179,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
     });
-    if constexpr (kProgrammaticLaunch) ptx::griddepcontrol_wait();  // the set-up above overlapped the previous grid
 
     // This CTA's tile on pass `pass` of its walk, its first query row and the number of KV blocks
     // its rows see; false once the walk is over.
     auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
         if (!p.scheduler.tile_for_pass(pass, t)) return false;
-        if (kProgrammaticLaunch && p.scheduler.is_last_pass(pass)) ptx::griddepcontrol_launch_dependents();
         m0 = t.m_block * kBlockM;
         n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
         return true;
@@ -450,20 +446,26 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
-    int device = 0, sms = 0;
-    cudaError_t rc = cudaGetDevice(&device);
+    auto kernel = fwd_kernel<Cfg>;
+    cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    const char* what = "cudaFuncSetAttribute";
     int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
     const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
     if (rc == cudaSuccess && a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
         // Short tiles spend much of their time starting up (barriers, first loads, O store); a
         // persistent CTA per SM overlaps that with its previous tile: +4-15% at seqlen_k <= 2k,
-        // causal +8-14% up to 4k with the back-and-forth walk, -10-40% at 8k-16k (RESULTS 6, 11, 12).
-        rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        // +1-2% at 4k, causal +8-14% up to 4k with the back-and-forth walk, -10-40% at 8k-16k.
+        int device = 0, sms = 0;
+        what = "querying the SM count";
+        rc = cudaGetDevice(&device);
+        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
         ctas = std::min(p.scheduler.num_tiles, sms);
     }
-    const char* what = "querying the device";
-    if (rc == cudaSuccess)
-        rc = launch_with_opt_in<Cfg>(fwd_kernel<Cfg>, ctas, Cfg::kThreads, kSmem, stream, device, &what, tq, tk, tv, to, p);
+    if (rc == cudaSuccess) {
+        what = "kernel launch";
+        kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
+        rc = cudaGetLastError();
+    }
     if (rc != cudaSuccess && error) *error = std::string("forward ") + what + ": " + cudaGetErrorString(rc);
     return rc;
 }
@@ -494,17 +496,14 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
         return cudaErrorInvalidValue;
     }
     // The tile per length (kernels/fwd_rules.h): wide KV blocks for long keys; for d = 64 on
-    // short problems 128-row tiles, which waste less of a short sequence than 192-row ones.
+    // short causal problems 128-row tiles with 2 K/V stages.
     constexpr int kWideN = wide_block_n(kHeadDim), kConsumers = default_consumers(kHeadDim);
     if constexpr (kWideN > 0)
         if (a.seqlen_k >= kWideBlockMinSeqlenK)
             return launch_fwd_dtype<kHeadDim, kConsumers, kWideN, default_stages(kHeadDim)>(a, stream, error);
-    if constexpr (kHeadDim == 64 && kD64NarrowMaxSeqlenQ > 0)
-        if (a.seqlen_q <= kD64NarrowMaxSeqlenQ)
-            return a.seqlen_k <= kD64TwoStageMaxSeqlenK ? launch_fwd_dtype<64, 2, 128, 2>(a, stream, error)
-                                                        : launch_fwd_dtype<64, 2, 128, 3>(a, stream, error);
-    if constexpr (kHeadDim == 64 && kD64TwoStageMaxSeqlenK > 0)
-        if (a.seqlen_k <= kD64TwoStageMaxSeqlenK) return launch_fwd_dtype<64, 3, 128, 2>(a, stream, error);
+    if constexpr (kHeadDim == 64)
+        if (a.causal && std::max(a.seqlen_q, a.seqlen_k) <= kD64CausalNarrowMaxSeqlen)
+            return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);
     return launch_fwd_dtype<kHeadDim, kConsumers, default_block_n(kHeadDim), default_stages(kHeadDim)>(a, stream, error);
 }
 

@@ -44,9 +44,6 @@ struct TileScheduler {
         return true;
     }
 
-    // Whether pass `pass` is this CTA's last (its tile is then the last it computes).
-    __device__ bool is_last_pass(int pass) const { return walk(pass + 1, blockIdx.x, gridDim.x) >= num_tiles; }
-
     // The tile of pass `pass` for CTA `cta` of `grid`; >= num_tiles once the CTA is done.
     __host__ __device__ static int walk(int pass, int cta, int grid) {
         return pass * grid + (pass % 2 == 0 ? cta : grid - 1 - cta);

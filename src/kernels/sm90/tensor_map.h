@@ -109,7 +109,7 @@ inline std::string validate_tensor_map(const TensorMapSpec& spec) {
 
 namespace detail {
 
-inline PFN_cuTensorMapEncodeTiled_v12000 query_encode_fn(std::string* error) {
+inline PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(std::string* error) {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult query = cudaDriverEntryPointSymbolNotFound;
     constexpr int kDriverApiVersion = 12000;  // the ABI version of cuTensorMapEncodeTiled we call
@@ -122,21 +122,6 @@ inline PFN_cuTensorMapEncodeTiled_v12000 query_encode_fn(std::string* error) {
         return nullptr;
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-}
-
-#ifndef HATTN_CACHE_LAUNCH_SETUP
-#define HATTN_CACHE_LAUNCH_SETUP 0
-#endif
-
-inline PFN_cuTensorMapEncodeTiled_v12000 get_encode_fn(std::string* error) {
-#if HATTN_CACHE_LAUNCH_SETUP
-    // The driver's entry point is the same for the whole process, so it is looked up once: a
-    // function-local static, initialised thread-safely by the first call and read-only after
-    // it. A failed lookup is not cached; the call below repeats it and reports why.
-    static const PFN_cuTensorMapEncodeTiled_v12000 cached = query_encode_fn(nullptr);
-    if (cached != nullptr) return cached;
-#endif
-    return query_encode_fn(error);
 }
 
 }  // namespace detail
