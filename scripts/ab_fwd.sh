@@ -1,37 +1,38 @@
 #!/usr/bin/env bash
 # Builds the forward-pass variants side by side (one build folder each, library target only) and
-# A/Bs them against each other and cuDNN in one process (scripts/ab_fwd.py) over the 36-shape grid,
-# plus a back-to-back timing of the short shapes. Logs go to $OUT; a short table is printed last.
-#   OUT=/some/dir bash scripts/ab_fwd.sh   (overrides: ROUNDS=3, JOBS=16, BUDGET_S=385, VARIANTS="base s2 ...")
-# Variants (compile-time definitions; "base" is the default build):
-#   s2      d64 with 2 K/V stages at seqlen_k <= 1024
-#   m128    d64 with 128-row tiles (2 consumer warpgroups) at seqlen_q <= 1024
-#   m128s2  both
-#   pdl     programmatic dependent launch
-#   cache   the driver entry point and the shared-memory opt-in looked up once
-#   pf4k    persistent grid for non-causal problems up to seqlen_k 4096 (default 2048)
-#   all     m128s2 + pdl + cache
+# A/Bs them against each other and cuDNN in one process (scripts/ab_fwd.py) over the shapes the
+# variants act on (persistent grids: seqlen 512..4k; SEQLENS=... widens it), plus a back-to-back
+# timing of the short shapes. Logs go to $OUT; a short table is printed last.
+#   OUT=/some/dir bash scripts/ab_fwd.sh
+#   (overrides: ROUNDS=4, JOBS=16, BUDGET_S=290, SEQLENS=512,1024,2048,4096, VARIANTS="base qrel ...")
+# Variants (compile-time definitions from kernels/fwd_rules.h; "base" is the default build):
+#   qrel    HATTN_FWD_EARLY_Q_RELEASE: Q freed after the last QK^T, before the last PV
+#   turns   HATTN_FWD_CARRY_TURNS: the ping-pong turn carries over from tile to tile
+#   lazyst  HATTN_FWD_DEFER_STORE_WAIT: the O store's read wait moves to the next epilogue
+#   q2      HATTN_FWD_DOUBLE_Q: two Q slots (d64, d128 with 128-wide KV blocks)
+#   qt      qrel + turns
+#   new     all four
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ab_fwd_out}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-4}
+SEQLENS=${SEQLENS:-512,1024,2048,4096}
 JOBS=${JOBS:-16}
-VARIANTS=${VARIANTS:-"base s2 m128 m128s2 pdl cache pf4k all"}
+VARIANTS=${VARIANTS:-"base qrel turns lazyst q2 qt new"}
 mkdir -p "$OUT"
 LOGDIR=$(mktemp -d)
 T0=$(date +%s)
 
-d64() { echo "-DHATTN_FWD_D64_NARROW_MAX_SEQLEN_Q=$1 -DHATTN_FWD_D64_TWO_STAGE_MAX_SEQLEN_K=$2"; }
+D=-DHATTN_FWD_
 defs() {
   case "$1" in
     base) echo "" ;;
-    s2) d64 0 1024 ;;
-    m128) d64 1024 0 ;;
-    m128s2) d64 1024 1024 ;;
-    pdl) echo "-DHATTN_PROGRAMMATIC_LAUNCH=1" ;;
-    cache) echo "-DHATTN_CACHE_LAUNCH_SETUP=1" ;;
-    pf4k) echo "-DHATTN_FWD_PERSISTENT_MAX_SEQLEN_K=4096" ;;
-    all) echo "$(d64 1024 1024) -DHATTN_PROGRAMMATIC_LAUNCH=1 -DHATTN_CACHE_LAUNCH_SETUP=1" ;;
+    qrel) echo "${D}EARLY_Q_RELEASE=1" ;;
+    turns) echo "${D}CARRY_TURNS=1" ;;
+    lazyst) echo "${D}DEFER_STORE_WAIT=1" ;;
+    q2) echo "${D}DOUBLE_Q=1" ;;
+    qt) echo "${D}EARLY_Q_RELEASE=1 ${D}CARRY_TURNS=1" ;;
+    new) echo "${D}EARLY_Q_RELEASE=1 ${D}CARRY_TURNS=1 ${D}DEFER_STORE_WAIT=1 ${D}DOUBLE_Q=1" ;;
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }
@@ -48,12 +49,12 @@ build() {  # name -> build-ab/<name>/libhattn.so
 # All builds at once: each is a handful of translation units, so together they fill the cores.
 pids=()
 for v in $VARIANTS; do build "$v" & pids+=($!); done
-libs=()
+built=()
 i=0
 for v in $VARIANTS; do
   if wait "${pids[$i]}"; then
     lib=$(ls build-ab/"$v"/libhattn.so 2>/dev/null | head -1)
-    if [ -n "$lib" ]; then libs+=(--lib "$v=$lib"); else echo "variant $v: no libhattn.so" | tee -a "$OUT/summary.txt"; fi
+    if [ -n "$lib" ]; then built+=("$v=$lib"); else echo "variant $v: no libhattn.so" | tee -a "$OUT/summary.txt"; fi
   else
     echo "variant $v: BUILD FAILED (tail of its log follows)" | tee -a "$OUT/summary.txt"
     tail -20 "$LOGDIR/build_$v.log" | tee -a "$OUT/summary.txt"
@@ -62,10 +63,30 @@ for v in $VARIANTS; do
 done
 echo "builds: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
 
+# Smoke run of each build in its own process (all at once; correctness checked, persistent
+# multi-tile walks included): a variant that hangs or fails is left out of the one-process A/B
+# instead of taking every other variant's results down with it.
+libs=()
+spids=()
+for vl in "${built[@]}"; do
+  timeout 90 python3 scripts/ab_fwd.py --lib "$vl" --seqlens 512,2048 --rounds 1 --reps 1 \
+    >"$LOGDIR/smoke_${vl%%=*}.txt" 2>&1 & spids+=($!)
+done
+i=0
+for vl in "${built[@]}"; do
+  v=${vl%%=*}
+  wait "${spids[$i]}"; rc=$?
+  if [ $rc -eq 0 ] && ! grep -q "CORRECTNESS FAILURES" "$LOGDIR/smoke_$v.txt"; then libs+=(--lib "$vl")
+  else echo "variant $v: SMOKE RUN FAILED (exit $rc; tail follows), left out" | tee -a "$OUT/summary.txt"
+       tail -8 "$LOGDIR/smoke_$v.txt" | tee -a "$OUT/summary.txt"; fi
+  i=$((i + 1))
+done
+echo "smoke runs: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
+
 if [ ${#libs[@]} -gt 0 ]; then
-  left=$(( ${BUDGET_S:-385} - ($(date +%s) - T0) ))  # the whole script stays inside its budget
-  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --json "$OUT/ab.json" \
-    --b2b-seqlens 512,1024 --b2b-calls 200 >"$OUT/ab.txt" 2>"$LOGDIR/ab.err"
+  left=$(( ${BUDGET_S:-290} - ($(date +%s) - T0) ))  # the whole script stays inside its budget
+  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --seqlens "$SEQLENS" --json "$OUT/ab.json" \
+    --b2b-seqlens 512,1024 --b2b-calls 100 >"$OUT/ab.txt" 2>"$LOGDIR/ab.err"
   echo "ab_fwd.py exit $?" | tee -a "$OUT/summary.txt"
   tail -5 "$LOGDIR/ab.err" >>"$OUT/summary.txt"
 fi

@@ -98,6 +98,8 @@ struct Config {
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
     static constexpr bool kSeparateO =
         2 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
+    static constexpr int kQStages =
+        kDoubleQ && 3 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
     static_assert(kBlockN % Elem::kMmaK == 0 && kBlockN <= 256, "wgmma N / K limits");
     static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
 
@@ -120,11 +122,11 @@ struct NoTile {};
 
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
-    typename Cfg::QTile q;
+    typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KvTile k[Cfg::kStages];
     typename Cfg::KvTile v[Cfg::kStages];
     std::conditional_t<Cfg::kSeparateO, typename Cfg::QTile, NoTile> o;  // NoTile: O is staged in q
-    Ring<1> q_ring;
+    Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
 };
@@ -160,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
     auto& o_staging = [&]() -> typename Cfg::QTile& {
         if constexpr (Cfg::kSeparateO) return smem.o;
-        else return smem.q;
+        else return smem.q[0];  // one Q slot
     }();
 
     const uint32_t warpgroup = ptx::warpgroup_index();
@@ -195,14 +197,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
-            typename Ring<1>::State q_state;
+            typename Ring<Cfg::kQStages>::State q_state;
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
             for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
                 // Q is loaded for every tile, even one with nothing to attend to, so that Q's
                 // phases never depend on the mask.
-                smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
+                smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
+                                           t.batch);
                 q_state.advance();
                 // K runs one block ahead of V, the consumers' order: they need K_it and V_{it-1}
                 // together (S_it and P_{it-1} V_{it-1} are issued back to back).
@@ -242,11 +245,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kBlockN / Elem::kMmaK][4];
         float o_scale[kAccRowsPerThread];
         OnlineSoftmax<kBlockN> softmax;
+        typename Ring<Cfg::kQStages>::State q_state;
+        typename Ring<Cfg::kStages>::State k_state, v_state;
+        Tile t;
+        int m0, n_blocks;
 
         auto gemm_qk = [&](int stage) {
+            const auto& q = smem.q[q_state.stage];
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                mma_ss<kBlockN, Elem, 0>(s, smem.q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
+                mma_ss<kBlockN, Elem, 0>(s, q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
                                          kk > 0 ? 1u : 0u);
         };
         auto gemm_pv = [&](int stage) {
@@ -273,11 +281,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         auto release = [&](auto& ring, const auto& state) {
             if (lane == 0) ring.consumer_release(state);
         };
+        auto release_q = [&] {
+            if (Cfg::kSeparateO && lane == 0) smem.q_ring.consumer_release(q_state);
+        };
+        constexpr bool kDeferWait = kDeferStoreWait && Cfg::kSeparateO;
+        // The last consumer grants the first one its opening turn, per tile or (carried turns)
+        // once per walk; the first consumer's turn barrier is then one arrival richer than its
+        // waits, and it consumes that arrival at the end so every barrier is left balanced.
+        auto open_turns = [&](bool now) {
+            if (Cfg::kPingPong && now && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
+        };
+        auto close_turns = [&](bool now) {
+            if (Cfg::kPingPong && now && cw == 0) my_turn.sync();
+        };
+        open_turns(kCarryTurns);
 
-        typename Ring<1>::State q_state;
-        typename Ring<Cfg::kStages>::State k_state, v_state;
-        Tile t;
-        int m0, n_blocks;
         for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
@@ -308,8 +326,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             smem.q_ring.consumer_wait(q_state);
 
             if (n_blocks > 0) {
-                // The last consumer grants the first one its opening turn.
-                if (Cfg::kPingPong && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
+                open_turns(!kCarryTurns);
 
                 if constexpr (Cfg::kIntraWgOverlap) {
                     // Prologue: S for the first (highest) block and its softmax; no PV yet.
@@ -352,6 +369,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     int it = 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});
                     for (; it < n_blocks; ++it) step(it, std::false_type{});
+                    if constexpr (kEarlyQRelease) release_q();  // our last QK^T has completed
                     // Drain: the last PV.
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
@@ -370,13 +388,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         pv_block();
                     }
                 }
-                // The opening grant made the first consumer's turn barrier one arrival richer
-                // than its waits: consume it so every barrier is left balanced.
-                if (Cfg::kPingPong && cw == 0) my_turn.sync();
+                close_turns(!kCarryTurns);
             }
-            // With its own O buffer, Q is free as soon as our last QK^T has completed: the
-            // producer loads the next tile's Q while we write this tile's O.
-            if (Cfg::kSeparateO && lane == 0) smem.q_ring.consumer_release(q_state);
+            // With its own O buffer, Q is free once our last QK^T has completed: the producer
+            // loads the next tile's Q while we write this tile's O.
+            if (!(kEarlyQRelease && Cfg::kIntraWgOverlap && n_blocks > 0)) release_q();
 
             // ============================== epilogue ==============================
             // O /= rowsum, then O -> smem (stmatrix) -> TMA store. LSE straight to global.
@@ -390,7 +406,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             rescale_rows(o, inv_sum);
             // The barrier keeps us from overwriting our rows of the staging buffer before the
-            // previous tile's store has read them out (thread 0 waits for that below).
+            // previous tile's store has read them out (thread 0 waits for that).
+            if (kDeferWait && tid == 0) ptx::bulk_wait_group_read<0>();
             epilogue_barrier.sync();
             store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, first_row_in_tile);
             store_fence();
@@ -398,11 +415,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (tid == 0) {
                 o_staging.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
                 ptx::bulk_commit_group();
-                ptx::bulk_wait_group_read<0>();  // the staging buffer must outlive the copy's reads
+                if (!kDeferWait) ptx::bulk_wait_group_read<0>();  // the staging buffer must outlive the copy's reads
                 if (!Cfg::kSeparateO) smem.q_ring.consumer_release(q_state);  // O was staged in Q
             }
             q_state.advance();
         }
+        close_turns(kCarryTurns);
+        if (kDeferWait && tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
 
