@@ -12,13 +12,14 @@
 #   q2      HATTN_FWD_DOUBLE_Q: two Q slots (d64, d128 with 128-wide KV blocks)
 #   qt      qrel + turns
 #   new     all four
+#   m64x2   HATTN_FWD_D64_SHORT_TWO_CTAS=2: d64 up to 1k on 64-row tiles, one consumer, 2 CTAs/SM
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ab_fwd_out}
 ROUNDS=${ROUNDS:-4}
 SEQLENS=${SEQLENS:-512,1024,2048,4096}
 JOBS=${JOBS:-16}
-VARIANTS=${VARIANTS:-"base qrel turns lazyst q2 qt new"}
+VARIANTS=${VARIANTS:-"base qrel turns lazyst q2 qt new m64x2"}
 mkdir -p "$OUT"
 LOGDIR=$(mktemp -d)
 T0=$(date +%s)
@@ -33,6 +34,7 @@ defs() {
     q2) echo "${D}DOUBLE_Q=1" ;;
     qt) echo "${D}EARLY_Q_RELEASE=1 ${D}CARRY_TURNS=1" ;;
     new) echo "${D}EARLY_Q_RELEASE=1 ${D}CARRY_TURNS=1 ${D}DEFER_STORE_WAIT=1 ${D}DOUBLE_Q=1" ;;
+    m64x2) echo "${D}D64_SHORT_TWO_CTAS=2" ;;
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }
@@ -69,7 +71,7 @@ echo "builds: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
 libs=()
 spids=()
 for vl in "${built[@]}"; do
-  timeout 90 python3 scripts/ab_fwd.py --lib "$vl" --seqlens 512,2048 --rounds 1 --reps 1 \
+  timeout 60 python3 scripts/ab_fwd.py --lib "$vl" --seqlens 512,2048 --rounds 1 --reps 1 \
     >"$LOGDIR/smoke_${vl%%=*}.txt" 2>&1 & spids+=($!)
 done
 i=0

@@ -80,17 +80,20 @@ template <int kHeadDim_, class Elem_, bool kPingPong_ = true, bool kIntraWgOverl
 struct Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr bool kPingPong = kPingPong_;
+    static constexpr bool kPingPong = kPingPong_ && kConsumers_ > 1;  // one consumer has no one to take turns with
     static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
     static constexpr int kConsumers = kConsumers_;
     static constexpr int kBlockM = kConsumers * kMmaM;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+    // One consumer: two CTAs share an SM, so one's start-up and epilogue overlap the other's GEMMs.
+    static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
     // Register split of the SM's 64K: the producer only computes coordinates, the consumers hold
-    // O, S and P. 2 consumers: 128 x 24 + 256 x 240 = 64512; 3: 128 x 32 + 384 x 160 = 65536.
-    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
-    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
+    // O, S and P. 2 consumers: 128 x 24 + 256 x 240 = 64512; 3: 128 x 32 + 384 x 160 = 65536;
+    // 1 (two CTAs): 2 x (128 x 24 + 128 x 232) = 65536.
+    static constexpr uint32_t kProducerRegs = kConsumers == 3 ? 32 : 24;
+    static constexpr uint32_t kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
 
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
@@ -101,8 +104,7 @@ struct Config {
     static constexpr int kQStages =
         kDoubleQ && 3 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
     static_assert(kBlockN % Elem::kMmaK == 0 && kBlockN <= 256, "wgmma N / K limits");
-    static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
-
+    static_assert(kConsumers >= 1 && kConsumers <= 3, "register split defined for 1 to 3 consumers");
 };
 
 // Named barriers (0 is __syncthreads): a consumer waits on its own "turn" before issuing GEMMs
@@ -131,10 +133,8 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<Cfg::kStages> v_ring;
 };
 
-template <class Cfg>
-constexpr int shared_bytes() {
-    return static_cast<int>(sizeof(SharedStorage<Cfg>)) + kSharedAlign;  // + slack to align the base
-}
+template <class Cfg>  // + slack to align the base
+constexpr int shared_bytes() { return static_cast<int>(sizeof(SharedStorage<Cfg>)) + kSharedAlign; }
 
 // Scalars the kernel needs besides the four tensor maps.
 struct KernelParams {
@@ -149,7 +149,7 @@ struct KernelParams {
 // The kernel
 // ---------------------------------------------------------------------------------------
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
     fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_o,
                const KernelParams p) {
@@ -160,10 +160,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
-    auto& o_staging = [&]() -> typename Cfg::QTile& {
-        if constexpr (Cfg::kSeparateO) return smem.o;
-        else return smem.q[0];  // one Q slot
-    }();
+    auto& o_staging = *[&] { if constexpr (Cfg::kSeparateO) return &smem.o; else return &smem.q[0]; }();
 
     const uint32_t warpgroup = ptx::warpgroup_index();
 
@@ -464,9 +461,11 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
                          a.softmax_scale, a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
-    static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
+    static_assert(kSmem * Cfg::kCtasPerSm <= kMaxSharedBytes, "tile does not fit in shared memory");
     auto kernel = fwd_kernel<Cfg>;
     cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (rc == cudaSuccess && Cfg::kCtasPerSm > 1)  // room for several CTAs' shared memory on an SM
+        rc = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     const char* what = "cudaFuncSetAttribute";
     int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
     const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
@@ -478,7 +477,7 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         what = "querying the SM count";
         rc = cudaGetDevice(&device);
         if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        ctas = std::min(p.scheduler.num_tiles, sms);
+        ctas = std::min(p.scheduler.num_tiles, sms * Cfg::kCtasPerSm);
     }
     if (rc == cudaSuccess) {
         what = "kernel launch";
@@ -520,9 +519,11 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
     if constexpr (kWideN > 0)
         if (a.seqlen_k >= kWideBlockMinSeqlenK)
             return launch_fwd_dtype<kHeadDim, kConsumers, kWideN, default_stages(kHeadDim)>(a, stream, error);
-    if constexpr (kHeadDim == 64)
-        if (a.causal && std::max(a.seqlen_q, a.seqlen_k) <= kD64CausalNarrowMaxSeqlen)
-            return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);
+    if constexpr (kHeadDim == 64) {
+        const int longest = std::max(a.seqlen_q, a.seqlen_k);
+        if (kD64ShortTwoCtas > (a.causal ? 0 : 1) && longest <= 1024) return launch_fwd_dtype<64, 1, 128, 2>(a, stream, error);
+        if (a.causal && longest <= kD64CausalNarrowMaxSeqlen) return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);
+    }
     return launch_fwd_dtype<kHeadDim, kConsumers, default_block_n(kHeadDim), default_stages(kHeadDim)>(a, stream, error);
 }
 
