@@ -470,6 +470,7 @@ std::vector<Case> feature_cases() {
     cases.push_back(make_case(4, 24, 24, 300, 517, 128, HATTN_DTYPE_FP16, false));
     cases.push_back(make_case(3, 32, 4, 260, 300, 256, HATTN_DTYPE_BF16, false));
     cases.push_back(make_case(4, 24, 24, 517, 300, 128, HATTN_DTYPE_BF16, true));  // rows with no key
+    cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, true));  // d64 causal short: 128-row tiles
     // Long sequences (GPU reference).
     cases.push_back(make_case(1, 2, 1, 8192, 8192, 256, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(1, 2, 2, 16384, 16384, 128, HATTN_DTYPE_FP16, false));

@@ -5,7 +5,7 @@
 
 // Problems with at most this many keys run on a persistent grid (one CTA per SM, see
 // launch_fwd); the limits for causal and non-causal masks are separate measurements
-// (non-causal 4096: +1-2% at d64/d128 4k over 2048, RESULTS.md 2026-12-01).
+// (non-causal 4096: +1-2% at d64/d128 4k over 2048, bench/RESULTS.md run 16).
 #ifndef HATTN_FWD_PERSISTENT_MAX_SEQLEN_K
 #define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 4096
 #endif
@@ -15,7 +15,7 @@
 // d = 64, causal, both lengths at most this: 128-row tiles (2 consumer warpgroups) and 2 K/V
 // stages instead of 192-row tiles and 3 stages: +13-16% at 512-1k, where a 192-row tile pads
 // 512 to 576 and 1024 to 1152 rows and its diagonal blocks mask more; without a mask the
-// narrow tile loses 2-5% at the same lengths (RESULTS.md, 2026-12-01). 0 turns it off.
+// narrow tile loses 2-5% at the same lengths (bench/RESULTS.md run 16). 0 turns it off.
 #ifndef HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
 #define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 1024
 #endif
