@@ -71,7 +71,7 @@ echo "builds: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
 libs=()
 spids=()
 for vl in "${built[@]}"; do
-  timeout 60 python3 scripts/ab_fwd.py --lib "$vl" --seqlens 512,2048 --rounds 1 --reps 1 \
+  timeout 75 python3 scripts/ab_fwd.py --lib "$vl" --seqlens 512,2048 --rounds 1 --reps 1 \
     >"$LOGDIR/smoke_${vl%%=*}.txt" 2>&1 & spids+=($!)
 done
 i=0
