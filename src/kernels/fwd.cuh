@@ -80,20 +80,17 @@ template <int kHeadDim_, class Elem_, bool kPingPong_ = true, bool kIntraWgOverl
 struct Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr bool kPingPong = kPingPong_ && kConsumers_ > 1;  // one consumer has no one to take turns with
+    static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
     static constexpr int kConsumers = kConsumers_;
     static constexpr int kBlockM = kConsumers * kMmaM;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    // One consumer: two CTAs share an SM, so one's start-up and epilogue overlap the other's GEMMs.
-    static constexpr int kCtasPerSm = kConsumers == 1 ? 2 : 1;
     // Register split of the SM's 64K: the producer only computes coordinates, the consumers hold
-    // O, S and P. 2 consumers: 128 x 24 + 256 x 240 = 64512; 3: 128 x 32 + 384 x 160 = 65536;
-    // 1 (two CTAs): 2 x (128 x 24 + 128 x 232) = 65536.
-    static constexpr uint32_t kProducerRegs = kConsumers == 3 ? 32 : 24;
-    static constexpr uint32_t kConsumerRegs = kConsumers == 1 ? 232 : kConsumers == 2 ? 240 : 160;
+    // O, S and P. 2 consumers: 128 x 24 + 256 x 240 = 64512; 3: 128 x 32 + 384 x 160 = 65536.
+    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
+    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
 
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
@@ -101,10 +98,12 @@ struct Config {
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
     static constexpr bool kSeparateO =
         2 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
+    // Two Q slots where they fit too (d64, d128 with 128-wide blocks): the next tile's Q then
+    // loads during this whole tile, not only after our last QK^T, so no tile waits for its Q.
     static constexpr int kQStages =
-        kDoubleQ && 3 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
+        3 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
     static_assert(kBlockN % Elem::kMmaK == 0 && kBlockN <= 256, "wgmma N / K limits");
-    static_assert(kConsumers >= 1 && kConsumers <= 3, "register split defined for 1 to 3 consumers");
+    static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
 };
 
 // Named barriers (0 is __syncthreads): a consumer waits on its own "turn" before issuing GEMMs
@@ -149,7 +148,7 @@ struct KernelParams {
 // The kernel
 // ---------------------------------------------------------------------------------------
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_o,
                const KernelParams p) {
@@ -281,17 +280,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
         auto release_q = [&] {
             if (Cfg::kSeparateO && lane == 0) smem.q_ring.consumer_release(q_state);
         };
-        constexpr bool kDeferWait = kDeferStoreWait && Cfg::kSeparateO;
-        // The last consumer grants the first one its opening turn, per tile or (carried turns)
-        // once per walk; the first consumer's turn barrier is then one arrival richer than its
-        // waits, and it consumes that arrival at the end so every barrier is left balanced.
-        auto open_turns = [&](bool now) {
-            if (Cfg::kPingPong && now && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
-        };
-        auto close_turns = [&](bool now) {
-            if (Cfg::kPingPong && now && cw == 0) my_turn.sync();
-        };
-        open_turns(kCarryTurns);
+        // The turn carries over from tile to tile: every consumer of a tile sees the same n_blocks
+        // and so takes the same number of turns, and the rotation ends where it began (the last
+        // consumer hands to the first). So the first consumer can issue tile t+1's first GEMM
+        // while the others still run tile t's epilogue, instead of waiting for a fresh grant
+        // after the last one's. The last consumer grants the opening turn once per walk; the
+        // first consumer's barrier is then one arrival richer than its waits, and it consumes
+        // that arrival after the walk so every barrier is left balanced.
+        if (Cfg::kPingPong && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
 
         for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
@@ -323,8 +319,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
             smem.q_ring.consumer_wait(q_state);
 
             if (n_blocks > 0) {
-                open_turns(!kCarryTurns);
-
                 if constexpr (Cfg::kIntraWgOverlap) {
                     // Prologue: S for the first (highest) block and its softmax; no PV yet.
                     s_block(0);
@@ -366,7 +360,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
                     int it = 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});
                     for (; it < n_blocks; ++it) step(it, std::false_type{});
-                    if constexpr (kEarlyQRelease) release_q();  // our last QK^T has completed
+                    // Our last QK^T has completed (waited for above) and the drain PV reads only P
+                    // (registers) and V: Q is free one softmax and one PV earlier than the epilogue.
+                    release_q();
                     // Drain: the last PV.
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
@@ -385,11 +381,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
                         pv_block();
                     }
                 }
-                close_turns(!kCarryTurns);
             }
             // With its own O buffer, Q is free once our last QK^T has completed: the producer
             // loads the next tile's Q while we write this tile's O.
-            if (!(kEarlyQRelease && Cfg::kIntraWgOverlap && n_blocks > 0)) release_q();
+            if (!Cfg::kIntraWgOverlap || n_blocks == 0) release_q();
 
             // ============================== epilogue ==============================
             // O /= rowsum, then O -> smem (stmatrix) -> TMA store. LSE straight to global.
@@ -403,8 +398,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
             }
             rescale_rows(o, inv_sum);
             // The barrier keeps us from overwriting our rows of the staging buffer before the
-            // previous tile's store has read them out (thread 0 waits for that).
-            if (kDeferWait && tid == 0) ptx::bulk_wait_group_read<0>();
+            // previous tile's store has read them out. Thread 0 waits for those reads only here,
+            // not right after issuing the store: a bulk group is tracked per issuing thread and
+            // nothing else touches our rows of a separate O buffer in between, so the reads
+            // overlap this tile's GEMMs instead of delaying its start (O in Q waits at once).
+            if (Cfg::kSeparateO && tid == 0) ptx::bulk_wait_group_read<0>();
             epilogue_barrier.sync();
             store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, first_row_in_tile);
             store_fence();
@@ -412,13 +410,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kCtasPerSm)
             if (tid == 0) {
                 o_staging.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
                 ptx::bulk_commit_group();
-                if (!kDeferWait) ptx::bulk_wait_group_read<0>();  // the staging buffer must outlive the copy's reads
-                if (!Cfg::kSeparateO) smem.q_ring.consumer_release(q_state);  // O was staged in Q
+                if (!Cfg::kSeparateO) {  // O was staged in Q: the next Q may land once it is read out
+                    ptx::bulk_wait_group_read<0>();
+                    smem.q_ring.consumer_release(q_state);
+                }
             }
             q_state.advance();
         }
-        close_turns(kCarryTurns);
-        if (kDeferWait && tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
+        if (Cfg::kPingPong && cw == 0) my_turn.sync();  // the opening grant's arrival
+        if (Cfg::kSeparateO && tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
 
@@ -461,11 +461,9 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
                          a.softmax_scale, a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
-    static_assert(kSmem * Cfg::kCtasPerSm <= kMaxSharedBytes, "tile does not fit in shared memory");
+    static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
     auto kernel = fwd_kernel<Cfg>;
     cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (rc == cudaSuccess && Cfg::kCtasPerSm > 1)  // room for several CTAs' shared memory on an SM
-        rc = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     const char* what = "cudaFuncSetAttribute";
     int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
     const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
@@ -477,7 +475,7 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         what = "querying the SM count";
         rc = cudaGetDevice(&device);
         if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        ctas = std::min(p.scheduler.num_tiles, sms * Cfg::kCtasPerSm);
+        ctas = std::min(p.scheduler.num_tiles, sms);
     }
     if (rc == cudaSuccess) {
         what = "kernel launch";
@@ -521,7 +519,6 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
             return launch_fwd_dtype<kHeadDim, kConsumers, kWideN, default_stages(kHeadDim)>(a, stream, error);
     if constexpr (kHeadDim == 64) {
         const int longest = std::max(a.seqlen_q, a.seqlen_k);
-        if (kD64ShortTwoCtas > (a.causal ? 0 : 1) && longest <= 1024) return launch_fwd_dtype<64, 1, 128, 2>(a, stream, error);
         if (a.causal && longest <= kD64CausalNarrowMaxSeqlen) return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);
     }
     return launch_fwd_dtype<kHeadDim, kConsumers, default_block_n(kHeadDim), default_stages(kHeadDim)>(a, stream, error);

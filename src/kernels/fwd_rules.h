@@ -20,39 +20,7 @@
 #define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 1024
 #endif
 
-// Schedule switches under A/B (0 = off; bench/RESULTS.md records the decision):
-//   EARLY_Q_RELEASE  a consumer frees Q after its last QK^T has completed, before the last PV,
-//                    so the next tile's Q load starts one softmax and one PV GEMM earlier
-//   CARRY_TURNS      the ping-pong turn passes on from one tile to the next, instead of being
-//                    granted anew per tile after the last consumer's epilogue
-//   DEFER_STORE_WAIT the thread that issues a tile's O store waits for its reads only before the
-//                    staging buffer is written again (the next tile's epilogue), not at once
-//   DOUBLE_Q         two Q slots where shared memory allows: the next tile's Q loads during this tile
-//   D64_SHORT_TWO_CTAS  d = 64 up to 1k: 64-row tiles, one consumer, two CTAs per SM (1: causal
-//                    only, 2: causal and full)
-#ifndef HATTN_FWD_EARLY_Q_RELEASE
-#define HATTN_FWD_EARLY_Q_RELEASE 0
-#endif
-#ifndef HATTN_FWD_CARRY_TURNS
-#define HATTN_FWD_CARRY_TURNS 0
-#endif
-#ifndef HATTN_FWD_DEFER_STORE_WAIT
-#define HATTN_FWD_DEFER_STORE_WAIT 0
-#endif
-#ifndef HATTN_FWD_DOUBLE_Q
-#define HATTN_FWD_DOUBLE_Q 0
-#endif
-#ifndef HATTN_FWD_D64_SHORT_TWO_CTAS
-#define HATTN_FWD_D64_SHORT_TWO_CTAS 0
-#endif
-
 namespace hattn::fwd {
-
-constexpr bool kEarlyQRelease = HATTN_FWD_EARLY_Q_RELEASE != 0;
-constexpr bool kCarryTurns = HATTN_FWD_CARRY_TURNS != 0;
-constexpr bool kDeferStoreWait = HATTN_FWD_DEFER_STORE_WAIT != 0;
-constexpr bool kDoubleQ = HATTN_FWD_DOUBLE_Q != 0;
-constexpr int kD64ShortTwoCtas = HATTN_FWD_D64_SHORT_TWO_CTAS;
 
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
