@@ -99,7 +99,7 @@ struct Config {
     static constexpr bool kSeparateO =
         2 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
     // Two Q slots where they fit too (d64, d128 with 128-wide blocks): the next tile's Q then
-    // loads during this whole tile, not only after our last QK^T, so no tile waits for its Q.
+    // loads during this whole tile, not only after our last QK^T, and is there on arrival.
     static constexpr int kQStages =
         3 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
     static_assert(kBlockN % Elem::kMmaK == 0 && kBlockN <= 256, "wgmma N / K limits");
