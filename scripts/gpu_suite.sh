@@ -354,10 +354,11 @@ cli_args() {  # head_dim dtype causal(0/1) [extra flags]
 }
 
 # Every kernel variant the library builds: head_dim x dtype x mask, plus the d128 bf16 ablations;
-# then shapes that take other paths through the kernel: GQA, a persistent grid with more tiles than
-# SMs (non-causal, seqlen_k <= 2048: one CTA per SM walks several tiles; 4 x 40 x 3 = 480 tiles;
-# d128 stages O in its own buffer, d256 in Q's), and causal with seqlen_q > seqlen_k (rows that see
-# no key). The large persistent shapes skip the reference check (the tools slow its kernel most).
+# then shapes that take other paths through the kernel: GQA, persistent grids with more tiles than
+# SMs for every head dim and both masks (one CTA per SM walks several tiles, 320-480 of them; the
+# ping-pong turn, two Q slots and the O store's deferred read wait carry over from tile to tile;
+# d64/d128 stage O in its own buffer, d256 in Q's; once more without the intra-warpgroup overlap),
+# and causal with seqlen_q > seqlen_k (rows that see no key). The large persistent shapes skip the reference check (the tools slow its kernel most).
 # The backward (`hattn bwd`): every head dim and mask in bf16, fp16 once, the deterministic mode
 # (ordered dQ adds) per head dim, GQA, and causal with seqlen_q > seqlen_k.
 sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
@@ -371,8 +372,10 @@ sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
   echo "fwd 128 bf16 0 --no-intra-wg-overlap"
   echo "fwd 128 bf16 0 --no-pingpong --no-intra-wg-overlap"
   echo "fwd 128 bf16 1 --heads 8 --heads-kv 2"
-  echo "fwd 128 bf16 0 --batch 4 --heads 40 --no-verify"
-  echo "fwd 256 bf16 0 --batch 4 --heads 40 --no-verify"
+  for d in 64 128 256; do
+    for causal in 0 1; do echo "fwd $d bf16 $causal --batch 4 --heads 40 --no-verify"; done
+  done
+  echo "fwd 128 bf16 1 --batch 4 --heads 40 --no-intra-wg-overlap --no-verify"
   echo "fwd 64 fp16 1 --seqlen-q 333 --seqlen-k 200"
   for d in 64 128 256; do
     for causal in 0 1; do echo "bwd $d bf16 $causal"; done

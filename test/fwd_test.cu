@@ -463,26 +463,35 @@ std::vector<Case> feature_cases() {
         c.with_lse = false;
         cases.push_back(c);
     }
-    // Many more tiles than SMs, so each persistent CTA (non-causal) walks several tiles and
-    // the Q / O staging and every barrier phase carry over from tile to tile: d256 stages O in
-    // Q's buffer, d64 and d128 in their own.
+    // Many more tiles than SMs, so each persistent CTA walks several tiles and the Q slots, the
+    // O staging (and its deferred read wait), the ping-pong turn carried from tile to tile and
+    // every barrier phase run on across tiles: d256 and d128 with 176-wide blocks (seqlen_k 4096)
+    // stage O in Q's buffer, d64 and d128 with 128-wide blocks in their own, with two Q slots.
     cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, false));
     cases.push_back(make_case(4, 24, 24, 300, 517, 128, HATTN_DTYPE_FP16, false));
     cases.push_back(make_case(3, 32, 4, 260, 300, 256, HATTN_DTYPE_BF16, false));
     cases.push_back(make_case(4, 24, 24, 517, 300, 128, HATTN_DTYPE_BF16, true));  // rows with no key
+    cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, true));  // d64 causal short: 128-row tiles
+    cases.push_back(make_case(2, 24, 8, 1100, 1300, 64, HATTN_DTYPE_FP16, true));  // d64 causal: 192-row tiles
+    cases.push_back(make_case(3, 32, 4, 300, 260, 256, HATTN_DTYPE_BF16, true));  // rows with no key
+    cases.push_back(make_case(2, 72, 8, 130, 4096, 128, HATTN_DTYPE_BF16, false));  // 176-wide blocks, O in Q
     // Long sequences (GPU reference).
     cases.push_back(make_case(1, 2, 1, 8192, 8192, 256, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(1, 2, 2, 16384, 16384, 128, HATTN_DTYPE_FP16, false));
     return finish(cases, 3);
 }
 
-// The ablation variants exist only at d128 bf16.
+// The ablation variants exist only at d128 bf16. The 288-tile shapes walk several tiles per
+// persistent CTA: the turn carried across tiles (one turn per GEMM batch without the overlap)
+// and the Q release and O store wait of each schedule must hold there too.
 std::vector<Case> ablation_cases() {
     std::vector<Case> cases;
     for (unsigned flags : {unsigned{HATTN_FWD_NO_PINGPONG}, unsigned{HATTN_FWD_NO_INTRA_WG_OVERLAP},
                            unsigned{HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP}}) {
         for (Case c : {make_case(2, 4, 2, 259, 301, 128, HATTN_DTYPE_BF16, false),
                        make_case(2, 4, 2, 301, 259, 128, HATTN_DTYPE_BF16, true),
+                       make_case(4, 24, 8, 300, 200, 128, HATTN_DTYPE_BF16, false),
+                       make_case(4, 24, 24, 300, 333, 128, HATTN_DTYPE_BF16, true),
                        make_case(1, 4, 4, 4097, 4097, 128, HATTN_DTYPE_BF16, true)}) {
             c.flags = flags;
             cases.push_back(c);

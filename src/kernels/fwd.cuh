@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "kernels/fwd_args.h"
+#include "kernels/fwd_rules.h"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/mask.cuh"
@@ -97,9 +98,12 @@ struct Config {
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
     static constexpr bool kSeparateO =
         2 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
+    // Two Q slots where they fit too (d64, d128 with 128-wide blocks): the next tile's Q then
+    // loads during this whole tile, not only after our last QK^T, and is there on arrival.
+    static constexpr int kQStages =
+        3 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
     static_assert(kBlockN % Elem::kMmaK == 0 && kBlockN <= 256, "wgmma N / K limits");
     static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
-
 };
 
 // Named barriers (0 is __syncthreads): a consumer waits on its own "turn" before issuing GEMMs
@@ -119,19 +123,17 @@ struct NoTile {};
 
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
-    typename Cfg::QTile q;
+    typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KvTile k[Cfg::kStages];
     typename Cfg::KvTile v[Cfg::kStages];
     std::conditional_t<Cfg::kSeparateO, typename Cfg::QTile, NoTile> o;  // NoTile: O is staged in q
-    Ring<1> q_ring;
+    Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
 };
 
-template <class Cfg>
-constexpr int shared_bytes() {
-    return static_cast<int>(sizeof(SharedStorage<Cfg>)) + kSharedAlign;  // + slack to align the base
-}
+template <class Cfg>  // + slack to align the base
+constexpr int shared_bytes() { return static_cast<int>(sizeof(SharedStorage<Cfg>)) + kSharedAlign; }
 
 // Scalars the kernel needs besides the four tensor maps.
 struct KernelParams {
@@ -157,10 +159,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
-    auto& o_staging = [&]() -> typename Cfg::QTile& {
-        if constexpr (Cfg::kSeparateO) return smem.o;
-        else return smem.q;
-    }();
+    auto& o_staging = *[&] { if constexpr (Cfg::kSeparateO) return &smem.o; else return &smem.q[0]; }();
 
     const uint32_t warpgroup = ptx::warpgroup_index();
 
@@ -194,14 +193,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
-            typename Ring<1>::State q_state;
+            typename Ring<Cfg::kQStages>::State q_state;
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
             for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
                 // Q is loaded for every tile, even one with nothing to attend to, so that Q's
                 // phases never depend on the mask.
-                smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
+                smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
+                                           t.batch);
                 q_state.advance();
                 // K runs one block ahead of V, the consumers' order: they need K_it and V_{it-1}
                 // together (S_it and P_{it-1} V_{it-1} are issued back to back).
@@ -241,11 +241,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kBlockN / Elem::kMmaK][4];
         float o_scale[kAccRowsPerThread];
         OnlineSoftmax<kBlockN> softmax;
+        typename Ring<Cfg::kQStages>::State q_state;
+        typename Ring<Cfg::kStages>::State k_state, v_state;
+        Tile t;
+        int m0, n_blocks;
 
         auto gemm_qk = [&](int stage) {
+            const auto& q = smem.q[q_state.stage];
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                mma_ss<kBlockN, Elem, 0>(s, smem.q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
+                mma_ss<kBlockN, Elem, 0>(s, q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
                                          kk > 0 ? 1u : 0u);
         };
         auto gemm_pv = [&](int stage) {
@@ -272,11 +277,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         auto release = [&](auto& ring, const auto& state) {
             if (lane == 0) ring.consumer_release(state);
         };
+        auto release_q = [&] {
+            if (Cfg::kSeparateO && lane == 0) smem.q_ring.consumer_release(q_state);
+        };
+        // The turn carries over from tile to tile: every consumer of a tile sees the same n_blocks
+        // and so takes the same number of turns, and the rotation ends where it began (the last
+        // consumer hands to the first). So the first consumer can issue tile t+1's first GEMM
+        // while the others still run tile t's epilogue, instead of waiting for a fresh grant
+        // after the last one's. The last consumer grants the opening turn once per walk; the
+        // first consumer's barrier is then one arrival richer than its waits, and it consumes
+        // that arrival after the walk so every barrier is left balanced.
+        if (Cfg::kPingPong && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
 
-        typename Ring<1>::State q_state;
-        typename Ring<Cfg::kStages>::State k_state, v_state;
-        Tile t;
-        int m0, n_blocks;
         for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
@@ -307,9 +319,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             smem.q_ring.consumer_wait(q_state);
 
             if (n_blocks > 0) {
-                // The last consumer grants the first one its opening turn.
-                if (Cfg::kPingPong && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
-
                 if constexpr (Cfg::kIntraWgOverlap) {
                     // Prologue: S for the first (highest) block and its softmax; no PV yet.
                     s_block(0);
@@ -351,6 +360,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     int it = 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});
                     for (; it < n_blocks; ++it) step(it, std::false_type{});
+                    // Our last QK^T has completed (waited for above) and the drain PV reads only P
+                    // (registers) and V: Q is free one softmax and one PV earlier than the epilogue.
+                    release_q();
                     // Drain: the last PV.
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
@@ -369,13 +381,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         pv_block();
                     }
                 }
-                // The opening grant made the first consumer's turn barrier one arrival richer
-                // than its waits: consume it so every barrier is left balanced.
-                if (Cfg::kPingPong && cw == 0) my_turn.sync();
             }
-            // With its own O buffer, Q is free as soon as our last QK^T has completed: the
-            // producer loads the next tile's Q while we write this tile's O.
-            if (Cfg::kSeparateO && lane == 0) smem.q_ring.consumer_release(q_state);
+            // With its own O buffer, Q is free once our last QK^T has completed: the producer
+            // loads the next tile's Q while we write this tile's O.
+            if (!Cfg::kIntraWgOverlap || n_blocks == 0) release_q();
 
             // ============================== epilogue ==============================
             // O /= rowsum, then O -> smem (stmatrix) -> TMA store. LSE straight to global.
@@ -389,7 +398,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             rescale_rows(o, inv_sum);
             // The barrier keeps us from overwriting our rows of the staging buffer before the
-            // previous tile's store has read them out (thread 0 waits for that below).
+            // previous tile's store has read them out. Thread 0 waits for those reads only here,
+            // not right after issuing the store: a bulk group is tracked per issuing thread and
+            // nothing else touches our rows of a separate O buffer in between, so the reads
+            // overlap this tile's GEMMs instead of delaying its start (O in Q waits at once).
+            if (Cfg::kSeparateO && tid == 0) ptx::bulk_wait_group_read<0>();
             epilogue_barrier.sync();
             store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, first_row_in_tile);
             store_fence();
@@ -397,39 +410,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (tid == 0) {
                 o_staging.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
                 ptx::bulk_commit_group();
-                ptx::bulk_wait_group_read<0>();  // the staging buffer must outlive the copy's reads
-                if (!Cfg::kSeparateO) smem.q_ring.consumer_release(q_state);  // O was staged in Q
+                if (!Cfg::kSeparateO) {  // O was staged in Q: the next Q may land once it is read out
+                    ptx::bulk_wait_group_read<0>();
+                    smem.q_ring.consumer_release(q_state);
+                }
             }
             q_state.advance();
         }
+        if (Cfg::kPingPong && cw == 0) my_turn.sync();  // the opening grant's arrival
+        if (Cfg::kSeparateO && tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------
-// Problems with at most this many keys run on a persistent grid (one CTA per SM, see
-// launch_fwd); the limits for causal and non-causal masks are separate measurements.
-#ifndef HATTN_FWD_PERSISTENT_MAX_SEQLEN_K
-#define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 2048
-#endif
-#ifndef HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K
-#define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
-#endif
-constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
-constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
-
+// The rules for grid and tile (persistence, tile per length) are in kernels/fwd_rules.h.
 // The checks a vendoring user gets without the C API in front (which checks much more, with
 // messages naming each field): what would otherwise crash the host or launch nonsense.
 inline bool check_args(FwdArgs& a, std::string* error) {
-    auto fail = [&](const char* what) {
-        if (error) *error = what;
-        return false;
-    };
-    if (!a.q || !a.k || !a.v || !a.o) return fail("q, k, v and o must be non-NULL");
-    if (const char* what = fwd::check_shape_dtype_scale(a)) return fail(what);
-    // Base alignment, strides and sizes are checked by encode_tensor_map below.
-    return true;
+    const char* what = !a.q || !a.k || !a.v || !a.o ? "q, k, v and o must be non-NULL" : fwd::check_shape_dtype_scale(a);
+    if (what != nullptr && error) *error = what;
+    return what == nullptr;  // base alignment, strides and sizes are checked by encode_tensor_map below
 }
 
 template <class Cfg>
@@ -448,53 +450,47 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         !make_bshd_map(&to, o, Elem::kTmaType, kBoxCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
-    KernelParams p;
-    p.lse = a.lse;
-    p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
     const int num_m_blocks = (a.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * a.heads_q * a.batch;
     if (num_tiles > INT32_MAX) {
         if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
         return cudaErrorInvalidValue;
     }
-    p.scheduler = TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal};
-    p.scale = a.softmax_scale;
-    p.scale_log2 = a.softmax_scale * kLog2e;
+    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal},
+                         TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal},
+                         a.softmax_scale, a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
     auto kernel = fwd_kernel<Cfg>;
     cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (rc != cudaSuccess) {
-        if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
-        return rc;
-    }
+    const char* what = "cudaFuncSetAttribute";
     int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
     const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
-    if (a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
-        // Short tiles spend a large share of their time starting up (barrier setup, first Q/K
-        // loads, O store); one persistent CTA per SM overlaps that with the previous tile:
-        // +4-15% at seqlen_k <= 2k without a mask, and with a causal mask +8-14% at d128 once
-        // the back-and-forth walk balances the tile costs, up to 4k (bench/RESULTS.md, runs 6,
-        // 11, 12; at 8k-16k the persistent causal grid loses 10-40%).
-        // Long tiles amortize the start-up.
+    if (rc == cudaSuccess && a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
+        // Short tiles spend much of their time starting up (barriers, first loads, O store); a
+        // persistent CTA per SM overlaps that with its previous tile: +4-15% at seqlen_k <= 2k,
+        // +1-2% at 4k, causal +8-14% up to 4k with the back-and-forth walk, -10-40% at 8k-16k.
         int device = 0, sms = 0;
+        what = "querying the SM count";
         rc = cudaGetDevice(&device);
         if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if (rc != cudaSuccess) {
-            if (error) *error = std::string("querying the SM count: ") + cudaGetErrorString(rc);
-            return rc;
-        }
         ctas = std::min(p.scheduler.num_tiles, sms);
     }
-    kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
-    rc = cudaGetLastError();
-    if (rc != cudaSuccess && error) *error = std::string("forward kernel launch: ") + cudaGetErrorString(rc);
+    if (rc == cudaSuccess) {
+        what = "kernel launch";
+        kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
+        rc = cudaGetLastError();
+    }
+    if (rc != cudaSuccess && error) *error = std::string("forward ") + what + ": " + cudaGetErrorString(rc);
     return rc;
 }
 
-constexpr int kWideBlockN = 176;
-constexpr int kWideBlockMinSeqlenK = 4096;
+template <int kHeadDim, int kConsumers, int kBlockN, int kStages>
+cudaError_t launch_fwd_dtype(const FwdArgs& a, cudaStream_t stream, std::string* error) {
+    if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, true, kConsumers, kBlockN, kStages>>(a, stream, error);
+    return launch_fwd<Config<kHeadDim, Fp16, true, true, kConsumers, kBlockN, kStages>>(a, stream, error);
+}
 
 // Entry point for one head dim: picks dtype and (d = 128, bf16 only) the ablation variant.
 template <int kHeadDim>
@@ -515,17 +511,17 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
         if (error) *error = "ablation variants are built for head_dim 128 bf16 only";
         return cudaErrorInvalidValue;
     }
-    // d = 128 with long keys: 176-wide KV blocks (FA3's tile) give each GEMM more work per
-    // wait and per turn, +1-6% at seqlen_k >= 4k; short problems lose up to 27% with them
-    // (fewer, more masked blocks), so they keep 128 (bench/RESULTS.md run 12).
-    if constexpr (kHeadDim == 128) {
-        if (a.seqlen_k >= kWideBlockMinSeqlenK) {
-            if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, true, 2, kWideBlockN>>(a, stream, error);
-            return launch_fwd<Config<kHeadDim, Fp16, true, true, 2, kWideBlockN>>(a, stream, error);
-        }
+    // The tile per length (kernels/fwd_rules.h): wide KV blocks for long keys; for d = 64 on
+    // short causal problems 128-row tiles with 2 K/V stages.
+    constexpr int kWideN = wide_block_n(kHeadDim), kConsumers = default_consumers(kHeadDim);
+    if constexpr (kWideN > 0)
+        if (a.seqlen_k >= kWideBlockMinSeqlenK)
+            return launch_fwd_dtype<kHeadDim, kConsumers, kWideN, default_stages(kHeadDim)>(a, stream, error);
+    if constexpr (kHeadDim == 64) {
+        const int longest = std::max(a.seqlen_q, a.seqlen_k);
+        if (a.causal && longest <= kD64CausalNarrowMaxSeqlen) return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);
     }
-    if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16>>(a, stream, error);
-    return launch_fwd<Config<kHeadDim, Fp16>>(a, stream, error);
+    return launch_fwd_dtype<kHeadDim, kConsumers, default_block_n(kHeadDim), default_stages(kHeadDim)>(a, stream, error);
 }
 
 }  // namespace hattn::fwd

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the forward-pass variants side by side (one build folder each, library target only) and
+# A/Bs them against each other and cuDNN in one process (scripts/ab_fwd.py) over the shapes the
+# variants act on (persistent grids: seqlen 512..4k; SEQLENS=... widens it), plus a back-to-back
+# timing of the short shapes. Logs go to $OUT; a short table is printed last.
+#   OUT=/some/dir bash scripts/ab_fwd.sh
+#   (overrides: ROUNDS=4, JOBS=16, BUDGET_S=290, SEQLENS=512,1024,2048,4096, VARIANTS="base narrow0")
+# Variants are compile-time definitions (-D..., e.g. the limits in kernels/fwd_rules.h), one
+# case each in defs() below; "base" is the default build. The tile-boundary schedule A/B'd with
+# this script (early Q release, turns carried across tiles, deferred O-store wait, two Q slots:
+# +3-11% at 512-2k together) is the default path now; "narrow0" turns the d64 causal 128-row
+# tile off.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ab_fwd_out}
+ROUNDS=${ROUNDS:-4}
+SEQLENS=${SEQLENS:-512,1024,2048,4096}
+JOBS=${JOBS:-16}
+VARIANTS=${VARIANTS:-"base narrow0"}
+mkdir -p "$OUT"
+LOGDIR=$(mktemp -d)
+T0=$(date +%s)
+
+D=-DHATTN_FWD_
+defs() {
+  case "$1" in
+    base) echo "" ;;
+    narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;
+    *) echo "unknown variant $1" >&2; return 1 ;;
+  esac
+}
+
+build() {  # name -> build-ab/<name>/libhattn.so
+  local name=$1 flags
+  flags=$(defs "$name") || return 1
+  cmake -S . -B "build-ab/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
+    -DHATTN_BUILD_TESTS=OFF -DHATTN_BUILD_BENCH=OFF -DHATTN_BUILD_CLI=OFF -DHATTN_INSTALL=OFF \
+    "-DCMAKE_CUDA_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" >"$LOGDIR/build_$name.log" 2>&1 &&
+    cmake --build "build-ab/$name" -j"$JOBS" --target hattn_shared >>"$LOGDIR/build_$name.log" 2>&1
+}
+
+# All builds at once: each is a handful of translation units, so together they fill the cores.
+pids=()
+for v in $VARIANTS; do build "$v" & pids+=($!); done
+built=()
+i=0
+for v in $VARIANTS; do
+  if wait "${pids[$i]}"; then
+    lib=$(ls build-ab/"$v"/libhattn.so 2>/dev/null | head -1)
+    if [ -n "$lib" ]; then built+=("$v=$lib"); else echo "variant $v: no libhattn.so" | tee -a "$OUT/summary.txt"; fi
+  else
+    echo "variant $v: BUILD FAILED (tail of its log follows)" | tee -a "$OUT/summary.txt"
+    tail -20 "$LOGDIR/build_$v.log" | tee -a "$OUT/summary.txt"
+  fi
+  i=$((i + 1))
+done
+echo "builds: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
+
+# Smoke run of each build in its own process (all at once; correctness checked, persistent
+# multi-tile walks included): a variant that hangs or fails is left out of the one-process A/B
+# instead of taking every other variant's results down with it.
+libs=()
+spids=()
+for vl in "${built[@]}"; do
+  timeout 75 python3 scripts/ab_fwd.py --lib "$vl" --seqlens 512,2048 --rounds 1 --reps 1 \
+    >"$LOGDIR/smoke_${vl%%=*}.txt" 2>&1 & spids+=($!)
+done
+i=0
+for vl in "${built[@]}"; do
+  v=${vl%%=*}
+  wait "${spids[$i]}"; rc=$?
+  if [ $rc -eq 0 ] && ! grep -q "CORRECTNESS FAILURES" "$LOGDIR/smoke_$v.txt"; then libs+=(--lib "$vl")
+  else echo "variant $v: SMOKE RUN FAILED (exit $rc; tail follows), left out" | tee -a "$OUT/summary.txt"
+       tail -8 "$LOGDIR/smoke_$v.txt" | tee -a "$OUT/summary.txt"; fi
+  i=$((i + 1))
+done
+echo "smoke runs: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
+
+if [ ${#libs[@]} -gt 0 ]; then
+  left=$(( ${BUDGET_S:-290} - ($(date +%s) - T0) ))  # the whole script stays inside its budget
+  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --seqlens "$SEQLENS" --json "$OUT/ab.json" \
+    >"$OUT/ab.txt" 2>"$LOGDIR/ab.err"
+  echo "ab_fwd.py exit $?" | tee -a "$OUT/summary.txt"
+  tail -5 "$LOGDIR/ab.err" >>"$OUT/summary.txt"
+fi
+tar -czf "$OUT/logs.tgz" -C "$LOGDIR" . 2>/dev/null
+echo "total: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
+
+# The short table: each variant over base, geometric mean per (d, seqlen group) of kernel time; then each variant's overall geomean over cuDNN.
+python3 - "$OUT/ab.json" <<'PY' | tee -a "$OUT/summary.txt"
+import json, math, sys
+try:
+    data = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no A/B results ({e})"); sys.exit(0)
+rows = data["rows"]
+names = [n for n in rows[0]["tflops"] if n != "cudnn"]
+ref = "base" if "base" in names else names[0]
+gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+groups = [("<=1k", lambda s: s <= 1024), ("2k", lambda s: s == 2048), (">=4k", lambda s: s >= 4096)]
+print(f"variant/{ref}, geomean of TFLOPS ratios (kernel time, events around each call)")
+print("| variant | " + " | ".join(f"d{d} {g}" for d in (64, 128, 256) for g, _ in groups) + " | all/cuDNN |")
+for n in names:
+    cells = []
+    for d in (64, 128, 256):
+        for _, f in groups:
+            rs = [r["tflops"][n] / r["tflops"][ref] for r in rows if r["d"] == d and f(r["seqlen"])]
+            cells.append(f"{gm(rs):.3f}")
+    allc = gm([r["tflops"][n] / r["tflops"]["cudnn"] for r in rows])
+    print(f"| {n} | " + " | ".join(cells) + f" | {allc:.3f} |")
+if data.get("failures"):
+    print("CORRECTNESS FAILURES: " + "; ".join(data["failures"]))
+PY

@@ -1,0 +1,37 @@
+// hattn/src/kernels/fwd_rules.h -- the forward launcher's measured rules: which problems run on a
+// persistent grid and which tile each head dim gets at which length (bench/RESULTS.md has the
+// A/B runs behind each number). Every limit can be overridden at build time (-D) for an A/B.
+#pragma once
+
+// Problems with at most this many keys run on a persistent grid (one CTA per SM, see
+// launch_fwd); the limits for causal and non-causal masks are separate measurements
+// (non-causal 4096: +1-2% at d64/d128 4k over 2048, bench/RESULTS.md run 16).
+#ifndef HATTN_FWD_PERSISTENT_MAX_SEQLEN_K
+#define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 4096
+#endif
+#ifndef HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K
+#define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
+#endif
+// d = 64, causal, both lengths at most this: 128-row tiles (2 consumer warpgroups) and 2 K/V
+// stages instead of 192-row tiles and 3 stages: +13-16% at 512-1k, where a 192-row tile pads
+// 512 to 576 and 1024 to 1152 rows and its diagonal blocks mask more; without a mask the
+// narrow tile loses 2-5% at the same lengths (bench/RESULTS.md run 16). 0 turns it off.
+#ifndef HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
+#define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 1024
+#endif
+
+namespace hattn::fwd {
+
+constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
+constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
+constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;
+
+// From this many keys on, a head dim with a wide KV block width uses it: each GEMM then does
+// more work per wait and per turn. d = 128: 176 (FA3's tile), +1-6% at seqlen_k >= 4k, while
+// short problems lose up to 27% with it (fewer, more masked blocks; RESULTS run 12). d = 64 on
+// three consumers has no room for wider blocks: 160 spills (S, P and O alone take 152 of a
+// consumer's 160 registers).
+constexpr int kWideBlockMinSeqlenK = 4096;
+constexpr int wide_block_n(int head_dim) { return head_dim == 128 ? 176 : 0; }
+
+}  // namespace hattn::fwd
