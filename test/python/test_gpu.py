@@ -1,12 +1,13 @@
 """The hattn package on a Hopper GPU: outputs and gradients against float64, torch.compile, training,
 bad inputs and the cost of the Python layer. Every test skips, saying why, without a Hopper GPU.
 
-Accuracy standard: for every output and gradient, hattn's relative L2 error against a float64 SDPA
-reference (the inputs upcast) must be at most twice that of PyTorch's own fused SDPA in the same
-16-bit dtype on the same inputs, plus a small floor; and its largest single error at most twice the
-larger of the fused SDPA's and of plain attention written in PyTorch ops in that dtype (the
+Accuracy standard: for every output and gradient, hattn's relative L2 error and its largest single
+error against a float64 SDPA reference (the inputs upcast) must each be at most twice the larger
+of two yardsticks' on the same inputs, plus a small floor: PyTorch's own SDPA in the same 16-bit
+dtype (which falls back to other paths for some layouts, one of them far more precise than any
+fused kernel), and plain attention written in PyTorch ops in that dtype (the
 yardstick FlashAttention's tests use: 16-bit GEMM operands, P and dS rounded to 16 bits, as in
-every Hopper attention kernel), plus the floor. The fused kernels' worst element can be within
+every Hopper attention kernel). The fused kernels' worst element can be within
 half an ulp of float64 where a kernel that rounds dS to 16 bits before the dQ GEMM is a few ulps
 off; the plain yardstick makes the same roundings, so a bad element still fails.
 """
@@ -106,8 +107,11 @@ def check_close(name, got, ref, peer, plain=None):
                             f"{peer_err.max().item():.3e}, plain's {plain_max:.3e}) + {floor:.1e})")
     norm = ref.norm().item() or 1.0
     rel, peer_rel = err.norm().item() / norm, peer_err.norm().item() / norm
-    assert rel <= ERROR_FACTOR * peer_rel + ERROR_FLOOR, (f"{name}: relative L2 error {rel:.3e} > "
-                                                          f"{ERROR_FACTOR} x SDPA's {peer_rel:.3e} + {ERROR_FLOOR}")
+    plain_rel = (plain.double() - ref).norm().item() / norm if plain is not None else 0.0
+    yard_rel = max(peer_rel, plain_rel)
+    assert rel <= ERROR_FACTOR * yard_rel + ERROR_FLOOR, (f"{name}: relative L2 error {rel:.3e} > {ERROR_FACTOR} x "
+                                                          f"max(fused SDPA's {peer_rel:.3e}, plain's {plain_rel:.3e})"
+                                                          f" + {ERROR_FLOOR}")
 
 
 def check_against_sdpa(q, k, v, causal=False, scale=None, deterministic=False):
