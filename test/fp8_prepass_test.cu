@@ -317,9 +317,9 @@ TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     check_scores(c, q, k, bytes[0], scales[0], bytes[1], scales[1], cos, sin, rope_offset);
 }
 
-// Every rope x Hadamard x head dim x dtype x (contiguous, strided), the (seqlen_q, seqlen_k) pair
-// and the GQA head counts cycling through the odd lengths and group sizes; then every pair of the
-// odd lengths at one configuration.
+// Every rope x Hadamard x head dim x dtype x (contiguous, strided) (72 cases), with the
+// (seqlen_q, seqlen_k) pair and the GQA head counts cycling through the odd lengths 1, 17, 1000,
+// 4097 and the group sizes 1, 2, 6, 4; then every pair of the odd lengths at one configuration.
 std::vector<Case> cases() {
     const int lengths[] = {1, 17, 1000, 4097};
     const int heads[][2] = {{4, 2}, {6, 1}, {2, 2}, {8, 2}};
@@ -330,8 +330,11 @@ std::vector<Case> cases() {
             for (int d : {64, 128, 256})
                 for (hattn_dtype t : {HATTN_DTYPE_BF16, HATTN_DTYPE_FP16})
                     for (bool strided : {false, true}) {
-                        const int sq = lengths[i % 4], sk = lengths[(i / 4 + i) % 4];
-                        const int* hh = heads[i % 4];
+                        // Consecutive groups of 4 (dtype x layout) shift the lengths, so each
+                        // (dtype, layout) pair meets every (seqlen_q, seqlen_k) pair.
+                        const int combo = i % 4, group = i / 4;
+                        const int sq = lengths[(combo + group) % 4], sk = lengths[(combo + group / 4) % 4];
+                        const int* hh = heads[(combo + group / 2) % 4];
                         all.push_back({2, hh[0], hh[1], sq, sk, d, t, rope, hadamard, strided});
                         ++i;
                     }
