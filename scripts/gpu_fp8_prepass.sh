@@ -6,8 +6,10 @@
 # Builds only what the pre-pass needs into its own folder (libhattn, its tests, its benchmark;
 # Ninja when installed, Release, ptxas warnings as errors), then runs, each under its own timeout
 # so a crash or hang in one does not hide the others:
-#   tests     reference_fp8_test and host_fp8_prepass_validation_test (CPU), fp8_prepass_test (GPU:
-#             every rope x Hadamard x head dim x dtype x layout against the float64 reference)
+#   tests     reference_fp8_test and host_fp8_prepass_validation_test (CPU),
+#             ptx_fp8_prepass_wrappers_test (GPU: the e4m3 cvt and the global vector loads/stores),
+#             fp8_prepass_test (GPU: every rope x Hadamard x head dim x dtype x layout against the
+#             float64 reference)
 #   memcheck  compute-sanitizer memcheck on four small fp8_prepass_test cases (d 64/128/256, all
 #             rope modes, strided, GQA, a multi-block sequence)
 #   racecheck compute-sanitizer racecheck on the same cases
@@ -62,7 +64,8 @@ if [ -f "$BUILD_DIR/CMakeCache.txt" ] && [ ${#gen[@]} -gt 0 ] &&
    ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD_DIR/CMakeCache.txt"; then
   rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
 fi
-TARGETS=(hattn_shared hattn_static reference_fp8_test host_fp8_prepass_validation_test fp8_prepass_test fp8_prepass_bench)
+TARGETS=(hattn_shared hattn_static reference_fp8_test host_fp8_prepass_validation_test ptx_fp8_prepass_wrappers_test
+         fp8_prepass_test fp8_prepass_bench)
 # (timeout runs programs, not shell functions: the two steps go through bash -c.)
 run build 200 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
   -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target ${TARGETS[*]}"
@@ -75,6 +78,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   # ---- tests --------------------------------------------------------------------------------
   run reference_fp8_test 60 "$T/reference_fp8_test"
   run host_fp8_prepass_validation_test 60 "$T/host_fp8_prepass_validation_test"
+  run ptx_fp8_prepass_wrappers_test 30 "$T/ptx_fp8_prepass_wrappers_test"
   run fp8_prepass_test 150 "$T/fp8_prepass_test"
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -99,7 +103,8 @@ fi
     cuobjdump -res-usage "$BUILD_DIR/libhattn.a" 2>/dev/null | grep -A1 'fp8_prepass_kernel' |
       grep -oE 'REG:[0-9]+ STACK:[0-9]+|LOCAL:[0-9]+' | paste -d' ' - - | sort | uniq -c | sed 's/^/   /'
   fi
-  for t in reference_fp8_test host_fp8_prepass_validation_test fp8_prepass_test memcheck racecheck; do
+  for t in reference_fp8_test host_fp8_prepass_validation_test ptx_fp8_prepass_wrappers_test fp8_prepass_test memcheck \
+           racecheck; do
     [ -f "$LOGS/$t.log" ] || continue
     line=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$LOGS/$t.log" | tr '\n' ' ')
     san=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$t.log" | tail -1)
