@@ -10,10 +10,10 @@
 #             ptx_fp8_prepass_wrappers_test (GPU: the e4m3 cvt and the global vector loads/stores),
 #             fp8_prepass_test (GPU: every rope x Hadamard x head dim x dtype x layout against the
 #             float64 reference)
+#   bench     bench/fp8_prepass_bench (GB/s of the pre-pass against a same-bytes d2d copy)
 #   memcheck  compute-sanitizer memcheck on four small fp8_prepass_test cases (d 64/128/256, all
 #             rope modes, strided, GQA, a multi-block sequence)
 #   racecheck compute-sanitizer racecheck on the same cases
-#   bench     bench/fp8_prepass_bench (GB/s of the pre-pass against a same-bytes d2d copy)
 # Writes $OUT/summary.txt (printed last), $OUT/bench.json and $OUT/logs.tgz (every log).
 #
 # Environment: OUT (default ./gpu_fp8_prepass_out), BUILD_DIR (build-fp8), JOBS (16),
@@ -80,6 +80,8 @@ if [ "$BUILD_OK" -eq 1 ]; then
   run host_fp8_prepass_validation_test 60 "$T/host_fp8_prepass_validation_test"
   run ptx_fp8_prepass_wrappers_test 30 "$T/ptx_fp8_prepass_wrappers_test"
   run fp8_prepass_test 150 "$T/fp8_prepass_test"
+  # ---- bench --------------------------------------------------------------------------------
+  run bench 90 "$BUILD_DIR/bench/fp8_prepass_bench" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ -x "$SAN" ]; then
@@ -90,8 +92,6 @@ if [ "$BUILD_OK" -eq 1 ]; then
     record memcheck "SKIPPED (no compute-sanitizer)" 0
     record racecheck "SKIPPED (no compute-sanitizer)" 0
   fi
-  # ---- bench --------------------------------------------------------------------------------
-  run bench 90 "$BUILD_DIR/bench/fp8_prepass_bench" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
 fi
 
 # ---- summary ----------------------------------------------------------------------------------
