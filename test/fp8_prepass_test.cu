@@ -2,9 +2,14 @@
 // (src/testing/fp8_reference.h).
 //
 // Each case checks, for q, k and v:
-//   * every e4m3 byte equals the reference's or is one e4m3 ulp from it (the kernel computes RoPE
-//     and the Hadamard transform in fp32, so a value within ~1e-6 of a rounding midpoint may
-//     round the other way), and nearly all are bit-exact;
+//   * every e4m3 byte equals the reference's or is one e4m3 ulp from it, and every byte is
+//     bit-exact unless its value is so close to an e4m3 rounding midpoint that fp32 rounding can
+//     move it across: the reference scales and rounds in fp32 like the kernel (see
+//     testing/fp8_reference.h), so plain quantization (no RoPE, no Hadamard) must match every
+//     byte; with RoPE or the Hadamard the kernel's fp32 values differ from the float64 ones by at
+//     most the reference's fp32_error_bound, and only bytes whose scaled float64 value lies within
+//     that error (plus the scale's) of a midpoint may round the other way. Such bytes must stay
+//     rare (kMaxNearTieFraction), or the window would make the check vacuous;
 //   * every descale is within 1e-6 relative of amax / 448;
 //   * bytes of the outputs' padding (strided cases) keep their poison: nothing is written outside
 //     the rows;
@@ -17,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -35,7 +41,9 @@ using hattn::test::DeviceMemory;
 
 constexpr uint8_t kPoison8 = 0xFF;                     // e4m3 NaN
 constexpr double kDescaleRelTol = 1e-6;
-constexpr double kMinExactFraction = 0.999;           // off-by-one-ulp bytes are rare
+constexpr double kMaxNearTieFraction = 0.01;         // bytes whose rounding fp32 error may flip
+constexpr double kUnitRoundoff = 0x1p-24;             // fp32
+constexpr double kTieSafety = 2.0;                    // the error bounds are first order
 constexpr double kRopeBase = 10000.0;
 constexpr double kOutlierProbability = 0.001;         // FA3's outlier inputs, scaled down
 constexpr double kOutlierScale = 10.0;
@@ -152,33 +160,60 @@ ht::Fp8ReferenceResult check_tensor(const char* name, const Case& c, const Tenso
     EXPECT_EQ(bad_descales, 0);
     // Bytes, in the output layout; the padding keeps its poison.
     std::vector<bool> covered(out.size(), false);
-    int64_t exact = 0, total = 0, far = 0;
+    int64_t total = 0, far = 0, near_tie = 0, near_tie_off = 0, inexact = 0;
     const int d = c.head_dim;
+    const int blocks = ht::fp8_blocks(t.seqlen);
     for (int b = 0; b < c.batch; ++b)
-        for (int s = 0; s < t.seqlen; ++s)
-            for (int h = 0; h < t.heads; ++h)
-                for (int e = 0; e < d; ++e) {
-                    const int64_t o = b * t.out.batch_stride + s * t.out.seq_stride + h * t.out.head_stride + e;
-                    const size_t ri = ((static_cast<size_t>(b) * t.seqlen + s) * t.heads + h) * d + e;
-                    covered[o] = true;
-                    const uint8_t got = out[o], want = r.e4m3[ri];
-                    ++total;
-                    if (got == want || (((got | want) & 0x7F) == 0)) {  // +0 and -0 are equal
-                        ++exact;
-                        continue;
+        for (int h = 0; h < t.heads; ++h)
+            for (int blk = 0; blk < blocks; ++blk) {
+                const int s0 = blk * HATTN_FP8_BLOCK_ROWS, s1 = std::min(t.seqlen, s0 + HATTN_FP8_BLOCK_ROWS);
+                auto ref_index = [&](int s, int e) { return ((static_cast<size_t>(b) * t.seqlen + s) * t.heads + h) * d + e; };
+                // The kernel's amax errs by at most the block's largest error bound; its scale
+                // 448 / amax then by that relative to amax, plus the division's rounding.
+                double amax = 0.0, worst_bound = 0.0;
+                for (int s = s0; s < s1; ++s)
+                    for (int e = 0; e < d; ++e) {
+                        amax = std::max(amax, std::fabs(r.transformed[ref_index(s, e)]));
+                        worst_bound = std::max(worst_bound, r.fp32_error_bound[ref_index(s, e)]);
                     }
-                    const bool nan = (got & 0x7F) == ht::kE4m3NaN;
-                    if (nan || std::abs(ht::e4m3_ordinal(got) - ht::e4m3_ordinal(want)) > 1) {
+                const double scale = amax > 0.0 ? ht::kE4m3Max / amax : 0.0;
+                const double scale_rel_error = amax > 0.0 ? worst_bound / amax + kUnitRoundoff : 0.0;
+                for (int s = s0; s < s1; ++s)
+                    for (int e = 0; e < d; ++e) {
+                        const int64_t o = b * t.out.batch_stride + s * t.out.seq_stride + h * t.out.head_stride + e;
+                        const size_t ri = ref_index(s, e);
+                        covered[o] = true;
+                        const uint8_t got = out[o], want = r.e4m3[ri];
+                        ++total;
+                        // No transform: the kernel and the reference do the same fp32 operations
+                        // on the same values, so no byte may differ. Otherwise: the window.
+                        const double scaled = r.transformed[ri] * scale;
+                        const double window =
+                            worst_bound == 0.0 ? 0.0
+                                               : kTieSafety * (r.fp32_error_bound[ri] * scale +
+                                                               std::fabs(scaled) * (scale_rel_error + 2 * kUnitRoundoff));
+                        const bool may_flip = ht::e4m3_tie_distance(scaled) <= window;
+                        near_tie += may_flip;
+                        if (got == want || (((got | want) & 0x7F) == 0)) continue;  // +0 and -0 are equal
+                        ++inexact;
+                        near_tie_off += may_flip;
+                        const bool nan = (got & 0x7F) == ht::kE4m3NaN;
+                        if (!nan && may_flip && std::abs(ht::e4m3_ordinal(got) - ht::e4m3_ordinal(want)) <= 1) continue;
                         if (++far <= 5) {
                             ADD_FAILURE() << name << "[b " << b << ", s " << s << ", h " << h << ", c " << e
                                           << "]: got 0x" << std::hex << int(got) << ", reference 0x" << int(want)
-                                          << std::dec << " (transformed value " << r.transformed[ri] << ")";
+                                          << std::dec << " (transformed value " << r.transformed[ri] << ", scaled "
+                                          << scaled << ", " << ht::e4m3_tie_distance(scaled)
+                                          << " from a rounding midpoint, fp32 window " << window << ")";
                         }
                     }
-                }
-    EXPECT_EQ(far, 0) << name << ": bytes more than one e4m3 ulp from the reference";
-    EXPECT_GE(static_cast<double>(exact), kMinExactFraction * static_cast<double>(total))
-        << name << ": " << (total - exact) << " of " << total << " bytes are one ulp off";
+            }
+    EXPECT_EQ(far, 0) << name << ": bytes differ from the reference (more than one ulp, or not near a tie)";
+    EXPECT_LE(static_cast<double>(near_tie), kMaxNearTieFraction * static_cast<double>(total))
+        << name << ": " << near_tie << " of " << total << " bytes lie within fp32 error of a rounding midpoint";
+    std::printf("  %s: %lld bytes, %lld near a tie, %lld of them one ulp off; %lld inexact in all\n", name,
+                static_cast<long long>(total), static_cast<long long>(near_tie), static_cast<long long>(near_tie_off),
+                static_cast<long long>(inexact));
     int64_t written_padding = 0;
     for (size_t i = 0; i < out.size(); ++i) written_padding += (!covered[i] && out[i] != kPoison8);
     EXPECT_EQ(written_padding, 0) << name << ": bytes outside the rows were written";

@@ -215,3 +215,71 @@ TEST(BlockQuantizer, ScalesEachBlock) {
 }
 
 }  // namespace
+
+// The rounding midpoints: zero distance on a midpoint, half the gap on a code, none past 448.
+TEST(E4m3, TieDistance) {
+    for (int c = 1; c < 0x7E; ++c) {
+        const double lo = ht::e4m3_to_double(static_cast<uint8_t>(c));
+        const double hi = ht::e4m3_to_double(static_cast<uint8_t>(c + 1));
+        EXPECT_EQ(ht::e4m3_tie_distance(0.5 * (lo + hi)), 0.0) << c;
+        EXPECT_EQ(ht::e4m3_tie_distance(-0.5 * (lo + hi)), 0.0) << c;
+        const double below = lo - ht::e4m3_to_double(static_cast<uint8_t>(c - 1));
+        EXPECT_EQ(ht::e4m3_tie_distance(lo), 0.5 * std::min(below, hi - lo)) << c;
+    }
+    EXPECT_EQ(ht::e4m3_tie_distance(0.0), std::ldexp(1.0, -10));
+    EXPECT_TRUE(std::isinf(ht::e4m3_tie_distance(448.0)));
+}
+
+// fp32_error_bound holds for an fp32 evaluation of RoPE + Hadamard (the kernel's operations: an
+// fma rotation, the butterfly in another order than the reference's, the fp32 1/sqrt(d)), on
+// bf16-like inputs with outliers.
+TEST(BlockQuantizer, Fp32ErrorBoundHolds) {
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> normal;
+    for (int d : {64, 128, 256}) {
+        const int rows = 200;
+        ht::Fp8TensorLayout layout{1, rows, 1, d, int64_t{rows} * d, d, d};
+        std::vector<float> x(static_cast<size_t>(rows) * d), cos(static_cast<size_t>(rows) * d / 2),
+            sin(cos.size());
+        for (auto& v : x) v = normal(rng) * ((rng() % 1000 == 0) ? 10.f : 1.f);
+        for (size_t i = 0; i < cos.size(); ++i) {
+            const double angle = static_cast<double>(i / (d / 2)) * std::pow(1e4, -2.0 * (i % (d / 2)) / d);
+            cos[i] = static_cast<float>(std::cos(angle));
+            sin[i] = static_cast<float>(std::sin(angle));
+        }
+        for (hattn_rope rope : {HATTN_ROPE_NONE, HATTN_ROPE_HALF, HATTN_ROPE_INTERLEAVED}) {
+            const ht::Fp8ReferenceResult r =
+                ht::reference_fp8_prepass_fp64(x.data(), layout, rope, cos.data(), sin.data(), 0, true, 5);
+            double worst = 0.0;
+            for (int s = 0; s < rows; ++s) {
+                std::vector<float> y(x.begin() + s * d, x.begin() + (s + 1) * d);
+                for (int i = 0; i < d / 2 && rope != HATTN_ROPE_NONE; ++i) {
+                    const int ia = rope == HATTN_ROPE_INTERLEAVED ? 2 * i : i;
+                    const int ib = rope == HATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + d / 2;
+                    const float c = cos[s * d / 2 + i], sn = sin[s * d / 2 + i], a = y[ia], b = y[ib];
+                    y[ia] = std::fma(a, c, -(b * sn));
+                    y[ib] = std::fma(a, sn, b * c);
+                }
+                for (int c = 0; c < d; ++c) {
+                    if (hattn::fp8::hadamard_sign_bit(5, c)) y[c] = -y[c];
+                }
+                for (int stride = d / 2; stride >= 1; stride /= 2) {  // the other order
+                    for (int e = 0; e < d; ++e) {
+                        if ((e & stride) != 0) continue;
+                        const float a = y[e], b = y[e + stride];
+                        y[e] = a + b;
+                        y[e + stride] = a - b;
+                    }
+                }
+                const float norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+                for (int c = 0; c < d; ++c) {
+                    const size_t i = static_cast<size_t>(s) * d + c;
+                    const double err = std::fabs(static_cast<double>(y[c] * norm) - r.transformed[i]);
+                    ASSERT_LE(err, r.fp32_error_bound[i]) << "d " << d << " rope " << rope << " row " << s;
+                    worst = std::max(worst, err / r.fp32_error_bound[i]);
+                }
+            }
+            EXPECT_GT(worst, 0.0);  // the fp32 evaluation does round
+        }
+    }
+}
