@@ -2,15 +2,17 @@
 // Hadamard] -> per-block e4m3 quantization, and its launcher.
 //
 // One thread block quantizes one block of kBlockRows rows of one (batch, head), for one tensor:
-//   1. load      every thread loads its rows' 16 elements (two 16-byte chunks: columns
-//                8l..8l+7 and d/2+8l..d/2+8l+7 for lane l of the row's lane group) and widens
-//                them to fp32; all loads of the block are issued before any is used;
+//   1. load      every thread loads its rows' 8 * kChunks elements (kChunks 16-byte chunks:
+//                columns 8l..8l+7 + k d / kChunks, k < kChunks, for lane l of the row's lane
+//                group) and widens them to fp32; all loads of the block are issued before any
+//                is used;
 //   2. RoPE      both conventions pair elements a thread already holds: interleaved pairs
 //                (2i, 2i+1) sit inside a chunk, half-split pairs (i, i+d/2) are the same register
-//                of the two chunks -- so the rotation is register arithmetic;
+//                of chunks k and k + kChunks/2 -- so the rotation is register arithmetic;
 //   3. Hadamard  signs (a hash of seed and column), then the butterfly over the d index bits:
-//                bits 0-2 inside a chunk and the top bit (d/2) between the chunks in registers,
-//                the bits in between across the lane group with shfl.bfly; then * 1/sqrt(d);
+//                bits 0-2 inside a chunk and the top log2(kChunks) bits between the chunks in
+//                registers, the bits in between across the lane group with shfl.bfly; then
+//                * 1/sqrt(d);
 //   4. amax      per thread, per warp (shuffles), per block (shared memory);
 //   5. quantize  y * 448 / amax -> cvt.rn.satfinite.e4m3x2 -> two 8-byte stores per row, and
 //                the block's descale amax / 448.
@@ -19,9 +21,13 @@
 //   * Memory-bound: 2 bytes read and 1 written per element. The whole block's fp32 values stay
 //     in registers between the amax and the quantization (kRowsPerThread x 16 floats per thread),
 //     so each element is read from HBM exactly once.
-//   * The cross-lane butterfly stages cost one shuffle per element each (log2(d) - 4 of them:
-//     2, 3, 4 at d = 64, 128, 256); at HBM speed this uses at most about half of the SM's
-//     shuffle rate (32 lanes per clock).
+//   * Instruction issue, not HBM, limits the transform at d >= 64: an SM must retire about 6
+//     elements per clock to keep up with HBM (3 bytes each at ~4.2 TB/s over 132 SMs at
+//     ~1.8 GHz), and issues 128 thread-instructions per clock. An in-register butterfly level
+//     costs one FADD per element, a cross-lane level a SHFL plus an FFMA (and SHFL runs at 32
+//     lanes per clock). So a thread holds as much of a row as the registers allow: kChunks = 8
+//     (64 values of one row) leaves log2(d) - 6 cross-lane levels (0, 1, 2 at d = 64, 128, 256)
+//     where two chunks (16 values, four rows per thread) left log2(d) - 4.
 //   * Rows past seqlen are zeros in registers (not loaded, not stored): they cannot raise amax.
 #pragma once
 
@@ -40,20 +46,29 @@ namespace detail {
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
+// Chunks of a row per thread (a build-time choice for A/B measurements: 2, 4 or 8); the thread's
+// values stay 64 floats, so the rows per thread shrink as the chunks grow.
+#ifndef HATTN_FP8_CHUNKS
+#define HATTN_FP8_CHUNKS 8
+#endif
 constexpr int kChunkElems = 8;                                      // one 16-byte load of 16-bit values
-constexpr int kChunks = 2;                                          // columns c and c + d/2
-constexpr int kThreadRowElems = kChunkElems * kChunks;              // 16 values per row per thread
-constexpr int kRowsPerThread = 4;                                   // rows of the block per thread
+constexpr int kChunks = HATTN_FP8_CHUNKS;                           // columns c + k d / kChunks
+constexpr int kThreadRowElems = kChunkElems * kChunks;              // values of one row per thread
+constexpr int kThreadValues = 64;                                   // fp32 values per thread (registers)
+constexpr int kRowsPerThread = kThreadValues / kThreadRowElems;     // rows of the block per thread
 constexpr int kRowSlots = kBlockRows / kRowsPerThread;              // rows handled side by side
 constexpr uint32_t kSignBit = 0x80000000u;
+static_assert(kChunks == 2 || kChunks == 4 || kChunks == 8, "2, 4 or 8 chunks of a row per thread");
 
 template <int kHeadDim>
 struct Layout {
-    static constexpr int kLanesPerRow = kHeadDim / kThreadRowElems;  // 4, 8, 16
-    static constexpr int kHalf = kHeadDim / 2;                       // offset of the second chunk
-    static constexpr int kThreads = kRowSlots * kLanesPerRow;        // 128, 256, 512
+    static constexpr int kLanesPerRow = kHeadDim / kThreadRowElems;  // kChunks 8: 1, 2, 4
+    static constexpr int kHalf = kHeadDim / 2;                       // the RoPE half-split offset
+    static constexpr int kChunkStride = kHeadDim / kChunks;          // columns between chunks
+    static constexpr int kThreads = kRowSlots * kLanesPerRow;        // 2d: 128, 256, 512
     static constexpr int kWarps = kThreads / kWarpSize;
     static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dims 64, 128, 256");
+    static_assert(kLanesPerRow >= 1, "at most d / 8 chunks");
     static_assert(kWarpSize % kLanesPerRow == 0, "a row's lane group stays inside one warp (shuffles)");
     static_assert(kBlockRows % kRowsPerThread == 0, "whole rows per thread");
 };
@@ -64,8 +79,7 @@ constexpr float inv_sqrt_head_dim() {
     return kHeadDim == 64 ? 0.125f : kHeadDim == 256 ? 0.0625f : 0.08838834764831845f;
 }
 
-// Values of one row held by one thread: v[0..7] = columns col..col+7, v[8..15] = columns
-// col+d/2..col+d/2+7.
+// Values of one row held by one thread: v[8k..8k+7] = columns col + k d / kChunks .. +7.
 using RowValues = float[kThreadRowElems];
 
 template <bool kIsBf16>
@@ -92,7 +106,7 @@ __device__ __forceinline__ void apply_rope(RowValues& v, const float* __restrict
         // d/4 + col/2 .. +3.
 #pragma unroll
         for (int chunk = 0; chunk < kChunks; ++chunk) {
-            const int pair0 = (col + chunk * L::kHalf) / 2;
+            const int pair0 = (col + chunk * L::kChunkStride) / 2;
             const float4 c = ptx::ld_global_nc_v4_f32(cos_row + pair0);
             const float4 s = ptx::ld_global_nc_v4_f32(sin_row + pair0);
             float* x = v + chunk * kChunkElems;
@@ -102,13 +116,16 @@ __device__ __forceinline__ void apply_rope(RowValues& v, const float* __restrict
             rotate(x[6], x[7], c.w, s.w);
         }
     } else if constexpr (kRope == Rope::kHalf) {
-        // Pair i of columns (i, i + d/2): register j of chunk 0 with register j of chunk 1.
+        // Pair i of columns (i, i + d/2): register j of chunk k with register j of chunk
+        // k + kChunks / 2.
 #pragma unroll
-        for (int quad = 0; quad < kChunkElems / 4; ++quad) {
-            const float4 c = ptx::ld_global_nc_v4_f32(cos_row + col + 4 * quad);
-            const float4 s = ptx::ld_global_nc_v4_f32(sin_row + col + 4 * quad);
+        for (int quad = 0; quad < kThreadRowElems / 2 / 4; ++quad) {
+            const int chunk = quad * 4 / kChunkElems, in_chunk = quad * 4 % kChunkElems;
+            const int column = col + chunk * L::kChunkStride + in_chunk;
+            const float4 c = ptx::ld_global_nc_v4_f32(cos_row + column);
+            const float4 s = ptx::ld_global_nc_v4_f32(sin_row + column);
             float* lo = v + 4 * quad;
-            float* hi = v + kChunkElems + 4 * quad;
+            float* hi = v + kThreadRowElems / 2 + 4 * quad;
             rotate(lo[0], hi[0], c.x, s.x);
             rotate(lo[1], hi[1], c.y, s.y);
             rotate(lo[2], hi[2], c.z, s.z);
@@ -122,8 +139,8 @@ __device__ __forceinline__ void apply_rope(RowValues& v, const float* __restrict
 template <int kHeadDim>
 __device__ __forceinline__ void hadamard_butterfly(RowValues& v, int lane_in_row) {
     using L = Layout<kHeadDim>;
-    // In registers: strides 1, 2, 4 inside a chunk, and d/2 between the two chunks (register j
-    // and j + 8).
+    // In registers: strides 1, 2, 4 inside a chunk, and multiples of d / kChunks between chunks
+    // (register j and j + 8, j + 16, ...).
 #pragma unroll
     for (int stride = 1; stride < kThreadRowElems; stride *= 2) {
 #pragma unroll
@@ -138,12 +155,13 @@ __device__ __forceinline__ void hadamard_butterfly(RowValues& v, int lane_in_row
     // Across the lane group: strides 8, 16, ... d/4 are lane bits 1, 2, ... of the group.
 #pragma unroll
     for (int lane_bit = 1; lane_bit < L::kLanesPerRow; lane_bit *= 2) {
-        const bool upper = (lane_in_row & lane_bit) != 0;
+        const float mine = (lane_in_row & lane_bit) != 0 ? -1.f : 1.f;
 #pragma unroll
         for (int j = 0; j < kThreadRowElems; ++j) {
             const float other = __shfl_xor_sync(kFullMask, v[j], lane_bit);
-            // The lower lane holds x[e], the upper x[e + stride]: the upper one keeps the difference.
-            v[j] = upper ? other - v[j] : v[j] + other;
+            // The lower lane holds x[e], the upper x[e + stride]: the upper one keeps the
+            // difference, other - v = other + (-1) v: one FFMA for both lanes, no select.
+            v[j] = fmaf(v[j], mine, other);
         }
     }
 }
@@ -151,7 +169,7 @@ __device__ __forceinline__ void hadamard_butterfly(RowValues& v, int lane_in_row
 template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
 __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
     fp8_prepass_kernel(const Fp8Tensor t, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin,
-                       uint64_t seed) {
+                       const HadamardSigns signs) {
     using L = Layout<kHeadDim>;
     __shared__ float warp_amax[L::kWarps];
 
@@ -163,7 +181,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
     const int batch = head_linear / t.heads;
     const int lane_in_row = static_cast<int>(threadIdx.x) % L::kLanesPerRow;
     const int row_slot = static_cast<int>(threadIdx.x) / L::kLanesPerRow;
-    const int col = lane_in_row * kChunkElems;  // first column of chunk 0; chunk 1 is at col + d/2
+    const int col = lane_in_row * kChunkElems;  // first column of chunk 0; chunk k at col + k d / kChunks
 
     const uint16_t* in = static_cast<const uint16_t*>(t.in) + batch * t.in_batch_stride + head * t.in_head_stride;
     uint8_t* out = static_cast<uint8_t*>(t.out) + batch * t.out_batch_stride + head * t.out_head_stride;
@@ -179,7 +197,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
             const uint16_t* src = in + row * t.in_seq_stride + col;
 #pragma unroll
             for (int chunk = 0; chunk < kChunks; ++chunk) {
-                raw[chunk] = ptx::ld_global_nc_na_v4_b32(src + chunk * L::kHalf);
+                raw[chunk] = ptx::ld_global_nc_na_v4_b32(src + chunk * L::kChunkStride);
             }
         }
 #pragma unroll
@@ -198,19 +216,21 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
         }
     }
     if constexpr (kHadamard) {
-        // D's signs for this thread's 16 columns (the same for every row).
-        uint32_t sign_mask = 0;
+        // D's signs for this thread's columns (the same for every row): chunk k's 8 columns start
+        // at a multiple of 8, so they are one byte of the host-made bit mask.
+        uint64_t sign_mask = 0;  // bit j: register j's column (up to 64 registers)
 #pragma unroll
-        for (int j = 0; j < kThreadRowElems; ++j) {
-            const int column = col + (j / kChunkElems) * L::kHalf + j % kChunkElems;
-            sign_mask |= hadamard_sign_bit(seed, column) << j;
+        for (int chunk = 0; chunk < kChunks; ++chunk) {
+            const int column = col + chunk * L::kChunkStride;
+            const uint32_t byte = (signs.words[column / kSignWordBits] >> (column % kSignWordBits)) & 0xFFu;
+            sign_mask |= static_cast<uint64_t>(byte) << (chunk * kChunkElems);
         }
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
             for (int j = 0; j < kThreadRowElems; ++j) {
                 // A sign flip is an XOR of the sign bit: no multiply.
-                const uint32_t flip = ((sign_mask >> j) & 1u) ? kSignBit : 0u;
+                const uint32_t flip = ((sign_mask >> j) & 1u) != 0 ? kSignBit : 0u;
                 v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip);
             }
             hadamard_butterfly<kHeadDim>(v[r], lane_in_row);
@@ -256,7 +276,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
                 const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 2] * scale, x[4 * word + 3] * scale);
                 packed[word] = lo | (hi << 16);
             }
-            ptx::st_global_v2_b32(dst + chunk * L::kHalf, packed[0], packed[1]);
+            ptx::st_global_v2_b32(dst + chunk * L::kChunkStride, packed[0], packed[1]);
         }
     }
 }
@@ -265,8 +285,8 @@ template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
 cudaError_t launch_tensor(const Fp8Tensor& t, const Fp8PrepassArgs& a, cudaStream_t stream) {
     const int64_t blocks = static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
     fp8_prepass_kernel<kHeadDim, kIsBf16, kRope, kHadamard>
-        <<<static_cast<unsigned>(blocks), Layout<kHeadDim>::kThreads, 0, stream>>>(t, a.rope_cos, a.rope_sin,
-                                                                                   a.hadamard_seed);
+        <<<static_cast<unsigned>(blocks), Layout<kHeadDim>::kThreads, 0, stream>>>(
+            t, a.rope_cos, a.rope_sin, make_hadamard_signs(a.hadamard_seed, kHeadDim));
     return cudaGetLastError();
 }
 
