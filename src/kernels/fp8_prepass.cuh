@@ -166,17 +166,57 @@ __device__ __forceinline__ void hadamard_butterfly(RowValues& v, int lane_in_row
     }
 }
 
+// D's signs for the launch, laid out per lane of a row's lane group: bits [l E, (l + 1) E) of the
+// 256 are lane l's registers j < E = kThreadRowElems (register j: column 8l + (j / 8) d / kChunks
+// + j % 8), so a thread reads its mask with one or two words and no per-column work.
+template <int kHeadDim>
+HadamardSigns make_lane_signs(uint64_t seed) {
+    using L = Layout<kHeadDim>;
+    HadamardSigns s;
+    for (int lane = 0; lane < L::kLanesPerRow; ++lane) {
+        for (int j = 0; j < kThreadRowElems; ++j) {
+            const int column = lane * kChunkElems + (j / kChunkElems) * L::kChunkStride + j % kChunkElems;
+            const int bit = lane * kThreadRowElems + j;
+            s.words[bit / kSignWordBits] |= hadamard_sign_bit(seed, column) << (bit % kSignWordBits);
+        }
+    }
+    return s;
+}
+
+struct Fp8Tensors {
+    Fp8Tensor t[3];  // q, k, v
+};
+
+// One launch quantizes all three tensors (one wave tail instead of three): blocks
+// [0, q_blocks) are q's, the next k_blocks k's, the rest v's. V is never rotated (that would
+// change the attention output); the branch is uniform per thread block.
 template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
 __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
-    fp8_prepass_kernel(const Fp8Tensor t, const float* __restrict__ rope_cos, const float* __restrict__ rope_sin,
+    fp8_prepass_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int k_blocks,
+                       const float* __restrict__ rope_cos, const float* __restrict__ rope_sin,
                        const HadamardSigns signs) {
     using L = Layout<kHeadDim>;
     __shared__ float warp_amax[L::kWarps];
 
-    // Which block: blockIdx.x = (batch * heads + head) * blocks + block, the descale's index.
+    int local_block = static_cast<int>(blockIdx.x);  // within its tensor: the descale's index
+    int which = 0;
+    if (local_block >= q_blocks) {
+        local_block -= q_blocks;
+        which = 1;
+        if (local_block >= k_blocks) {
+            local_block -= k_blocks;
+            which = 2;
+        }
+    }
+    // __grid_constant__: the reference reads the parameter bank in place (an ordinary parameter
+    // whose address is taken is copied to the stack first).
+    const Fp8Tensor& t = tensors.t[which];
+    const bool transform = which != 2;
+
+    // Which block: local_block = (batch * heads + head) * blocks + block.
     const int blocks = (t.seqlen + kBlockRows - 1) / kBlockRows;
-    const int block = static_cast<int>(blockIdx.x % blocks);
-    const int head_linear = static_cast<int>(blockIdx.x / blocks);
+    const int block = local_block % blocks;
+    const int head_linear = local_block / blocks;
     const int head = head_linear % t.heads;
     const int batch = head_linear / t.heads;
     const int lane_in_row = static_cast<int>(threadIdx.x) % L::kLanesPerRow;
@@ -205,7 +245,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
     }
 
     // ---- 2. RoPE, 3. Hadamard ----
-    if constexpr (kRope != Rope::kNone) {
+    if (kRope != Rope::kNone && transform) {  // (compile-time false without RoPE)
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
             const int row = first_row + r * kRowSlots;
@@ -215,15 +255,12 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
             }
         }
     }
-    if constexpr (kHadamard) {
-        // D's signs for this thread's columns (the same for every row): chunk k's 8 columns start
-        // at a multiple of 8, so they are one byte of the host-made bit mask.
-        uint64_t sign_mask = 0;  // bit j: register j's column (up to 64 registers)
-#pragma unroll
-        for (int chunk = 0; chunk < kChunks; ++chunk) {
-            const int column = col + chunk * L::kChunkStride;
-            const uint32_t byte = (signs.words[column / kSignWordBits] >> (column % kSignWordBits)) & 0xFFu;
-            sign_mask |= static_cast<uint64_t>(byte) << (chunk * kChunkElems);
+    if (kHadamard && transform) {
+        // D's signs for this thread's columns (the same for every row), from the host-made mask.
+        const int bit0 = lane_in_row * kThreadRowElems;  // bit j: register j (make_lane_signs)
+        uint64_t sign_mask = signs.words[bit0 / kSignWordBits] >> (bit0 % kSignWordBits);
+        if constexpr (kThreadRowElems > kSignWordBits) {
+            sign_mask |= static_cast<uint64_t>(signs.words[bit0 / kSignWordBits + 1]) << kSignWordBits;
         }
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
@@ -234,8 +271,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
                 v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip);
             }
             hadamard_butterfly<kHeadDim>(v[r], lane_in_row);
-#pragma unroll
-            for (int j = 0; j < kThreadRowElems; ++j) v[r][j] *= inv_sqrt_head_dim<kHeadDim>();
+            // The 1/sqrt(d) is folded into the quantization scale (one multiply per element fewer).
         }
     }
 
@@ -257,10 +293,14 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
     for (int w = 0; w < L::kWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
 
     // ---- 5. quantize and store ----
-    // An all-zero block gets scale 0 (zeros out, descale 0); a tiny amax must not make the scale
-    // infinite (0 * inf would be NaN), so it is clamped to the largest float.
-    const float scale = amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) : 0.f;
-    if (threadIdx.x == 0) ptx::st_global_f32(t.descale + blockIdx.x, amax / kE4m3Max);
+    // The values are the unnormalized butterfly outputs when the Hadamard ran: their amax times
+    // 1/sqrt(d) is the transformed block's amax (rounding is monotone), and the scale takes the
+    // 1/sqrt(d) along. An all-zero block gets scale 0 (zeros out, descale 0); a tiny amax must not
+    // make the scale infinite (0 * inf would be NaN), so it is clamped to the largest float.
+    const float norm = kHadamard && transform ? inv_sqrt_head_dim<kHeadDim>() : 1.f;
+    amax *= norm;
+    const float scale = amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
+    if (threadIdx.x == 0) ptx::st_global_f32(t.descale + local_block, amax / kE4m3Max);
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
         const int row = first_row + r * kRowSlots;
@@ -282,43 +322,54 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
 }
 
 template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
-cudaError_t launch_tensor(const Fp8Tensor& t, const Fp8PrepassArgs& a, cudaStream_t stream) {
-    const int64_t blocks = static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
-    fp8_prepass_kernel<kHeadDim, kIsBf16, kRope, kHadamard>
-        <<<static_cast<unsigned>(blocks), Layout<kHeadDim>::kThreads, 0, stream>>>(
-            t, a.rope_cos, a.rope_sin, make_hadamard_signs(a.hadamard_seed, kHeadDim));
+cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    auto blocks_of = [&](const Fp8Tensor& t) {
+        return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
+    };
+    const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k), nv = blocks_of(a.v);
+    const HadamardSigns signs = make_lane_signs<kHeadDim>(a.hadamard_seed);
+    constexpr int kThreads = Layout<kHeadDim>::kThreads;
+    constexpr int64_t kMaxGrid = INT32_MAX;  // gridDim.x; each tensor alone fits (validated)
+    auto kernel = fp8_prepass_kernel<kHeadDim, kIsBf16, kRope, kHadamard>;
+    if (nq + nk + nv <= kMaxGrid) {
+        kernel<<<static_cast<unsigned>(nq + nk + nv), kThreads, 0, stream>>>(
+            Fp8Tensors{{a.q, a.k, a.v}}, static_cast<int>(nq), static_cast<int>(nk), a.rope_cos, a.rope_sin, signs);
+        return cudaGetLastError();
+    }
+    // Too many blocks for one grid: one launch per tensor (q and k in the first slot, v in the third).
+    kernel<<<static_cast<unsigned>(nq), kThreads, 0, stream>>>(Fp8Tensors{{a.q, a.q, a.q}}, static_cast<int>(nq), 0,
+                                                                a.rope_cos, a.rope_sin, signs);
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess) return rc;
+    kernel<<<static_cast<unsigned>(nk), kThreads, 0, stream>>>(Fp8Tensors{{a.k, a.k, a.k}}, static_cast<int>(nk), 0,
+                                                                a.rope_cos, a.rope_sin, signs);
+    rc = cudaGetLastError();
+    if (rc != cudaSuccess) return rc;
+    kernel<<<static_cast<unsigned>(nv), kThreads, 0, stream>>>(Fp8Tensors{{a.v, a.v, a.v}}, 0, 0, a.rope_cos,
+                                                                a.rope_sin, signs);
     return cudaGetLastError();
 }
 
 template <int kHeadDim, bool kIsBf16>
-cudaError_t launch_rotated(const Fp8Tensor& t, const Fp8PrepassArgs& a, cudaStream_t stream) {
+cudaError_t launch_all(const Fp8PrepassArgs& a, cudaStream_t stream) {
     switch (a.rope) {
         case Rope::kNone:
-            return a.hadamard ? launch_tensor<kHeadDim, kIsBf16, Rope::kNone, true>(t, a, stream)
-                              : launch_tensor<kHeadDim, kIsBf16, Rope::kNone, false>(t, a, stream);
+            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kNone, true>(a, stream)
+                              : launch_tensors<kHeadDim, kIsBf16, Rope::kNone, false>(a, stream);
         case Rope::kInterleaved:
-            return a.hadamard ? launch_tensor<kHeadDim, kIsBf16, Rope::kInterleaved, true>(t, a, stream)
-                              : launch_tensor<kHeadDim, kIsBf16, Rope::kInterleaved, false>(t, a, stream);
+            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kInterleaved, true>(a, stream)
+                              : launch_tensors<kHeadDim, kIsBf16, Rope::kInterleaved, false>(a, stream);
         case Rope::kHalf:
-            return a.hadamard ? launch_tensor<kHeadDim, kIsBf16, Rope::kHalf, true>(t, a, stream)
-                              : launch_tensor<kHeadDim, kIsBf16, Rope::kHalf, false>(t, a, stream);
+            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kHalf, true>(a, stream)
+                              : launch_tensors<kHeadDim, kIsBf16, Rope::kHalf, false>(a, stream);
     }
     return cudaErrorInvalidValue;
-}
-
-template <int kHeadDim, bool kIsBf16>
-cudaError_t launch_all(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    cudaError_t rc = launch_rotated<kHeadDim, kIsBf16>(a.q, a, stream);
-    if (rc == cudaSuccess) rc = launch_rotated<kHeadDim, kIsBf16>(a.k, a, stream);
-    // V: the block quantizer only (rotating V would change the attention output).
-    if (rc == cudaSuccess) rc = launch_tensor<kHeadDim, kIsBf16, Rope::kNone, false>(a.v, a, stream);
-    return rc;
 }
 
 }  // namespace detail
 
 // Quantizes q, k (RoPE and Hadamard as the args say) and v (block quantizer only) on `stream`:
-// three launches, one per tensor. The args are validated (the C API does it).
+// one launch for the three tensors. The args are validated (the C API does it).
 template <int kHeadDim>
 cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t stream, std::string* error) {
     const cudaError_t rc = a.dtype == fwd::Dtype::kBf16 ? detail::launch_all<kHeadDim, true>(a, stream)

@@ -62,21 +62,14 @@ HATTN_HOST_DEVICE inline uint32_t hadamard_sign_bit(uint64_t seed, int column) {
 
 namespace hattn::fp8 {
 
-// The d signs of D as bits (bit c % 32 of word c / 32: column c), computed once on the host per
-// launch and passed as a kernel parameter: hashing in the kernel costs a 64-bit splitmix64 (about
-// twenty integer instructions) per column per thread, as much as the whole transform.
+// The d signs of D as bits (the launcher orders them per lane: make_lane_signs in
+// kernels/fp8_prepass.cuh), computed once on the host per launch and passed as a kernel
+// parameter: hashing in the kernel costs a 64-bit splitmix64 (about twenty integer instructions)
+// per column per thread, as much as the whole transform.
 constexpr int kMaxHeadDim = 256;
 constexpr int kSignWordBits = 32;
 struct HadamardSigns {
     uint32_t words[kMaxHeadDim / kSignWordBits] = {};
 };
-
-inline HadamardSigns make_hadamard_signs(uint64_t seed, int head_dim) {
-    HadamardSigns s;
-    for (int c = 0; c < head_dim && c < kMaxHeadDim; ++c) {
-        s.words[c / kSignWordBits] |= hadamard_sign_bit(seed, c) << (c % kSignWordBits);
-    }
-    return s;
-}
 
 }  // namespace hattn::fp8
