@@ -46,13 +46,11 @@ namespace detail {
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-// Chunks of a row per thread (a build-time choice for A/B measurements: 2, 4 or 8); the thread's
-// values stay 64 floats, so the rows per thread shrink as the chunks grow.
-#ifndef HATTN_FP8_CHUNKS
-#define HATTN_FP8_CHUNKS 8
-#endif
+// A thread holds 64 floats: 8 chunks of one row (2 chunks of 4 rows, the first layout, needs
+// 2 to 4 more shuffle levels and spills at d = 256 with interleaved RoPE under the 128-register
+// cap of 512 threads).
 constexpr int kChunkElems = 8;                                      // one 16-byte load of 16-bit values
-constexpr int kChunks = HATTN_FP8_CHUNKS;                           // columns c + k d / kChunks
+constexpr int kChunks = 8;                                          // columns c + k d / kChunks
 constexpr int kThreadRowElems = kChunkElems * kChunks;              // values of one row per thread
 constexpr int kThreadValues = 64;                                   // fp32 values per thread (registers)
 constexpr int kRowsPerThread = kThreadValues / kThreadRowElems;     // rows of the block per thread
