@@ -192,7 +192,9 @@ ht::Fp8ReferenceResult check_tensor(const char* name, const Case& c, const Tenso
                             worst_bound == 0.0 ? 0.0
                                                : kTieSafety * (r.fp32_error_bound[ri] * scale +
                                                                std::fabs(scaled) * (scale_rel_error + 2 * kUnitRoundoff));
-                        const bool may_flip = ht::e4m3_tie_distance(scaled) <= window;
+                        // (Without a transform ~1% of bf16 values sit exactly on a midpoint in
+                        // float64; the fp32 reference rounds them as the kernel does.)
+                        const bool may_flip = worst_bound > 0.0 && ht::e4m3_tie_distance(scaled) <= window;
                         near_tie += may_flip;
                         if (got == want || (((got | want) & 0x7F) == 0)) continue;  // +0 and -0 are equal
                         ++inexact;
