@@ -113,7 +113,7 @@ fi
   done
   if [ -f "$LOGS/bench.log" ]; then
     echo "-- bench (GBps of read + written bytes; pct_of_copy = against the same-bytes d2d copy;"
-    echo "   before = the first kernel on an H200, 2026-12-01: three launches, signs hashed per column)"
+    echo "   before = the previous kernel version on an H200: three launches, signs hashed per column)"
     python3 - "$OUT/bench.json" <<'PY' 2>/dev/null || grep -E '^(copy|prepass)/' "$LOGS/bench.log"
 import json, os, sys
 def load(path):
