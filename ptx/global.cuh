@@ -40,4 +40,16 @@ __device__ __forceinline__ void st_global_f32(float* p, float a) {
     asm volatile("st.global.f32 [%0], %1;" ::"l"(p), "f"(a));
 }
 
+// PTX ISA 9.7.9.25.3 cp.async: 16 bytes global -> shared without passing through registers,
+// cached in L2 only (.cg); completes asynchronously (cp_async_commit_group / cp_async_wait_all).
+__device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
+}
+
+// PTX ISA 9.7.9.25.3 cp.async.commit_group: closes the group of the thread's cp.async so far.
+__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+// PTX ISA 9.7.9.25.3 cp.async.wait_group 0: every committed group of the thread has landed.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
 }  // namespace hattn::ptx

@@ -14,6 +14,12 @@
 #   memcheck  compute-sanitizer memcheck on four small fp8_prepass_test cases (d 64/128/256, all
 #             rope modes, strided, GQA, a multi-block sequence)
 #   racecheck compute-sanitizer racecheck on the same cases
+#   A/B       the same build folder reconfigured with -DHATTN_FP8_BLOCKS_PER_CTA=4 (four blocks per
+#             thread block, the next one staged in shared memory by cp.async during the current
+#             one's math; RoPE kernels unchanged): rebuilds only the pre-pass's three translation
+#             units, runs the no-RoPE fp8_prepass_test cases, memcheck and racecheck on small ones,
+#             and the bench's copy / quant / hadamard rows (bench_staged.json in logs.tgz); the
+#             summary shows them beside the default build's.
 # Writes $OUT/summary.txt (printed last), $OUT/bench.json and $OUT/logs.tgz (every log).
 #
 # Environment: OUT (default ./gpu_fp8_prepass_out), BUILD_DIR (build-fp8), JOBS (16),
@@ -68,7 +74,7 @@ TARGETS=(hattn_shared hattn_static reference_fp8_test host_fp8_prepass_validatio
          fp8_prepass_test fp8_prepass_bench)
 # (timeout runs programs, not shell functions: the two steps go through bash -c.)
 run build 200 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
-  -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target ${TARGETS[*]}"
+  -DHATTN_BUILD_CLI=OFF -DHATTN_FP8_BLOCKS_PER_CTA=1 && cmake --build '$BUILD_DIR' -j $JOBS --target ${TARGETS[*]}"
 BUILD_OK=0
 grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
 SPILLS=$(grep -ciE 'spill (stores|loads) [1-9]|bytes spill' "$LOGS/build.log" 2>/dev/null | head -1)
@@ -92,6 +98,20 @@ if [ "$BUILD_OK" -eq 1 ]; then
     record memcheck "SKIPPED (no compute-sanitizer)" 0
     record racecheck "SKIPPED (no compute-sanitizer)" 0
   fi
+  # ---- A/B: four blocks per thread block, staged through shared memory ----------------------
+  run build_staged 120 bash -c "cmake -S . -B '$BUILD_DIR' -DHATTN_FP8_BLOCKS_PER_CTA=4 && \
+    cmake --build '$BUILD_DIR' -j $JOBS --target fp8_prepass_test fp8_prepass_bench"
+  if grep -q '^build_staged .*PASS' "$STATUS"; then
+    run fp8_prepass_test_staged 60 "$T/fp8_prepass_test" --gtest_filter='*norope*'
+    if [ -x "$SAN" ]; then
+      run memcheck_staged 60 "$SAN" --tool memcheck --error-exitcode 1 "$T/fp8_prepass_test" \
+        --gtest_filter='*sq17_sk17*norope*'
+      run racecheck_staged 60 "$SAN" --tool racecheck --error-exitcode 1 "$T/fp8_prepass_test" \
+        --gtest_filter='*sq17_sk17*norope*'
+    fi
+    run bench_staged 60 "$BUILD_DIR/bench/fp8_prepass_bench" --benchmark_filter='^(copy|prepass/quant|prepass/hadamard)/' \
+      --benchmark_out="$LOGS/bench_staged.json" --benchmark_out_format=json
+  fi
 fi
 
 # ---- summary ----------------------------------------------------------------------------------
@@ -104,7 +124,7 @@ fi
       grep -oE 'REG:[0-9]+ STACK:[0-9]+|LOCAL:[0-9]+' | paste -d' ' - - | sort | uniq -c | sed 's/^/   /'
   fi
   for t in reference_fp8_test host_fp8_prepass_validation_test ptx_fp8_prepass_wrappers_test fp8_prepass_test memcheck \
-           racecheck; do
+           racecheck fp8_prepass_test_staged memcheck_staged racecheck_staged; do
     [ -f "$LOGS/$t.log" ] || continue
     line=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$LOGS/$t.log" | tr '\n' ' ')
     san=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/$t.log" | tail -1)
@@ -113,8 +133,9 @@ fi
   done
   if [ -f "$LOGS/bench.log" ]; then
     echo "-- bench (GBps of read + written bytes; pct_of_copy = against the same-bytes d2d copy;"
-    echo "   before = the previous kernel version on an H200: three launches, signs hashed per column)"
-    python3 - "$OUT/bench.json" <<'PY' 2>/dev/null || grep -E '^(copy|prepass)/' "$LOGS/bench.log"
+    echo "   before = the previous kernel version on an H200: three launches, signs hashed per column;"
+    echo "   staged = the A/B build, 4 blocks per thread block through shared memory, its own copy baseline)"
+    python3 - "$OUT/bench.json" "$LOGS/bench_staged.json" <<'PY' 2>/dev/null || grep -E '^(copy|prepass)/' "$LOGS/bench.log"
 import json, os, sys
 def load(path):
     if not os.path.exists(path):
@@ -129,10 +150,13 @@ for tokens, rows in (("b1_s16384", ((74.3, 58.2, 47.8, 47.4), (81.4, 57.5, 46.1,
     for d, row in zip((64, 128, 256), rows):
         for mode, pct in zip(("quant", "hadamard", "rope_half+hadamard", "rope_interleaved+hadamard"), row):
             before[f"prepass/{mode}/{tokens}_d{d}"] = pct
+staged = load(sys.argv[2])
 for name, b in load(sys.argv[1]).items():
     pct = f'{b["pct_of_copy"]:6.1f} % of copy' if "pct_of_copy" in b else " " * 15
     old = f'   before {before[name]:5.1f} %' if name in before else ""
-    print(f'  {name:<46} {b["GBps"]:8.0f} GB/s {b["us_per_call"]:9.1f} us  {pct}{old}')
+    st = staged.get(name, {})
+    new = f'   staged {st["pct_of_copy"]:5.1f} %' if "pct_of_copy" in st else ""
+    print(f'  {name:<46} {b["GBps"]:8.0f} GB/s {b["us_per_call"]:9.1f} us  {pct}{old}{new}')
 PY
   fi
   echo "-- steps"

@@ -40,6 +40,7 @@
 #include "kernels/fp8_prepass_args.h"
 #include "ptx/convert.cuh"
 #include "ptx/global.cuh"
+#include "ptx/ldst.cuh"
 
 namespace hattn::fp8 {
 namespace detail {
@@ -185,138 +186,230 @@ struct Fp8Tensors {
     Fp8Tensor t[3];  // q, k, v
 };
 
-// One launch quantizes all three tensors (one wave tail instead of three): blocks
-// [0, q_blocks) are q's, the next k_blocks k's, the rest v's. V is never rotated (that would
-// change the attention output); the branch is uniform per thread block.
+// Where block g of a launch lives: blocks [0, q_blocks) are q's, the next k_blocks k's, the rest
+// v's; inside a tensor, local_block = (batch * heads + head) * blocks + block (the descale's index).
+struct BlockPlace {
+    int which;        // 0 q, 1 k, 2 v
+    int local_block;
+    const uint16_t* in;  // the (batch, head)'s first input row
+    uint8_t* out;        // the (batch, head)'s first output row
+    int first_row;       // this thread's first row of the block
+};
+
+__device__ __forceinline__ BlockPlace place_block(const Fp8Tensors& tensors, int g, int q_blocks, int k_blocks,
+                                                  int row_slot) {
+    BlockPlace p;
+    p.which = 0;
+    p.local_block = g;
+    if (p.local_block >= q_blocks) {
+        p.local_block -= q_blocks;
+        p.which = 1;
+        if (p.local_block >= k_blocks) {
+            p.local_block -= k_blocks;
+            p.which = 2;
+        }
+    }
+    const Fp8Tensor& t = tensors.t[p.which];
+    const int blocks = (t.seqlen + kBlockRows - 1) / kBlockRows;
+    const int block = p.local_block % blocks;
+    const int head_linear = p.local_block / blocks;
+    const int head = head_linear % t.heads;
+    const int batch = head_linear / t.heads;
+    p.in = static_cast<const uint16_t*>(t.in) + batch * t.in_batch_stride + head * t.in_head_stride;
+    p.out = static_cast<uint8_t*>(t.out) + batch * t.out_batch_stride + head * t.out_head_stride;
+    p.first_row = block * kBlockRows + row_slot;
+    return p;
+}
+
+// Blocks per thread block (a build-time choice, for A/B measurements). 1: a thread block loads,
+// transforms and stores one block; its loads cannot overlap its own math and stores, only other
+// resident thread blocks' (and d = 256 has one per SM). More: block i + 1 is copied into shared
+// memory with cp.async (each thread copies exactly the chunks it will read: no barrier) while
+// block i is transformed and stored.
+#ifndef HATTN_FP8_BLOCKS_PER_CTA
+#define HATTN_FP8_BLOCKS_PER_CTA 1
+#endif
+constexpr int kStageBuffers = 2;  // block i is read while block i + 1 lands
+
+// With RoPE the staging's extra live registers spill at d >= 128 (128-register cap), so RoPE
+// kernels keep one block per thread block.
+template <Rope kRope>
+constexpr int blocks_per_cta() {
+    return kRope == Rope::kNone ? HATTN_FP8_BLOCKS_PER_CTA : 1;
+}
+
+// Shared memory of the staging buffers: [buffer][chunk][thread] 16-byte chunks (a warp's reads of
+// one chunk are consecutive 16-byte words: no bank conflicts).
+template <int kHeadDim, Rope kRope>
+constexpr int stage_bytes() {
+    return blocks_per_cta<kRope>() > 1 ? kStageBuffers * kChunks * Layout<kHeadDim>::kThreads * 16 : 0;
+}
+
+// cp.async of this thread's chunks of a block into staging buffer `buffer`.
+template <int kHeadDim>
+__device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const BlockPlace& p, int col, uint4* stage,
+                                            int buffer) {
+    using L = Layout<kHeadDim>;
+    const Fp8Tensor& t = tensors.t[p.which];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+        const int row = p.first_row + r * kRowSlots;
+        if (row >= t.seqlen) continue;
+        const uint16_t* src = p.in + row * t.in_seq_stride + col;
+#pragma unroll
+        for (int chunk = 0; chunk < kChunks; ++chunk) {
+            uint4* dst = stage + ((buffer * kRowsPerThread + r) * kChunks + chunk) * L::kThreads + threadIdx.x;
+            ptx::cp_async_cg_16(dst, src + chunk * L::kChunkStride);
+        }
+    }
+    ptx::cp_async_commit_group();
+}
+
+// One launch quantizes all three tensors (one wave tail instead of three). V is never rotated (that
+// would change the attention output); the branch is uniform per thread block.
 template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
 __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
     fp8_prepass_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int k_blocks,
-                       const float* __restrict__ rope_cos, const float* __restrict__ rope_sin,
-                       const HadamardSigns signs) {
+                       const int total_blocks, const float* __restrict__ rope_cos,
+                       const float* __restrict__ rope_sin, const HadamardSigns signs) {
     using L = Layout<kHeadDim>;
-    __shared__ float warp_amax[L::kWarps];
+    constexpr int kBlocksPerCta = blocks_per_cta<kRope>();
+    constexpr bool kStaged = kBlocksPerCta > 1;
+    __shared__ float warp_amax[kStageBuffers][L::kWarps];  // by block parity: one barrier per block
+    extern __shared__ uint4 stage[];                         // kStaged: stage_bytes<kHeadDim, kRope>()
 
-    int local_block = static_cast<int>(blockIdx.x);  // within its tensor: the descale's index
-    int which = 0;
-    if (local_block >= q_blocks) {
-        local_block -= q_blocks;
-        which = 1;
-        if (local_block >= k_blocks) {
-            local_block -= k_blocks;
-            which = 2;
-        }
-    }
-    // __grid_constant__: the reference reads the parameter bank in place (an ordinary parameter
-    // whose address is taken is copied to the stack first).
-    const Fp8Tensor& t = tensors.t[which];
-    const bool transform = which != 2;
-
-    // Which block: local_block = (batch * heads + head) * blocks + block.
-    const int blocks = (t.seqlen + kBlockRows - 1) / kBlockRows;
-    const int block = local_block % blocks;
-    const int head_linear = local_block / blocks;
-    const int head = head_linear % t.heads;
-    const int batch = head_linear / t.heads;
     const int lane_in_row = static_cast<int>(threadIdx.x) % L::kLanesPerRow;
     const int row_slot = static_cast<int>(threadIdx.x) / L::kLanesPerRow;
     const int col = lane_in_row * kChunkElems;  // first column of chunk 0; chunk k at col + k d / kChunks
-
-    const uint16_t* in = static_cast<const uint16_t*>(t.in) + batch * t.in_batch_stride + head * t.in_head_stride;
-    uint8_t* out = static_cast<uint8_t*>(t.out) + batch * t.out_batch_stride + head * t.out_head_stride;
-    const int first_row = block * kBlockRows + row_slot;
-
-    // ---- 1. load (every load of the block in flight before the first use) ----
-    float v[kRowsPerThread][kThreadRowElems];
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-        const int row = first_row + r * kRowSlots;
-        uint4 raw[kChunks] = {};
-        if (row < t.seqlen) {
-            const uint16_t* src = in + row * t.in_seq_stride + col;
-#pragma unroll
-            for (int chunk = 0; chunk < kChunks; ++chunk) {
-                raw[chunk] = ptx::ld_global_nc_na_v4_b32(src + chunk * L::kChunkStride);
-            }
-        }
-#pragma unroll
-        for (int chunk = 0; chunk < kChunks; ++chunk) widen_chunk<kIsBf16>(raw[chunk], v[r] + chunk * kChunkElems);
+    const int g0 = static_cast<int>(blockIdx.x) * kBlocksPerCta;
+    if constexpr (kStaged) {
+        stage_block<kHeadDim>(tensors, place_block(tensors, g0, q_blocks, k_blocks, row_slot), col, stage, 0);
     }
 
-    // ---- 2. RoPE, 3. Hadamard ----
-    if (kRope != Rope::kNone && transform) {  // (compile-time false without RoPE)
+#pragma unroll 1
+    for (int i = 0; i < kBlocksPerCta; ++i) {
+        const int g = g0 + i;
+        if (g >= total_blocks) break;
+        const BlockPlace p = place_block(tensors, g, q_blocks, k_blocks, row_slot);
+        // __grid_constant__: the reference reads the parameter bank in place (an ordinary parameter
+        // whose address is taken is copied to the stack first).
+        const Fp8Tensor& t = tensors.t[p.which];
+        const bool transform = p.which != 2;
+        const int local_block = p.local_block;
+        const uint16_t* in = p.in;
+        uint8_t* out = p.out;
+        const int first_row = p.first_row;
+
+        // ---- 1. load (every load of the block in flight before the first use) ----
+        float v[kRowsPerThread][kThreadRowElems];
+        if constexpr (kStaged) ptx::cp_async_wait_all();  // this thread's copies of block i
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
             const int row = first_row + r * kRowSlots;
+            uint4 raw[kChunks] = {};
             if (row < t.seqlen) {
-                const int64_t table_row = static_cast<int64_t>(row + t.rope_offset) * L::kHalf;
-                apply_rope<kHeadDim, kRope>(v[r], rope_cos + table_row, rope_sin + table_row, col);
+                const uint16_t* src = in + row * t.in_seq_stride + col;
+#pragma unroll
+                for (int chunk = 0; chunk < kChunks; ++chunk) {
+                    if constexpr (kStaged) {
+                        raw[chunk] = ptx::ld_shared_v4_b32(
+                            stage + (((i % kStageBuffers) * kRowsPerThread + r) * kChunks + chunk) * L::kThreads +
+                            threadIdx.x);
+                    } else {
+                        raw[chunk] = ptx::ld_global_nc_na_v4_b32(src + chunk * L::kChunkStride);
+                    }
+                }
+            }
+#pragma unroll
+            for (int chunk = 0; chunk < kChunks; ++chunk) widen_chunk<kIsBf16>(raw[chunk], v[r] + chunk * kChunkElems);
+        }
+        if constexpr (kStaged) {
+            // The next block's bytes travel while this one is transformed and stored. (The buffer it
+            // lands in was read, by this thread only, one block ago.)
+            if (i + 1 < kBlocksPerCta && g + 1 < total_blocks) {
+                stage_block<kHeadDim>(tensors, place_block(tensors, g + 1, q_blocks, k_blocks, row_slot), col, stage,
+                                      (i + 1) % kStageBuffers);
             }
         }
-    }
-    if (kHadamard && transform) {
-        // D's signs for this thread's columns (the same for every row), from the host-made mask.
-        const int bit0 = lane_in_row * kThreadRowElems;  // bit j: register j (make_lane_signs)
-        uint64_t sign_mask = signs.words[bit0 / kSignWordBits] >> (bit0 % kSignWordBits);
-        if constexpr (kThreadRowElems > kSignWordBits) {
-            sign_mask |= static_cast<uint64_t>(signs.words[bit0 / kSignWordBits + 1]) << kSignWordBits;
+
+        // ---- 2. RoPE, 3. Hadamard ----
+        if (kRope != Rope::kNone && transform) {  // (compile-time false without RoPE)
+#pragma unroll
+            for (int r = 0; r < kRowsPerThread; ++r) {
+                const int row = first_row + r * kRowSlots;
+                if (row < t.seqlen) {
+                    const int64_t table_row = static_cast<int64_t>(row + t.rope_offset) * L::kHalf;
+                    apply_rope<kHeadDim, kRope>(v[r], rope_cos + table_row, rope_sin + table_row, col);
+                }
+            }
         }
+        if (kHadamard && transform) {
+            // D's signs for this thread's columns (the same for every row), from the host-made mask.
+            const int bit0 = lane_in_row * kThreadRowElems;  // bit j: register j (make_lane_signs)
+            uint64_t sign_mask = signs.words[bit0 / kSignWordBits] >> (bit0 % kSignWordBits);
+            if constexpr (kThreadRowElems > kSignWordBits) {
+                sign_mask |= static_cast<uint64_t>(signs.words[bit0 / kSignWordBits + 1]) << kSignWordBits;
+            }
+#pragma unroll
+            for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+                for (int j = 0; j < kThreadRowElems; ++j) {
+                    // A sign flip is an XOR of the sign bit: no multiply.
+                    const uint32_t flip = ((sign_mask >> j) & 1u) != 0 ? kSignBit : 0u;
+                    v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip);
+                }
+                hadamard_butterfly<kHeadDim>(v[r], lane_in_row);
+                // The 1/sqrt(d) is folded into the quantization scale (one multiply per element fewer).
+            }
+        }
+
+        // ---- 4. amax of the block: thread, warp, block ----
+        float amax = 0.f;
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
-            for (int j = 0; j < kThreadRowElems; ++j) {
-                // A sign flip is an XOR of the sign bit: no multiply.
-                const uint32_t flip = ((sign_mask >> j) & 1u) != 0 ? kSignBit : 0u;
-                v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip);
-            }
-            hadamard_butterfly<kHeadDim>(v[r], lane_in_row);
-            // The 1/sqrt(d) is folded into the quantization scale (one multiply per element fewer).
+            for (int j = 0; j < kThreadRowElems; ++j) amax = fmaxf(amax, fabsf(v[r][j]));
         }
-    }
-
-    // ---- 4. amax of the block: thread, warp, block ----
-    float amax = 0.f;
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-#pragma unroll
-        for (int j = 0; j < kThreadRowElems; ++j) amax = fmaxf(amax, fabsf(v[r][j]));
-    }
-#pragma unroll
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-        amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
-    }
-    const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-    if (threadIdx.x % kWarpSize == 0) warp_amax[warp] = amax;
-    __syncthreads();  // every warp's maximum is in shared memory
-#pragma unroll
-    for (int w = 0; w < L::kWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
-
-    // ---- 5. quantize and store ----
-    // The values are the unnormalized butterfly outputs when the Hadamard ran: their amax times
-    // 1/sqrt(d) is the transformed block's amax (rounding is monotone), and the scale takes the
-    // 1/sqrt(d) along. An all-zero block gets scale 0 (zeros out, descale 0); a tiny amax must not
-    // make the scale infinite (0 * inf would be NaN), so it is clamped to the largest float.
-    const float norm = kHadamard && transform ? inv_sqrt_head_dim<kHeadDim>() : 1.f;
-    amax *= norm;
-    const float scale = amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
-    if (threadIdx.x == 0) ptx::st_global_f32(t.descale + local_block, amax / kE4m3Max);
-#pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-        const int row = first_row + r * kRowSlots;
-        if (row >= t.seqlen) continue;
-        uint8_t* dst = out + row * t.out_seq_stride + col;
-#pragma unroll
-        for (int chunk = 0; chunk < kChunks; ++chunk) {
-            const float* x = v[r] + chunk * kChunkElems;
-            uint32_t packed[2];
-#pragma unroll
-            for (int word = 0; word < 2; ++word) {
-                const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 0] * scale, x[4 * word + 1] * scale);
-                const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 2] * scale, x[4 * word + 3] * scale);
-                packed[word] = lo | (hi << 16);
-            }
-            ptx::st_global_v2_b32(dst + chunk * L::kChunkStride, packed[0], packed[1]);
+        for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+            amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
         }
-    }
+        const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+        // Block i's maxima go to slot i % 2: a warp can be one block ahead of another (it passed this
+        // barrier) but not two (it would have to pass the next block's barrier first).
+        if (threadIdx.x % kWarpSize == 0) warp_amax[i % kStageBuffers][warp] = amax;
+        __syncthreads();  // every warp's maximum is in shared memory
+#pragma unroll
+        for (int w = 0; w < L::kWarps; ++w) amax = fmaxf(amax, warp_amax[i % kStageBuffers][w]);
+
+        // ---- 5. quantize and store ----
+        // The values are the unnormalized butterfly outputs when the Hadamard ran: their amax times
+        // 1/sqrt(d) is the transformed block's amax (rounding is monotone), and the scale takes the
+        // 1/sqrt(d) along. An all-zero block gets scale 0 (zeros out, descale 0); a tiny amax must not
+        // make the scale infinite (0 * inf would be NaN), so it is clamped to the largest float.
+        const float norm = kHadamard && transform ? inv_sqrt_head_dim<kHeadDim>() : 1.f;
+        amax *= norm;
+        const float scale = amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
+        if (threadIdx.x == 0) ptx::st_global_f32(t.descale + local_block, amax / kE4m3Max);
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+            const int row = first_row + r * kRowSlots;
+            if (row >= t.seqlen) continue;
+            uint8_t* dst = out + row * t.out_seq_stride + col;
+#pragma unroll
+            for (int chunk = 0; chunk < kChunks; ++chunk) {
+                const float* x = v[r] + chunk * kChunkElems;
+                uint32_t packed[2];
+#pragma unroll
+                for (int word = 0; word < 2; ++word) {
+                    const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 0] * scale, x[4 * word + 1] * scale);
+                    const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 2] * scale, x[4 * word + 3] * scale);
+                    packed[word] = lo | (hi << 16);
+                }
+                ptx::st_global_v2_b32(dst + chunk * L::kChunkStride, packed[0], packed[1]);
+            }
+        }
+    }  // blocks of this thread block
 }
 
 template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
@@ -327,25 +420,28 @@ cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
     const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k), nv = blocks_of(a.v);
     const HadamardSigns signs = make_lane_signs<kHeadDim>(a.hadamard_seed);
     constexpr int kThreads = Layout<kHeadDim>::kThreads;
-    constexpr int64_t kMaxGrid = INT32_MAX;  // gridDim.x; each tensor alone fits (validated)
+    constexpr int kSmem = stage_bytes<kHeadDim, kRope>();
+    constexpr int kBlocksPerCta = blocks_per_cta<kRope>();
+    constexpr int kDefaultSmemLimit = 48 * 1024;  // more must be opted into per kernel
+    constexpr int64_t kMaxBlocks = INT32_MAX;     // block indices are int; each tensor alone fits (validated)
     auto kernel = fp8_prepass_kernel<kHeadDim, kIsBf16, kRope, kHadamard>;
-    if (nq + nk + nv <= kMaxGrid) {
-        kernel<<<static_cast<unsigned>(nq + nk + nv), kThreads, 0, stream>>>(
-            Fp8Tensors{{a.q, a.k, a.v}}, static_cast<int>(nq), static_cast<int>(nk), a.rope_cos, a.rope_sin, signs);
-        return cudaGetLastError();
+    if (kSmem > kDefaultSmemLimit) {
+        const cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        if (rc != cudaSuccess) return rc;
     }
-    // Too many blocks for one grid: one launch per tensor (q and k in the first slot, v in the third).
-    kernel<<<static_cast<unsigned>(nq), kThreads, 0, stream>>>(Fp8Tensors{{a.q, a.q, a.q}}, static_cast<int>(nq), 0,
-                                                                a.rope_cos, a.rope_sin, signs);
-    cudaError_t rc = cudaGetLastError();
-    if (rc != cudaSuccess) return rc;
-    kernel<<<static_cast<unsigned>(nk), kThreads, 0, stream>>>(Fp8Tensors{{a.k, a.k, a.k}}, static_cast<int>(nk), 0,
-                                                                a.rope_cos, a.rope_sin, signs);
-    rc = cudaGetLastError();
-    if (rc != cudaSuccess) return rc;
-    kernel<<<static_cast<unsigned>(nv), kThreads, 0, stream>>>(Fp8Tensors{{a.v, a.v, a.v}}, 0, 0, a.rope_cos,
-                                                                a.rope_sin, signs);
-    return cudaGetLastError();
+    auto launch = [&](const Fp8Tensors& tensors, int64_t q_blocks, int64_t k_blocks, int64_t total) {
+        const int64_t grid = (total + kBlocksPerCta - 1) / kBlocksPerCta;
+        kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(
+            tensors, static_cast<int>(q_blocks), static_cast<int>(k_blocks), static_cast<int>(total), a.rope_cos,
+            a.rope_sin, signs);
+        return cudaGetLastError();
+    };
+    if (nq + nk + nv <= kMaxBlocks) return launch(Fp8Tensors{{a.q, a.k, a.v}}, nq, nk, nq + nk + nv);
+    // Too many blocks for one launch: one per tensor (q and k in the first slot, v in the third).
+    cudaError_t rc = launch(Fp8Tensors{{a.q, a.q, a.q}}, nq, 0, nq);
+    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.k, a.k, a.k}}, nk, 0, nk);
+    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.v, a.v, a.v}}, 0, 0, nv);
+    return rc;
 }
 
 template <int kHeadDim, bool kIsBf16>
