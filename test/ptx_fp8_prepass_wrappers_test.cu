@@ -5,7 +5,8 @@
 // The e4m3 inputs are every e4m3 value, every midpoint between neighbours (ties: round to even),
 // a hair on either side of each midpoint, values past 448 (satfinite), +-inf, NaN and random
 // floats over the whole range; each is converted once as the low and once as the high half, so a
-// swapped byte order fails.
+// swapped byte order fails. cp.async + ld.shared.v4: a rotated copy through shared memory (each
+// thread reads back another thread's chunk after a barrier, so the wait must cover the copies).
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
@@ -47,6 +48,22 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(const uint32_t* in, uint
     hattn::ptx::st_global_f32(out_f32 + i + 1, f.y);
     hattn::ptx::st_global_f32(out_f32 + i + 2, f.z);
     hattn::ptx::st_global_f32(out_f32 + i + 3, f.w);
+}
+
+// Each thread cp.asyncs one 16-byte chunk into shared memory, waits, and after a barrier reads its
+// neighbour's chunk with ld.shared.v4 and stores it.
+__global__ void __launch_bounds__(kThreads) cp_async_kernel(const uint32_t* in, uint32_t* out) {
+    __shared__ uint4 staged[kThreads];
+    const int t = static_cast<int>(threadIdx.x);
+    const int base = static_cast<int>(blockIdx.x) * kThreads * 4;
+    hattn::ptx::cp_async_cg_16(&staged[t], in + base + 4 * t);
+    hattn::ptx::cp_async_commit_group();
+    hattn::ptx::cp_async_wait_all();
+    __syncthreads();
+    const int from = (t + 1) % kThreads;
+    const uint4 v = hattn::ptx::ld_shared_v4_b32(&staged[from]);
+    hattn::ptx::st_global_v2_b32(out + base + 4 * t, v.x, v.y);
+    hattn::ptx::st_global_v2_b32(out + base + 4 * t + 2, v.z, v.w);
 }
 
 std::vector<float> e4m3_inputs() {
@@ -137,6 +154,28 @@ TEST(PtxFp8, GlobalVectorLoadsAndStoresCopy) {
     HATTN_CUDA_CHECK(cudaMemcpy(f32.data(), d_f32.ptr, d_f32.bytes(), cudaMemcpyDeviceToHost));
     EXPECT_EQ(b32, in);
     EXPECT_EQ(f32, in);
+}
+
+TEST(PtxFp8, CpAsyncThroughSharedMemory) {
+    HATTN_REQUIRE_HOPPER();
+    std::vector<uint32_t> in(kCopyWords);
+    for (int i = 0; i < kCopyWords; ++i) in[i] = static_cast<uint32_t>(i) * 2654435761u;
+    DeviceBuffer<uint32_t> d_in(in.size()), d_out(in.size());
+    HATTN_CUDA_CHECK(d_in.status);
+    HATTN_CUDA_CHECK(d_out.status);
+    HATTN_CUDA_CHECK(cudaMemcpy(d_in.ptr, in.data(), d_in.bytes(), cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemset(d_out.ptr, 0, d_out.bytes()));
+    constexpr int kBlockWords = kThreads * 4;
+    cp_async_kernel<<<kCopyWords / kBlockWords, kThreads>>>(d_in.ptr, d_out.ptr);
+    HATTN_CUDA_CHECK(cudaGetLastError());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint32_t> out(in.size());
+    HATTN_CUDA_CHECK(cudaMemcpy(out.data(), d_out.ptr, d_out.bytes(), cudaMemcpyDeviceToHost));
+    std::vector<uint32_t> want(in.size());
+    for (int b = 0; b < kCopyWords / kBlockWords; ++b)
+        for (int t = 0; t < kThreads; ++t)
+            for (int w = 0; w < 4; ++w) want[b * kBlockWords + 4 * t + w] = in[b * kBlockWords + 4 * ((t + 1) % kThreads) + w];
+    EXPECT_EQ(out, want);
 }
 
 }  // namespace
