@@ -1,7 +1,8 @@
 // hattn/src/kernels/fp8_prepass.cuh -- the FP8 pre-pass: 16-bit Q, K, V -> [RoPE] -> [random-sign
 // Hadamard] -> per-block e4m3 quantization, and its launcher.
 //
-// One thread block quantizes one block of kBlockRows rows of one (batch, head), for one tensor:
+// One launch covers q, k and v; a thread block quantizes one block of kBlockRows rows of one
+// (batch, head) of one tensor at a time (kBlocksPerCta blocks, see HATTN_FP8_BLOCKS_PER_CTA):
 //   1. load      every thread loads its rows' 8 * kChunks elements (kChunks 16-byte chunks:
 //                columns 8l..8l+7 + k d / kChunks, k < kChunks, for lane l of the row's lane
 //                group) and widens them to fp32; all loads of the block are issued before any
@@ -9,21 +10,24 @@
 //   2. RoPE      both conventions pair elements a thread already holds: interleaved pairs
 //                (2i, 2i+1) sit inside a chunk, half-split pairs (i, i+d/2) are the same register
 //                of chunks k and k + kChunks/2 -- so the rotation is register arithmetic;
-//   3. Hadamard  signs (a hash of seed and column), then the butterfly over the d index bits:
+//   3. Hadamard  signs (a hash of seed and column, computed on the host per launch and passed as
+//                a per-lane bit mask), then the butterfly over the d index bits:
 //                bits 0-2 inside a chunk and the top log2(kChunks) bits between the chunks in
-//                registers, the bits in between across the lane group with shfl.bfly; then
-//                * 1/sqrt(d);
+//                registers, the bits in between across the lane group with shfl.bfly (1/sqrt(d)
+//                is folded into the quantization scale);
 //   4. amax      per thread, per warp (shuffles), per block (shared memory);
 //   5. quantize  y * 448 / amax -> cvt.rn.satfinite.e4m3x2 -> two 8-byte stores per row, and
 //                the block's descale amax / 448.
 //
 // NOTES:
 //   * Memory-bound: 2 bytes read and 1 written per element. The whole block's fp32 values stay
-//     in registers between the amax and the quantization (kRowsPerThread x 16 floats per thread),
+//     in registers between the amax and the quantization (64 floats per thread),
 //     so each element is read from HBM exactly once.
 //   * Instruction issue, not HBM, limits the transform at d >= 64: an SM must retire about 6
 //     elements per clock to keep up with HBM (3 bytes each at ~4.2 TB/s over 132 SMs at
-//     ~1.8 GHz), and issues 128 thread-instructions per clock. An in-register butterfly level
+//     ~1.8 GHz), and issues 128 thread-instructions per clock. (The first version hashed the
+//     Hadamard signs per column in every thread: ~1000 of its 2300-2900 instructions per
+//     thread; the signs now come from the host.) An in-register butterfly level
 //     costs one FADD per element, a cross-lane level a SHFL plus an FFMA (and SHFL runs at 32
 //     lanes per clock). So a thread holds as much of a row as the registers allow: kChunks = 8
 //     (64 values of one row) leaves log2(d) - 6 cross-lane levels (0, 1, 2 at d = 64, 128, 256)
