@@ -196,6 +196,92 @@ HATTN_API hattn_status hattn_bwd_validate(const hattn_bwd_params* params, char* 
  * message to stderr. */
 HATTN_API hattn_status hattn_bwd(const hattn_bwd_params* params, cudaStream_t stream);
 
+/* ---- FP8 pre-pass ------------------------------------------------------------------------ */
+
+/* Rotary embedding conventions of hattn_fp8_prepass. For pair index i in [0, head_dim / 2) and a
+ * row at table position p, the pair (a, b) becomes (a cos - b sin, a sin + b cos) with
+ * cos = rope_cos[p * head_dim / 2 + i], sin likewise. */
+typedef enum hattn_rope {
+    HATTN_ROPE_NONE = 0,         /* no rotation */
+    HATTN_ROPE_INTERLEAVED = 1,  /* GPT-J: pairs (2i, 2i + 1) */
+    HATTN_ROPE_HALF = 2          /* GPT-NeoX: pairs (i, i + head_dim / 2) */
+} hattn_rope;
+
+/* Rows per quantization block: one fp32 descale per (batch, head, block of this many rows), the
+ * query and key tiles of the FP8 attention kernel. */
+#define HATTN_FP8_BLOCK_ROWS 128
+
+/* The largest finite e4m3 value: descale = amax / HATTN_FP8_E4M3_MAX. */
+#define HATTN_FP8_E4M3_MAX 448.0f
+
+typedef struct hattn_fp8_prepass_params {
+    const void* q;     /* [batch, seqlen_q, heads_q,  head_dim], bf16 or fp16 */
+    const void* k;     /* [batch, seqlen_k, heads_kv, head_dim] */
+    const void* v;     /* [batch, seqlen_k, heads_kv, head_dim] */
+    void* q_fp8;       /* [batch, seqlen_q, heads_q,  head_dim] e4m3 (one byte per element) */
+    void* k_fp8;       /* [batch, seqlen_k, heads_kv, head_dim] e4m3 */
+    void* v_fp8;       /* [batch, seqlen_k, heads_kv, head_dim] e4m3 */
+    float* q_descale;  /* [batch, heads_q,  ceil(seqlen_q / HATTN_FP8_BLOCK_ROWS)] fp32 */
+    float* k_descale;  /* [batch, heads_kv, ceil(seqlen_k / HATTN_FP8_BLOCK_ROWS)] fp32 */
+    float* v_descale;  /* [batch, heads_kv, ceil(seqlen_k / HATTN_FP8_BLOCK_ROWS)] fp32 */
+
+    /* Rotary tables (only with rope != HATTN_ROPE_NONE): [rope_rows, head_dim / 2] fp32,
+     * contiguous, 16-byte aligned. Key row j uses table row j; query row i uses table row
+     * i + rope_q_offset (for a query block that ends where the keys end, as with hattn's
+     * bottom-right causal mask: rope_q_offset = seqlen_k - seqlen_q). */
+    const float* rope_cos;
+    const float* rope_sin;
+    int rope_rows;      /* >= seqlen_k and >= rope_q_offset + seqlen_q */
+    int rope_q_offset;  /* >= 0 */
+
+    int batch;
+    int heads_q;
+    int heads_kv;    /* heads_q % heads_kv == 0 */
+    int seqlen_q;
+    int seqlen_k;
+    int head_dim;    /* 64, 128 or 256 */
+
+    /* Strides in elements (the e4m3 outputs' are bytes); head_dim is contiguous. */
+    int64_t q_batch_stride, q_seq_stride, q_head_stride;
+    int64_t k_batch_stride, k_seq_stride, k_head_stride;
+    int64_t v_batch_stride, v_seq_stride, v_head_stride;
+    int64_t q_fp8_batch_stride, q_fp8_seq_stride, q_fp8_head_stride;
+    int64_t k_fp8_batch_stride, k_fp8_seq_stride, k_fp8_head_stride;
+    int64_t v_fp8_batch_stride, v_fp8_seq_stride, v_fp8_head_stride;
+
+    hattn_dtype dtype;       /* of q, k, v */
+    hattn_rope rope;         /* applied to q and k only */
+    int hadamard;            /* non-zero: q and k are multiplied by M = D H / sqrt(head_dim) */
+    uint64_t hadamard_seed;  /* D's signs: see hattn_fp8_prepass below */
+    unsigned flags;          /* reserved, must be 0 */
+} hattn_fp8_prepass_params;
+
+/* Fill params for contiguous [b, s, h, d] inputs and outputs, no RoPE, no Hadamard (a plain block
+ * quantizer). Returns params with everything else zeroed. */
+HATTN_API hattn_fp8_prepass_params hattn_fp8_prepass_params_contiguous(
+    const void* q, const void* k, const void* v, void* q_fp8, void* k_fp8, void* v_fp8, float* q_descale,
+    float* k_descale, float* v_descale, int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k,
+    int head_dim, hattn_dtype dtype);
+
+/* Check params without launching (as hattn_fwd_validate). */
+HATTN_API hattn_status hattn_fp8_prepass_validate(const hattn_fp8_prepass_params* params, char* msg, size_t msg_len);
+
+/* The FP8 pre-pass on `stream`: for each row x (head_dim values) of q and k,
+ *   1. RoPE (if rope != HATTN_ROPE_NONE), computed in fp32;
+ *   2. the random-sign Hadamard transform (if hadamard): y = x D H / sqrt(head_dim), H the
+ *      Sylvester Hadamard matrix (H[i][j] = (-1)^popcount(i & j)), D = diag(s_c) with
+ *      s_c = -1 where the top bit of splitmix64(hadamard_seed + c) is set, else +1 (splitmix64:
+ *      add 0x9E3779B97F4A7C15, then the standard finalizer). M is orthogonal, so scores are
+ *      unchanged: (Q M)(K M)^T = Q K^T;
+ *   3. block quantization: per (batch, head, block of HATTN_FP8_BLOCK_ROWS rows), amax = the
+ *      largest |y| of the block, descale = amax / 448 and e4m3 = cvt.rn.satfinite(y * 448 / amax)
+ *      (an all-zero block gets descale 0 and zeros), so y ~= e4m3 * descale.
+ * v gets step 3 only (rotating V would change the attention output). Validates first and returns
+ * before any CUDA call on failure; then requires a CC 9.0 device. Outputs must not overlap the
+ * inputs or each other (not checked). Tensor contents are not checked: a NaN propagates to its
+ * element (and an Inf makes its block NaN). */
+HATTN_API hattn_status hattn_fp8_prepass(const hattn_fp8_prepass_params* params, cudaStream_t stream);
+
 /* A static, human-readable description of a status. */
 HATTN_API const char* hattn_status_string(hattn_status status);
 

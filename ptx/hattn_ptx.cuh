@@ -6,6 +6,7 @@
 #include "common.cuh"
 #include "convert.cuh"
 #include "fence.cuh"
+#include "global.cuh"
 #include "griddep.cuh"
 #include "ldst.cuh"
 #include "mbarrier.cuh"

@@ -57,4 +57,15 @@ __device__ __forceinline__ void st_shared_v4_f32(float* p, float a, float b, flo
                  : "memory");
 }
 
+// PTX ISA 9.7.9.8 ld.shared.v4.b32: 16 bytes (16-byte aligned; see ld_shared_v2_f32). It may read
+// what cp.async wrote, so volatile with a memory clobber: it stays after cp_async_wait_all.
+__device__ __forceinline__ uint4 ld_shared_v4_b32(const void* p) {
+    uint4 r;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "r"(smem_u32(p))
+                 : "memory");
+    return r;
+}
+
 }  // namespace hattn::ptx

@@ -1,0 +1,479 @@
+// hattn/src/kernels/fp8_prepass.cuh -- the FP8 pre-pass: 16-bit Q, K, V -> [RoPE] -> [random-sign
+// Hadamard] -> per-block e4m3 quantization, and its launcher.
+//
+// One launch covers q, k and v; a thread block quantizes one block of kBlockRows rows of one
+// (batch, head) of one tensor at a time (kBlocksPerCta blocks, see HATTN_FP8_BLOCKS_PER_CTA):
+//   1. load      every thread loads its rows' 8 * kChunks elements (kChunks 16-byte chunks:
+//                columns 8l..8l+7 + k d / kChunks, k < kChunks, for lane l of the row's lane
+//                group) and widens them to fp32; all loads of the block are issued before any
+//                is used;
+//   2. RoPE      both conventions pair elements a thread already holds: interleaved pairs
+//                (2i, 2i+1) sit inside a chunk, half-split pairs (i, i+d/2) are the same register
+//                of chunks k and k + kChunks/2 -- so the rotation is register arithmetic;
+//   3. Hadamard  signs (a hash of seed and column, computed on the host per launch and passed as
+//                a per-lane bit mask), then the butterfly over the d index bits:
+//                bits 0-2 inside a chunk and the top log2(kChunks) bits between the chunks in
+//                registers, the bits in between across the lane group with shfl.bfly (1/sqrt(d)
+//                is folded into the quantization scale);
+//   4. amax      per thread, per warp (shuffles), per block (shared memory);
+//   5. quantize  y * 448 / amax -> cvt.rn.satfinite.e4m3x2 -> two 8-byte stores per row, and
+//                the block's descale amax / 448.
+//
+// NOTES:
+//   * Memory-bound: 2 bytes read and 1 written per element. The whole block's fp32 values stay
+//     in registers between the amax and the quantization (64 floats per thread),
+//     so each element is read from HBM exactly once.
+//   * Instruction issue, not HBM, limits the transform at d >= 64: an SM must retire about 6
+//     elements per clock to keep up with HBM (3 bytes each at ~4.2 TB/s over 132 SMs at
+//     ~1.8 GHz), and issues 128 thread-instructions per clock. (The first version hashed the
+//     Hadamard signs per column in every thread: ~1000 of its 2300-2900 instructions per
+//     thread; the signs now come from the host.) An in-register butterfly level
+//     costs one FADD per element, a cross-lane level a SHFL plus an FFMA (and SHFL runs at 32
+//     lanes per clock). So a thread holds as much of a row as the registers allow: kChunks = 8
+//     (64 values of one row) leaves log2(d) - 6 cross-lane levels (0, 1, 2 at d = 64, 128, 256)
+//     where two chunks (16 values, four rows per thread) left log2(d) - 4.
+//   * Rows past seqlen are zeros in registers (not loaded, not stored): they cannot raise amax.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cfloat>
+#include <cstdint>
+#include <string>
+
+#include "kernels/fp8_prepass_args.h"
+#include "ptx/convert.cuh"
+#include "ptx/global.cuh"
+#include "ptx/ldst.cuh"
+
+namespace hattn::fp8 {
+namespace detail {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+// A thread holds 64 floats: 8 chunks of one row (2 chunks of 4 rows, the first layout, needs
+// 2 to 4 more shuffle levels and spills at d = 256 with interleaved RoPE under the 128-register
+// cap of 512 threads).
+constexpr int kChunkElems = 8;                                      // one 16-byte load of 16-bit values
+constexpr int kChunks = 8;                                          // columns c + k d / kChunks
+constexpr int kThreadRowElems = kChunkElems * kChunks;              // values of one row per thread
+constexpr int kThreadValues = 64;                                   // fp32 values per thread (registers)
+constexpr int kRowsPerThread = kThreadValues / kThreadRowElems;     // rows of the block per thread
+constexpr int kRowSlots = kBlockRows / kRowsPerThread;              // rows handled side by side
+constexpr uint32_t kSignBit = 0x80000000u;
+static_assert(kChunks == 2 || kChunks == 4 || kChunks == 8, "2, 4 or 8 chunks of a row per thread");
+
+template <int kHeadDim>
+struct Layout {
+    static constexpr int kLanesPerRow = kHeadDim / kThreadRowElems;  // kChunks 8: 1, 2, 4
+    static constexpr int kHalf = kHeadDim / 2;                       // the RoPE half-split offset
+    static constexpr int kChunkStride = kHeadDim / kChunks;          // columns between chunks
+    static constexpr int kThreads = kRowSlots * kLanesPerRow;        // 2d: 128, 256, 512
+    static constexpr int kWarps = kThreads / kWarpSize;
+    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dims 64, 128, 256");
+    static_assert(kLanesPerRow >= 1, "at most d / 8 chunks");
+    static_assert(kWarpSize % kLanesPerRow == 0, "a row's lane group stays inside one warp (shuffles)");
+    static_assert(kBlockRows % kRowsPerThread == 0, "whole rows per thread");
+};
+
+// 1/sqrt(d) in fp32 (exact for 64 and 256).
+template <int kHeadDim>
+constexpr float inv_sqrt_head_dim() {
+    return kHeadDim == 64 ? 0.125f : kHeadDim == 256 ? 0.0625f : 0.08838834764831845f;
+}
+
+// Values of one row held by one thread: v[8k..8k+7] = columns col + k d / kChunks .. +7.
+using RowValues = float[kThreadRowElems];
+
+template <bool kIsBf16>
+__device__ __forceinline__ void widen_chunk(const uint4 raw, float* out) {
+    ptx::unpack_x2_f32<kIsBf16>(raw.x, out[0], out[1]);
+    ptx::unpack_x2_f32<kIsBf16>(raw.y, out[2], out[3]);
+    ptx::unpack_x2_f32<kIsBf16>(raw.z, out[4], out[5]);
+    ptx::unpack_x2_f32<kIsBf16>(raw.w, out[6], out[7]);
+}
+
+// (a, b) -> (a cos - b sin, a sin + b cos)
+__device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {
+    const float a0 = a;
+    a = fmaf(a0, c, -b * s);
+    b = fmaf(a0, s, b * c);
+}
+
+template <int kHeadDim, Rope kRope>
+__device__ __forceinline__ void apply_rope(RowValues& v, const float* __restrict__ cos_row,
+                                           const float* __restrict__ sin_row, int col) {
+    using L = Layout<kHeadDim>;
+    if constexpr (kRope == Rope::kInterleaved) {
+        // Pair i of columns (2i, 2i+1): chunk 0 holds pairs col/2 .. col/2+3, chunk 1 pairs
+        // d/4 + col/2 .. +3.
+#pragma unroll
+        for (int chunk = 0; chunk < kChunks; ++chunk) {
+            const int pair0 = (col + chunk * L::kChunkStride) / 2;
+            const float4 c = ptx::ld_global_nc_v4_f32(cos_row + pair0);
+            const float4 s = ptx::ld_global_nc_v4_f32(sin_row + pair0);
+            float* x = v + chunk * kChunkElems;
+            rotate(x[0], x[1], c.x, s.x);
+            rotate(x[2], x[3], c.y, s.y);
+            rotate(x[4], x[5], c.z, s.z);
+            rotate(x[6], x[7], c.w, s.w);
+        }
+    } else if constexpr (kRope == Rope::kHalf) {
+        // Pair i of columns (i, i + d/2): register j of chunk k with register j of chunk
+        // k + kChunks / 2.
+#pragma unroll
+        for (int quad = 0; quad < kThreadRowElems / 2 / 4; ++quad) {
+            const int chunk = quad * 4 / kChunkElems, in_chunk = quad * 4 % kChunkElems;
+            const int column = col + chunk * L::kChunkStride + in_chunk;
+            const float4 c = ptx::ld_global_nc_v4_f32(cos_row + column);
+            const float4 s = ptx::ld_global_nc_v4_f32(sin_row + column);
+            float* lo = v + 4 * quad;
+            float* hi = v + kThreadRowElems / 2 + 4 * quad;
+            rotate(lo[0], hi[0], c.x, s.x);
+            rotate(lo[1], hi[1], c.y, s.y);
+            rotate(lo[2], hi[2], c.z, s.z);
+            rotate(lo[3], hi[3], c.w, s.w);
+        }
+    }
+}
+
+// The Sylvester butterfly over the d index bits of one row (unnormalized): for each bit, the pair
+// (x[e], x[e + stride]) becomes (x[e] + x[e + stride], x[e] - x[e + stride]).
+template <int kHeadDim>
+__device__ __forceinline__ void hadamard_butterfly(RowValues& v, int lane_in_row) {
+    using L = Layout<kHeadDim>;
+    // In registers: strides 1, 2, 4 inside a chunk, and multiples of d / kChunks between chunks
+    // (register j and j + 8, j + 16, ...).
+#pragma unroll
+    for (int stride = 1; stride < kThreadRowElems; stride *= 2) {
+#pragma unroll
+        for (int j = 0; j < kThreadRowElems; ++j) {
+            if ((j & stride) == 0) {
+                const float a = v[j], b = v[j + stride];
+                v[j] = a + b;
+                v[j + stride] = a - b;
+            }
+        }
+    }
+    // Across the lane group: strides 8, 16, ... d/4 are lane bits 1, 2, ... of the group.
+#pragma unroll
+    for (int lane_bit = 1; lane_bit < L::kLanesPerRow; lane_bit *= 2) {
+        const float mine = (lane_in_row & lane_bit) != 0 ? -1.f : 1.f;
+#pragma unroll
+        for (int j = 0; j < kThreadRowElems; ++j) {
+            const float other = __shfl_xor_sync(kFullMask, v[j], lane_bit);
+            // The lower lane holds x[e], the upper x[e + stride]: the upper one keeps the
+            // difference, other - v = other + (-1) v: one FFMA for both lanes, no select.
+            v[j] = fmaf(v[j], mine, other);
+        }
+    }
+}
+
+// D's signs for the launch, laid out per lane of a row's lane group: bits [l E, (l + 1) E) of the
+// 256 are lane l's registers j < E = kThreadRowElems (register j: column 8l + (j / 8) d / kChunks
+// + j % 8), so a thread reads its mask with one or two words and no per-column work.
+template <int kHeadDim>
+HadamardSigns make_lane_signs(uint64_t seed) {
+    using L = Layout<kHeadDim>;
+    HadamardSigns s;
+    for (int lane = 0; lane < L::kLanesPerRow; ++lane) {
+        for (int j = 0; j < kThreadRowElems; ++j) {
+            const int column = lane * kChunkElems + (j / kChunkElems) * L::kChunkStride + j % kChunkElems;
+            const int bit = lane * kThreadRowElems + j;
+            s.words[bit / kSignWordBits] |= hadamard_sign_bit(seed, column) << (bit % kSignWordBits);
+        }
+    }
+    return s;
+}
+
+struct Fp8Tensors {
+    Fp8Tensor t[3];  // q, k, v
+};
+
+// Where block g of a launch lives: blocks [0, q_blocks) are q's, the next k_blocks k's, the rest
+// v's; inside a tensor, local_block = (batch * heads + head) * blocks + block (the descale's index).
+struct BlockPlace {
+    int which;        // 0 q, 1 k, 2 v
+    int local_block;
+    const uint16_t* in;  // the (batch, head)'s first input row
+    uint8_t* out;        // the (batch, head)'s first output row
+    int first_row;       // this thread's first row of the block
+};
+
+__device__ __forceinline__ BlockPlace place_block(const Fp8Tensors& tensors, int g, int q_blocks, int k_blocks,
+                                                  int row_slot) {
+    BlockPlace p;
+    p.which = 0;
+    p.local_block = g;
+    if (p.local_block >= q_blocks) {
+        p.local_block -= q_blocks;
+        p.which = 1;
+        if (p.local_block >= k_blocks) {
+            p.local_block -= k_blocks;
+            p.which = 2;
+        }
+    }
+    const Fp8Tensor& t = tensors.t[p.which];
+    const int blocks = (t.seqlen + kBlockRows - 1) / kBlockRows;
+    const int block = p.local_block % blocks;
+    const int head_linear = p.local_block / blocks;
+    const int head = head_linear % t.heads;
+    const int batch = head_linear / t.heads;
+    p.in = static_cast<const uint16_t*>(t.in) + batch * t.in_batch_stride + head * t.in_head_stride;
+    p.out = static_cast<uint8_t*>(t.out) + batch * t.out_batch_stride + head * t.out_head_stride;
+    p.first_row = block * kBlockRows + row_slot;
+    return p;
+}
+
+// Blocks per thread block (a build-time choice, for A/B measurements). 1: a thread block loads,
+// transforms and stores one block; its loads cannot overlap its own math and stores, only other
+// resident thread blocks' (and d = 256 has one per SM). More: block i + 1 is copied into shared
+// memory with cp.async (each thread copies exactly the chunks it will read: no barrier) while
+// block i is transformed and stored.
+#ifndef HATTN_FP8_BLOCKS_PER_CTA
+#define HATTN_FP8_BLOCKS_PER_CTA 1
+#endif
+constexpr int kStageBuffers = 2;  // block i is read while block i + 1 lands
+
+// With RoPE the staging's extra live registers spill at d >= 128 (128-register cap), so RoPE
+// kernels keep one block per thread block.
+template <Rope kRope>
+constexpr int blocks_per_cta() {
+    return kRope == Rope::kNone ? HATTN_FP8_BLOCKS_PER_CTA : 1;
+}
+
+// Shared memory of the staging buffers: [buffer][chunk][thread] 16-byte chunks (a warp's reads of
+// one chunk are consecutive 16-byte words: no bank conflicts).
+template <int kHeadDim, Rope kRope>
+constexpr int stage_bytes() {
+    return blocks_per_cta<kRope>() > 1 ? kStageBuffers * kChunks * Layout<kHeadDim>::kThreads * 16 : 0;
+}
+
+// cp.async of this thread's chunks of a block into staging buffer `buffer`.
+template <int kHeadDim>
+__device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const BlockPlace& p, int col, uint4* stage,
+                                            int buffer) {
+    using L = Layout<kHeadDim>;
+    const Fp8Tensor& t = tensors.t[p.which];
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+        const int row = p.first_row + r * kRowSlots;
+        if (row >= t.seqlen) continue;
+        const uint16_t* src = p.in + row * t.in_seq_stride + col;
+#pragma unroll
+        for (int chunk = 0; chunk < kChunks; ++chunk) {
+            uint4* dst = stage + ((buffer * kRowsPerThread + r) * kChunks + chunk) * L::kThreads + threadIdx.x;
+            ptx::cp_async_cg_16(dst, src + chunk * L::kChunkStride);
+        }
+    }
+    ptx::cp_async_commit_group();
+}
+
+// One launch quantizes all three tensors (one wave tail instead of three). V is never rotated (that
+// would change the attention output); the branch is uniform per thread block.
+template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
+__global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
+    fp8_prepass_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int k_blocks,
+                       const int total_blocks, const float* __restrict__ rope_cos,
+                       const float* __restrict__ rope_sin, const HadamardSigns signs) {
+    using L = Layout<kHeadDim>;
+    constexpr int kBlocksPerCta = blocks_per_cta<kRope>();
+    constexpr bool kStaged = kBlocksPerCta > 1;
+    __shared__ float warp_amax[kStageBuffers][L::kWarps];  // by block parity: one barrier per block
+    extern __shared__ uint4 stage[];                         // kStaged: stage_bytes<kHeadDim, kRope>()
+
+    const int lane_in_row = static_cast<int>(threadIdx.x) % L::kLanesPerRow;
+    const int row_slot = static_cast<int>(threadIdx.x) / L::kLanesPerRow;
+    const int col = lane_in_row * kChunkElems;  // first column of chunk 0; chunk k at col + k d / kChunks
+    const int g0 = static_cast<int>(blockIdx.x) * kBlocksPerCta;
+    if constexpr (kStaged) {
+        stage_block<kHeadDim>(tensors, place_block(tensors, g0, q_blocks, k_blocks, row_slot), col, stage, 0);
+    }
+
+#pragma unroll 1
+    for (int i = 0; i < kBlocksPerCta; ++i) {
+        const int g = g0 + i;
+        if (g >= total_blocks) break;
+        const BlockPlace p = place_block(tensors, g, q_blocks, k_blocks, row_slot);
+        // __grid_constant__: the reference reads the parameter bank in place (an ordinary parameter
+        // whose address is taken is copied to the stack first).
+        const Fp8Tensor& t = tensors.t[p.which];
+        const bool transform = p.which != 2;
+        const int local_block = p.local_block;
+        const uint16_t* in = p.in;
+        uint8_t* out = p.out;
+        const int first_row = p.first_row;
+
+        // ---- 1. load (every load of the block in flight before the first use) ----
+        float v[kRowsPerThread][kThreadRowElems];
+        if constexpr (kStaged) ptx::cp_async_wait_all();  // this thread's copies of block i
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+            const int row = first_row + r * kRowSlots;
+            uint4 raw[kChunks] = {};
+            if (row < t.seqlen) {
+                const uint16_t* src = in + row * t.in_seq_stride + col;
+#pragma unroll
+                for (int chunk = 0; chunk < kChunks; ++chunk) {
+                    if constexpr (kStaged) {
+                        raw[chunk] = ptx::ld_shared_v4_b32(
+                            stage + (((i % kStageBuffers) * kRowsPerThread + r) * kChunks + chunk) * L::kThreads +
+                            threadIdx.x);
+                    } else {
+                        raw[chunk] = ptx::ld_global_nc_na_v4_b32(src + chunk * L::kChunkStride);
+                    }
+                }
+            }
+#pragma unroll
+            for (int chunk = 0; chunk < kChunks; ++chunk) widen_chunk<kIsBf16>(raw[chunk], v[r] + chunk * kChunkElems);
+        }
+        if constexpr (kStaged) {
+            // The next block's bytes travel while this one is transformed and stored. (The buffer it
+            // lands in was read, by this thread only, one block ago.)
+            if (i + 1 < kBlocksPerCta && g + 1 < total_blocks) {
+                stage_block<kHeadDim>(tensors, place_block(tensors, g + 1, q_blocks, k_blocks, row_slot), col, stage,
+                                      (i + 1) % kStageBuffers);
+            }
+        }
+
+        // ---- 2. RoPE, 3. Hadamard ----
+        if (kRope != Rope::kNone && transform) {  // (compile-time false without RoPE)
+#pragma unroll
+            for (int r = 0; r < kRowsPerThread; ++r) {
+                const int row = first_row + r * kRowSlots;
+                if (row < t.seqlen) {
+                    const int64_t table_row = static_cast<int64_t>(row + t.rope_offset) * L::kHalf;
+                    apply_rope<kHeadDim, kRope>(v[r], rope_cos + table_row, rope_sin + table_row, col);
+                }
+            }
+        }
+        if (kHadamard && transform) {
+            // D's signs for this thread's columns (the same for every row), from the host-made mask.
+            const int bit0 = lane_in_row * kThreadRowElems;  // bit j: register j (make_lane_signs)
+            uint64_t sign_mask = signs.words[bit0 / kSignWordBits] >> (bit0 % kSignWordBits);
+            if constexpr (kThreadRowElems > kSignWordBits) {
+                sign_mask |= static_cast<uint64_t>(signs.words[bit0 / kSignWordBits + 1]) << kSignWordBits;
+            }
+#pragma unroll
+            for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+                for (int j = 0; j < kThreadRowElems; ++j) {
+                    // A sign flip is an XOR of the sign bit: no multiply.
+                    const uint32_t flip = ((sign_mask >> j) & 1u) != 0 ? kSignBit : 0u;
+                    v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip);
+                }
+                hadamard_butterfly<kHeadDim>(v[r], lane_in_row);
+                // The 1/sqrt(d) is folded into the quantization scale (one multiply per element fewer).
+            }
+        }
+
+        // ---- 4. amax of the block: thread, warp, block ----
+        float amax = 0.f;
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+            for (int j = 0; j < kThreadRowElems; ++j) amax = fmaxf(amax, fabsf(v[r][j]));
+        }
+#pragma unroll
+        for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+            amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
+        }
+        const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+        // Block i's maxima go to slot i % 2: a warp can be one block ahead of another (it passed this
+        // barrier) but not two (it would have to pass the next block's barrier first).
+        if (threadIdx.x % kWarpSize == 0) warp_amax[i % kStageBuffers][warp] = amax;
+        __syncthreads();  // every warp's maximum is in shared memory
+#pragma unroll
+        for (int w = 0; w < L::kWarps; ++w) amax = fmaxf(amax, warp_amax[i % kStageBuffers][w]);
+
+        // ---- 5. quantize and store ----
+        // The values are the unnormalized butterfly outputs when the Hadamard ran: their amax times
+        // 1/sqrt(d) is the transformed block's amax (rounding is monotone), and the scale takes the
+        // 1/sqrt(d) along. An all-zero block gets scale 0 (zeros out, descale 0); a tiny amax must not
+        // make the scale infinite (0 * inf would be NaN), so it is clamped to the largest float.
+        const float norm = kHadamard && transform ? inv_sqrt_head_dim<kHeadDim>() : 1.f;
+        amax *= norm;
+        const float scale = amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
+        if (threadIdx.x == 0) ptx::st_global_f32(t.descale + local_block, amax / kE4m3Max);
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+            const int row = first_row + r * kRowSlots;
+            if (row >= t.seqlen) continue;
+            uint8_t* dst = out + row * t.out_seq_stride + col;
+#pragma unroll
+            for (int chunk = 0; chunk < kChunks; ++chunk) {
+                const float* x = v[r] + chunk * kChunkElems;
+                uint32_t packed[2];
+#pragma unroll
+                for (int word = 0; word < 2; ++word) {
+                    const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 0] * scale, x[4 * word + 1] * scale);
+                    const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 2] * scale, x[4 * word + 3] * scale);
+                    packed[word] = lo | (hi << 16);
+                }
+                ptx::st_global_v2_b32(dst + chunk * L::kChunkStride, packed[0], packed[1]);
+            }
+        }
+    }  // blocks of this thread block
+}
+
+template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
+cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    auto blocks_of = [&](const Fp8Tensor& t) {
+        return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
+    };
+    const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k), nv = blocks_of(a.v);
+    const HadamardSigns signs = make_lane_signs<kHeadDim>(a.hadamard_seed);
+    constexpr int kThreads = Layout<kHeadDim>::kThreads;
+    constexpr int kSmem = stage_bytes<kHeadDim, kRope>();
+    constexpr int kBlocksPerCta = blocks_per_cta<kRope>();
+    constexpr int kDefaultSmemLimit = 48 * 1024;  // more must be opted into per kernel
+    constexpr int64_t kMaxBlocks = INT32_MAX;     // block indices are int; each tensor alone fits (validated)
+    auto kernel = fp8_prepass_kernel<kHeadDim, kIsBf16, kRope, kHadamard>;
+    if (kSmem > kDefaultSmemLimit) {
+        const cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        if (rc != cudaSuccess) return rc;
+    }
+    auto launch = [&](const Fp8Tensors& tensors, int64_t q_blocks, int64_t k_blocks, int64_t total) {
+        const int64_t grid = (total + kBlocksPerCta - 1) / kBlocksPerCta;
+        kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(
+            tensors, static_cast<int>(q_blocks), static_cast<int>(k_blocks), static_cast<int>(total), a.rope_cos,
+            a.rope_sin, signs);
+        return cudaGetLastError();
+    };
+    if (nq + nk + nv <= kMaxBlocks) return launch(Fp8Tensors{{a.q, a.k, a.v}}, nq, nk, nq + nk + nv);
+    // Too many blocks for one launch: one per tensor (q and k in the first slot, v in the third).
+    cudaError_t rc = launch(Fp8Tensors{{a.q, a.q, a.q}}, nq, 0, nq);
+    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.k, a.k, a.k}}, nk, 0, nk);
+    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.v, a.v, a.v}}, 0, 0, nv);
+    return rc;
+}
+
+template <int kHeadDim, bool kIsBf16>
+cudaError_t launch_all(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    switch (a.rope) {
+        case Rope::kNone:
+            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kNone, true>(a, stream)
+                              : launch_tensors<kHeadDim, kIsBf16, Rope::kNone, false>(a, stream);
+        case Rope::kInterleaved:
+            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kInterleaved, true>(a, stream)
+                              : launch_tensors<kHeadDim, kIsBf16, Rope::kInterleaved, false>(a, stream);
+        case Rope::kHalf:
+            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kHalf, true>(a, stream)
+                              : launch_tensors<kHeadDim, kIsBf16, Rope::kHalf, false>(a, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+}  // namespace detail
+
+// Quantizes q, k (RoPE and Hadamard as the args say) and v (block quantizer only) on `stream`:
+// one launch for the three tensors. The args are validated (the C API does it).
+template <int kHeadDim>
+cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t stream, std::string* error) {
+    const cudaError_t rc = a.dtype == fwd::Dtype::kBf16 ? detail::launch_all<kHeadDim, true>(a, stream)
+                                                         : detail::launch_all<kHeadDim, false>(a, stream);
+    if (rc != cudaSuccess && error != nullptr) *error = "fp8 pre-pass launch failed";
+    return rc;
+}
+
+}  // namespace hattn::fp8

@@ -1,0 +1,75 @@
+// hattn/src/kernels/fp8_prepass_args.h -- what the FP8 pre-pass launcher needs, independent of the C
+// API, and the one definition of the Hadamard signs that the kernel and the float64 reference share.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/fwd_args.h"  // Dtype
+
+#if defined(__CUDACC__)
+#define HATTN_HOST_DEVICE __host__ __device__
+#else
+#define HATTN_HOST_DEVICE
+#endif
+
+namespace hattn::fp8 {
+
+// Rows per quantization block (include/hattn.h: HATTN_FP8_BLOCK_ROWS): the FP8 kernel's query and
+// key tiles.
+constexpr int kBlockRows = 128;
+// The largest finite e4m3 value (S.1111.110 = 1.75 * 2^8).
+constexpr float kE4m3Max = 448.0f;
+
+enum class Rope : int { kNone = 0, kInterleaved = 1, kHalf = 2 };
+
+// One tensor of the pre-pass: a [batch, seqlen, heads, head_dim] 16-bit input, its e4m3 output and
+// the [batch, heads, ceil(seqlen / kBlockRows)] descales.
+struct Fp8Tensor {
+    const void* in = nullptr;
+    void* out = nullptr;
+    float* descale = nullptr;
+    int seqlen = 0, heads = 0;
+    int64_t in_batch_stride = 0, in_seq_stride = 0, in_head_stride = 0;     // elements
+    int64_t out_batch_stride = 0, out_seq_stride = 0, out_head_stride = 0;  // bytes (= elements)
+    int rope_offset = 0;  // table row of sequence row 0
+};
+
+struct Fp8PrepassArgs {
+    Fp8Tensor q, k, v;
+    int batch = 0, head_dim = 0;
+    fwd::Dtype dtype = fwd::Dtype::kBf16;
+    Rope rope = Rope::kNone;
+    bool hadamard = false;
+    uint64_t hadamard_seed = 0;
+    const float* rope_cos = nullptr;  // [rows, head_dim / 2] fp32
+    const float* rope_sin = nullptr;
+};
+
+// splitmix64: a counter-based hash, so every column's sign is a pure function of (seed, column).
+HATTN_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// 1 where column c of the Hadamard transform's diagonal D is -1.
+HATTN_HOST_DEVICE inline uint32_t hadamard_sign_bit(uint64_t seed, int column) {
+    return static_cast<uint32_t>(splitmix64(seed + static_cast<uint64_t>(column)) >> 63);
+}
+
+}  // namespace hattn::fp8
+
+namespace hattn::fp8 {
+
+// The d signs of D as bits (the launcher orders them per lane: make_lane_signs in
+// kernels/fp8_prepass.cuh), computed once on the host per launch and passed as a kernel
+// parameter: hashing in the kernel costs a 64-bit splitmix64 (about twenty integer instructions)
+// per column per thread, as much as the whole transform.
+constexpr int kMaxHeadDim = 256;
+constexpr int kSignWordBits = 32;
+struct HadamardSigns {
+    uint32_t words[kMaxHeadDim / kSignWordBits] = {};
+};
+
+}  // namespace hattn::fp8

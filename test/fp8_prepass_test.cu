@@ -1,0 +1,386 @@
+// hattn/test/fp8_prepass_test.cu -- hattn_fp8_prepass on a Hopper GPU against the float64 reference
+// (src/testing/fp8_reference.h).
+//
+// Each case checks, for q, k and v:
+//   * every e4m3 byte equals the reference's or is one e4m3 ulp from it, and every byte is
+//     bit-exact unless its value is so close to an e4m3 rounding midpoint that fp32 rounding can
+//     move it across: the reference scales and rounds in fp32 like the kernel (see
+//     testing/fp8_reference.h), so plain quantization (no RoPE, no Hadamard) must match every
+//     byte; with RoPE or the Hadamard the kernel's fp32 values differ from the float64 ones by at
+//     most the reference's fp32_error_bound, and only bytes whose scaled float64 value lies within
+//     that error (plus the scale's) of a midpoint may round the other way. Such bytes must stay
+//     rare (kMaxNearTieFraction), or the window would make the check vacuous;
+//   * every descale is within 1e-6 relative of amax / 448;
+//   * bytes of the outputs' padding (strided cases) keep their poison: nothing is written outside
+//     the rows;
+//   * the property the transform exists for: scores from the dequantized outputs,
+//     (Q M)(K M)^T, equal the scores of the (rotated) inputs Q K^T within the e4m3 budget.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "hattn.h"
+#include "testing/fp8_reference.h"
+#include "testing/numerics.h"
+
+namespace {
+
+namespace ht = hattn::testing;
+namespace nm = hattn::numerics;
+using hattn::test::DeviceMemory;
+
+constexpr uint8_t kPoison8 = 0xFF;                     // e4m3 NaN
+constexpr double kDescaleRelTol = 1e-6;
+constexpr double kMaxNearTieFraction = 0.01;         // bytes whose rounding fp32 error may flip
+constexpr double kUnitRoundoff = 0x1p-24;             // fp32
+constexpr double kTieSafety = 2.0;                    // the error bounds are first order
+constexpr double kRopeBase = 10000.0;
+constexpr double kOutlierProbability = 0.001;         // FA3's outlier inputs, scaled down
+constexpr double kOutlierScale = 10.0;
+constexpr uint64_t kSeed = 0xC0FFEEull;
+constexpr int kFp8RowPad = 16;                        // bytes: keeps e4m3 strides 16-byte aligned
+constexpr int kFp8BatchPad = 64;
+// Scores: |S' - S| <= (2 * 2^-4 + 2^-8) |q| |k| bounds the e4m3 error (half an ulp is 2^-4 of
+// the value); the RMS error is far smaller (each element's error is independent).
+constexpr double kScoreBound = 2 * 0.0625 + 0.00390625;
+constexpr double kScoreRmsBound = 0.02;
+constexpr int kPropertyRows = 48;                     // rows of Q and K used by the property check
+
+struct Case {
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+    hattn_dtype dtype;
+    hattn_rope rope;
+    bool hadamard;
+    bool strided;
+};
+
+std::string case_name(const Case& c) {
+    const char* rope = c.rope == HATTN_ROPE_NONE ? "norope" : c.rope == HATTN_ROPE_INTERLEAVED ? "interleaved" : "half";
+    return "b" + std::to_string(c.batch) + "_hq" + std::to_string(c.heads_q) + "_hkv" + std::to_string(c.heads_kv) +
+           "_sq" + std::to_string(c.seqlen_q) + "_sk" + std::to_string(c.seqlen_k) + "_d" +
+           std::to_string(c.head_dim) + "_" + hattn::test::dtype_name(c.dtype) + "_" + rope +
+           (c.hadamard ? "_hadamard" : "") + (c.strided ? "_strided" : "");
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+// A [b, s, h, d] tensor: its strides and the elements its buffer holds.
+struct Layout {
+    int64_t batch_stride, seq_stride, head_stride, size;
+};
+
+// 16-bit inputs: packed, or rows of heads padded by 8 elements (16 bytes) and a padded batch.
+Layout input_layout(int b, int s, int h, int d, bool strided) {
+    Layout l;
+    l.head_stride = d;
+    l.seq_stride = int64_t{h} * d + (strided ? hattn::test::kRowPad : 0);
+    l.batch_stride = s * l.seq_stride + (strided ? hattn::test::kBatchPad : 0);
+    l.size = b * l.batch_stride;
+    return l;
+}
+
+// e4m3 outputs: packed, or head-major [b, h, s, d + 16] with a padded batch.
+Layout output_layout(int b, int s, int h, int d, bool strided) {
+    Layout l;
+    if (!strided) {
+        l.head_stride = d;
+        l.seq_stride = int64_t{h} * d;
+        l.batch_stride = s * l.seq_stride;
+    } else {
+        l.seq_stride = d + kFp8RowPad;
+        l.head_stride = s * l.seq_stride;
+        l.batch_stride = h * l.head_stride + kFp8BatchPad;
+    }
+    l.size = b * l.batch_stride;
+    return l;
+}
+
+struct Tensor {
+    Layout in, out;
+    int seqlen, heads;
+    std::vector<float> host;      // the 16-bit values, widened, in the input layout
+    std::vector<uint16_t> bits;   // the same as uploaded
+};
+
+Tensor make_tensor(const Case& c, int seqlen, int heads, std::mt19937_64& rng) {
+    Tensor t;
+    t.seqlen = seqlen;
+    t.heads = heads;
+    t.in = input_layout(c.batch, seqlen, heads, c.head_dim, c.strided);
+    t.out = output_layout(c.batch, seqlen, heads, c.head_dim, c.strided);
+    t.host.assign(t.in.size, 0.f);
+    t.bits.assign(t.in.size, nm::kPoison16);  // padding: a NaN the kernel must never read
+    std::normal_distribution<float> normal;
+    std::bernoulli_distribution outlier(kOutlierProbability);
+    for (int b = 0; b < c.batch; ++b)
+        for (int s = 0; s < seqlen; ++s)
+            for (int h = 0; h < heads; ++h)
+                for (int e = 0; e < c.head_dim; ++e) {
+                    const int64_t i = b * t.in.batch_stride + s * t.in.seq_stride + h * t.in.head_stride + e;
+                    float x = normal(rng);
+                    if (outlier(rng)) x *= static_cast<float>(kOutlierScale);
+                    t.bits[i] = nm::float_to_half(x, c.dtype);
+                    t.host[i] = nm::half_to_float(t.bits[i], c.dtype);
+                }
+    return t;
+}
+
+ht::Fp8TensorLayout reference_layout(const Case& c, const Tensor& t) {
+    return {c.batch, t.seqlen, t.heads, c.head_dim, t.in.batch_stride, t.in.seq_stride, t.in.head_stride};
+}
+
+// Compares one tensor's e4m3 output and descales with the reference; returns the reference.
+ht::Fp8ReferenceResult check_tensor(const char* name, const Case& c, const Tensor& t, const std::vector<uint8_t>& out,
+                                    const std::vector<float>& descale, hattn_rope rope, bool hadamard,
+                                    const std::vector<float>& cos, const std::vector<float>& sin, int rope_offset) {
+    SCOPED_TRACE(name);
+    const ht::Fp8ReferenceResult r = ht::reference_fp8_prepass_fp64(
+        t.host.data(), reference_layout(c, t), rope, cos.data(), sin.data(), rope_offset, hadamard, kSeed);
+    // Descales.
+    EXPECT_EQ(descale.size(), r.descale.size());
+    int bad_descales = 0;
+    for (size_t i = 0; i < r.descale.size() && i < descale.size(); ++i) {
+        const double err = std::fabs(descale[i] - r.descale[i]);
+        if (!(err <= kDescaleRelTol * r.descale[i])) {
+            if (++bad_descales <= 5) {
+                ADD_FAILURE() << name << " descale[" << i << "] = " << descale[i] << ", reference " << r.descale[i];
+            }
+        }
+    }
+    EXPECT_EQ(bad_descales, 0);
+    // Bytes, in the output layout; the padding keeps its poison.
+    std::vector<bool> covered(out.size(), false);
+    int64_t total = 0, far = 0, near_tie = 0, near_tie_off = 0, inexact = 0;
+    const int d = c.head_dim;
+    const int blocks = ht::fp8_blocks(t.seqlen);
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < t.heads; ++h)
+            for (int blk = 0; blk < blocks; ++blk) {
+                const int s0 = blk * HATTN_FP8_BLOCK_ROWS, s1 = std::min(t.seqlen, s0 + HATTN_FP8_BLOCK_ROWS);
+                auto ref_index = [&](int s, int e) { return ((static_cast<size_t>(b) * t.seqlen + s) * t.heads + h) * d + e; };
+                // The kernel's amax errs by at most the block's largest error bound; its scale
+                // 448 / amax then by that relative to amax, plus the division's rounding.
+                double amax = 0.0, worst_bound = 0.0;
+                for (int s = s0; s < s1; ++s)
+                    for (int e = 0; e < d; ++e) {
+                        amax = std::max(amax, std::fabs(r.transformed[ref_index(s, e)]));
+                        worst_bound = std::max(worst_bound, r.fp32_error_bound[ref_index(s, e)]);
+                    }
+                const double scale = amax > 0.0 ? ht::kE4m3Max / amax : 0.0;
+                const double scale_rel_error = amax > 0.0 ? worst_bound / amax + kUnitRoundoff : 0.0;
+                for (int s = s0; s < s1; ++s)
+                    for (int e = 0; e < d; ++e) {
+                        const int64_t o = b * t.out.batch_stride + s * t.out.seq_stride + h * t.out.head_stride + e;
+                        const size_t ri = ref_index(s, e);
+                        covered[o] = true;
+                        const uint8_t got = out[o], want = r.e4m3[ri];
+                        ++total;
+                        // No transform: the kernel and the reference do the same fp32 operations
+                        // on the same values, so no byte may differ. Otherwise: the window.
+                        const double scaled = r.transformed[ri] * scale;
+                        const double window =
+                            worst_bound == 0.0 ? 0.0
+                                               : kTieSafety * (r.fp32_error_bound[ri] * scale +
+                                                               std::fabs(scaled) * (scale_rel_error + 2 * kUnitRoundoff));
+                        // (Without a transform ~1% of bf16 values sit exactly on a midpoint in
+                        // float64; the fp32 reference rounds them as the kernel does.)
+                        const bool may_flip = worst_bound > 0.0 && ht::e4m3_tie_distance(scaled) <= window;
+                        near_tie += may_flip;
+                        if (got == want || (((got | want) & 0x7F) == 0)) continue;  // +0 and -0 are equal
+                        ++inexact;
+                        near_tie_off += may_flip;
+                        const bool nan = (got & 0x7F) == ht::kE4m3NaN;
+                        if (!nan && may_flip && std::abs(ht::e4m3_ordinal(got) - ht::e4m3_ordinal(want)) <= 1) continue;
+                        if (++far <= 5) {
+                            ADD_FAILURE() << name << "[b " << b << ", s " << s << ", h " << h << ", c " << e
+                                          << "]: got 0x" << std::hex << int(got) << ", reference 0x" << int(want)
+                                          << std::dec << " (transformed value " << r.transformed[ri] << ", scaled "
+                                          << scaled << ", " << ht::e4m3_tie_distance(scaled)
+                                          << " from a rounding midpoint, fp32 window " << window << ")";
+                        }
+                    }
+            }
+    EXPECT_EQ(far, 0) << name << ": bytes differ from the reference (more than one ulp, or not near a tie)";
+    EXPECT_LE(static_cast<double>(near_tie), kMaxNearTieFraction * static_cast<double>(total))
+        << name << ": " << near_tie << " of " << total << " bytes lie within fp32 error of a rounding midpoint";
+    std::printf("  %s: %lld bytes, %lld near a tie, %lld of them one ulp off; %lld inexact in all\n", name,
+                static_cast<long long>(total), static_cast<long long>(near_tie), static_cast<long long>(near_tie_off),
+                static_cast<long long>(inexact));
+    int64_t written_padding = 0;
+    for (size_t i = 0; i < out.size(); ++i) written_padding += (!covered[i] && out[i] != kPoison8);
+    EXPECT_EQ(written_padding, 0) << name << ": bytes outside the rows were written";
+    return r;
+}
+
+// (Q M)(K M)^T from the dequantized outputs against Q K^T of the rotated (not Hadamard-transformed)
+// inputs, for the first rows of every (batch, query head) with its KV head.
+void check_scores(const Case& c, const Tensor& q, const Tensor& k, const std::vector<uint8_t>& q8,
+                  const std::vector<float>& qs, const std::vector<uint8_t>& k8, const std::vector<float>& ks,
+                  const std::vector<float>& cos, const std::vector<float>& sin, int rope_offset) {
+    const ht::Fp8ReferenceResult qr = ht::reference_fp8_prepass_fp64(q.host.data(), reference_layout(c, q), c.rope,
+                                                                      cos.data(), sin.data(), rope_offset, false, 0);
+    const ht::Fp8ReferenceResult kr =
+        ht::reference_fp8_prepass_fp64(k.host.data(), reference_layout(c, k), c.rope, cos.data(), sin.data(), 0, false, 0);
+    const int d = c.head_dim, group = c.heads_q / c.heads_kv;
+    const int nq = std::min(q.seqlen, kPropertyRows), nk = std::min(k.seqlen, kPropertyRows);
+    auto dequant = [&](const Tensor& t, const std::vector<uint8_t>& bytes, const std::vector<float>& descale, int b,
+                       int s, int h, int e) {
+        const int64_t o = b * t.out.batch_stride + s * t.out.seq_stride + h * t.out.head_stride + e;
+        const int blocks = ht::fp8_blocks(t.seqlen);
+        const double scale = descale[(static_cast<size_t>(b) * t.heads + h) * blocks + s / HATTN_FP8_BLOCK_ROWS];
+        return ht::e4m3_to_double(bytes[o]) * scale;
+    };
+    double worst = 0, sum_sq = 0;
+    int64_t n = 0;
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.heads_q; ++h) {
+            const int hk = h / group;
+            for (int i = 0; i < nq; ++i)
+                for (int j = 0; j < nk; ++j) {
+                    const double* qi = &qr.transformed[((static_cast<size_t>(b) * q.seqlen + i) * c.heads_q + h) * d];
+                    const double* kj = &kr.transformed[((static_cast<size_t>(b) * k.seqlen + j) * c.heads_kv + hk) * d];
+                    double exact = 0, approx = 0, nqi = 0, nkj = 0;
+                    for (int e = 0; e < d; ++e) {
+                        exact += qi[e] * kj[e];
+                        nqi += qi[e] * qi[e];
+                        nkj += kj[e] * kj[e];
+                        approx += dequant(q, q8, qs, b, i, h, e) * dequant(k, k8, ks, b, j, hk, e);
+                    }
+                    const double norm = std::sqrt(nqi * nkj) + 1e-30;
+                    const double err = std::fabs(approx - exact) / norm;
+                    worst = std::max(worst, err);
+                    sum_sq += err * err;
+                    ++n;
+                }
+        }
+    EXPECT_LE(worst, kScoreBound) << "(QM)(KM)^T differs from QK^T by more than the e4m3 budget";
+    EXPECT_LE(std::sqrt(sum_sq / std::max<int64_t>(n, 1)), kScoreRmsBound) << "RMS score error / (|q| |k|)";
+}
+
+class Fp8PrepassTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
+    HATTN_REQUIRE_HOPPER();
+    const Case c = GetParam();
+    std::mt19937_64 rng(kSeed ^ std::hash<std::string>{}(case_name(c)));
+    Tensor q = make_tensor(c, c.seqlen_q, c.heads_q, rng);
+    Tensor k = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
+    Tensor v = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
+
+    // Rotary tables for every position the rows use (queries end where the keys end).
+    const int rope_offset = c.seqlen_k > c.seqlen_q ? c.seqlen_k - c.seqlen_q : 0;
+    const int rope_rows = std::max(c.seqlen_k, rope_offset + c.seqlen_q);
+    const int half = c.head_dim / 2;
+    std::vector<float> cos(static_cast<size_t>(rope_rows) * half), sin(cos.size());
+    for (int p = 0; p < rope_rows; ++p)
+        for (int i = 0; i < half; ++i) {
+            const double theta = p * std::pow(kRopeBase, -2.0 * i / c.head_dim);
+            cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
+            sin[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
+        }
+
+    Tensor* tensors[3] = {&q, &k, &v};
+    DeviceMemory in_q(q.in.size * 2), in_k(k.in.size * 2), in_v(v.in.size * 2);
+    DeviceMemory out_q(q.out.size), out_k(k.out.size), out_v(v.out.size);
+    const size_t nbq = static_cast<size_t>(c.batch) * c.heads_q * ht::fp8_blocks(c.seqlen_q);
+    const size_t nbk = static_cast<size_t>(c.batch) * c.heads_kv * ht::fp8_blocks(c.seqlen_k);
+    DeviceMemory ds_q(nbq * 4), ds_k(nbk * 4), ds_v(nbk * 4);
+    DeviceMemory d_cos(cos.size() * 4), d_sin(sin.size() * 4);
+    DeviceMemory* ins[3] = {&in_q, &in_k, &in_v};
+    DeviceMemory* outs[3] = {&out_q, &out_k, &out_v};
+    DeviceMemory* descales[3] = {&ds_q, &ds_k, &ds_v};
+    const size_t nblocks[3] = {nbq, nbk, nbk};
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_NE(ins[i]->ptr, nullptr);
+        ASSERT_NE(outs[i]->ptr, nullptr);
+        ASSERT_NE(descales[i]->ptr, nullptr);
+        HATTN_CUDA_CHECK(cudaMemcpy(ins[i]->ptr, tensors[i]->bits.data(), tensors[i]->in.size * 2, cudaMemcpyHostToDevice));
+        HATTN_CUDA_CHECK(cudaMemset(outs[i]->ptr, kPoison8, tensors[i]->out.size));
+        HATTN_CUDA_CHECK(cudaMemset(descales[i]->ptr, 0xFF, nblocks[i] * 4));  // NaN
+    }
+    ASSERT_NE(d_cos.ptr, nullptr);
+    ASSERT_NE(d_sin.ptr, nullptr);
+    HATTN_CUDA_CHECK(cudaMemcpy(d_cos.ptr, cos.data(), cos.size() * 4, cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(d_sin.ptr, sin.data(), sin.size() * 4, cudaMemcpyHostToDevice));
+
+    hattn_fp8_prepass_params p = hattn_fp8_prepass_params_contiguous(
+        in_q.ptr, in_k.ptr, in_v.ptr, out_q.ptr, out_k.ptr, out_v.ptr, static_cast<float*>(ds_q.ptr),
+        static_cast<float*>(ds_k.ptr), static_cast<float*>(ds_v.ptr), c.batch, c.heads_q, c.heads_kv, c.seqlen_q,
+        c.seqlen_k, c.head_dim, c.dtype);
+    auto set = [](const Layout& l, int64_t& bs, int64_t& ss, int64_t& hs) {
+        bs = l.batch_stride;
+        ss = l.seq_stride;
+        hs = l.head_stride;
+    };
+    set(q.in, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+    set(k.in, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    set(v.in, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    set(q.out, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
+    set(k.out, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
+    set(v.out, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
+    p.rope = c.rope;
+    p.rope_cos = static_cast<const float*>(d_cos.ptr);
+    p.rope_sin = static_cast<const float*>(d_sin.ptr);
+    p.rope_rows = rope_rows;
+    p.rope_q_offset = rope_offset;
+    p.hadamard = c.hadamard ? 1 : 0;
+    p.hadamard_seed = kSeed;
+    char msg[512];
+    ASSERT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_SUCCESS) << msg;
+    ASSERT_EQ(hattn_fp8_prepass(&p, nullptr), HATTN_SUCCESS);
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+
+    std::vector<uint8_t> bytes[3];
+    std::vector<float> scales[3];
+    for (int i = 0; i < 3; ++i) {
+        bytes[i].resize(tensors[i]->out.size);
+        scales[i].resize(nblocks[i]);
+        HATTN_CUDA_CHECK(cudaMemcpy(bytes[i].data(), outs[i]->ptr, bytes[i].size(), cudaMemcpyDeviceToHost));
+        HATTN_CUDA_CHECK(cudaMemcpy(scales[i].data(), descales[i]->ptr, nblocks[i] * 4, cudaMemcpyDeviceToHost));
+    }
+    check_tensor("q", c, q, bytes[0], scales[0], c.rope, c.hadamard, cos, sin, rope_offset);
+    check_tensor("k", c, k, bytes[1], scales[1], c.rope, c.hadamard, cos, sin, 0);
+    check_tensor("v", c, v, bytes[2], scales[2], HATTN_ROPE_NONE, false, cos, sin, 0);
+    check_scores(c, q, k, bytes[0], scales[0], bytes[1], scales[1], cos, sin, rope_offset);
+}
+
+// Every rope x Hadamard x head dim x dtype x (contiguous, strided) (72 cases), with the
+// (seqlen_q, seqlen_k) pair and the GQA head counts cycling through the odd lengths 1, 17, 1000,
+// 4097 and the group sizes 1, 2, 6, 4; then every pair of the odd lengths at one configuration.
+std::vector<Case> cases() {
+    const int lengths[] = {1, 17, 1000, 4097};
+    const int heads[][2] = {{4, 2}, {6, 1}, {2, 2}, {8, 2}};
+    std::vector<Case> all;
+    int i = 0;
+    for (hattn_rope rope : {HATTN_ROPE_NONE, HATTN_ROPE_INTERLEAVED, HATTN_ROPE_HALF})
+        for (bool hadamard : {false, true})
+            for (int d : {64, 128, 256})
+                for (hattn_dtype t : {HATTN_DTYPE_BF16, HATTN_DTYPE_FP16})
+                    for (bool strided : {false, true}) {
+                        // Consecutive groups of 4 (dtype x layout) shift the lengths, so each
+                        // (dtype, layout) pair meets every (seqlen_q, seqlen_k) pair.
+                        const int combo = i % 4, group = i / 4;
+                        const int sq = lengths[(combo + group) % 4], sk = lengths[(combo + group / 4) % 4];
+                        const int* hh = heads[(combo + group / 2) % 4];
+                        all.push_back({2, hh[0], hh[1], sq, sk, d, t, rope, hadamard, strided});
+                        ++i;
+                    }
+    for (int sq : lengths)
+        for (int sk : lengths) all.push_back({1, 4, 2, sq, sk, 128, HATTN_DTYPE_BF16, HATTN_ROPE_HALF, true, true});
+    return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8Prepass, Fp8PrepassTest, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+}  // namespace
