@@ -69,6 +69,12 @@ struct alignas(1024) SwizzledTile {
 #pragma unroll 1
         for (int a = 0; a < kAtoms; ++a) ptx::tma_load_4d(atom(a), map, bar, a * kAtomCols, row0, head, batch);
     }
+    // The same, from column col0 of the map on (a multiple of kAtomCols): V^T tiles start at their
+    // KV block's first key.
+    __device__ __forceinline__ void load_at(const CUtensorMap* map, uint64_t* bar, int col0, int row0, int head, int batch) {
+#pragma unroll 1
+        for (int a = 0; a < kAtoms; ++a) ptx::tma_load_4d(atom(a), map, bar, col0 + a * kAtomCols, row0, head, batch);
+    }
     // TMA store of rows [first_row, first_row + rows) of the tile (rows a multiple of 8).
     __device__ __forceinline__ void store_rows(const CUtensorMap* map, int first_row, int row0, int head, int batch) {
         for (int a = 0; a < kAtoms; ++a)
