@@ -72,18 +72,20 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
 constexpr int kPGainLog2 = 8;
 
-template <int kHeadDim_, class OElem_, int kBlockN_ = 128, int kStages_ = 4>
+template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4>
 struct Config {
     using OElem = OElem_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kConsumers = 2;
+    static constexpr int kConsumers = kConsumers_;
     static constexpr int kBlockM = kConsumers * kMmaM;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    // 128 x 24 + 256 x 240 = 64512 of the SM's 64K registers (as the 16-bit forward).
-    static constexpr uint32_t kProducerRegs = 24;
-    static constexpr uint32_t kConsumerRegs = 240;
+    // Register split as the 16-bit forward: 2 consumers 128 x 24 + 256 x 240 = 64512 of the SM's
+    // 64K; 3 consumers 128 x 32 + 384 x 160 = 65536.
+    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
+    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
+    static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
 
     using QTile = SwizzledTile<E4m3, kBlockM, kHeadDim>;
     using KTile = SwizzledTile<E4m3, kBlockN, kHeadDim>;
@@ -96,7 +98,7 @@ struct Config {
 
 enum BarrierId : uint32_t {
     kTurnFirst = 1,  // kTurnFirst + consumer
-    kEpilogueFirst = kTurnFirst + 2,
+    kEpilogueFirst = kTurnFirst + 3,  // + consumer (at most 3)
 };
 using TurnBarrier = NamedBarrier<2 * kWarpgroupThreads>;
 using EpilogueBarrier = NamedBarrier<kWarpgroupThreads>;
