@@ -341,7 +341,8 @@ HATTN_API hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params
  * first (null pointers, then head_dim and o_dtype, sizes, strides and alignment, extents, scale,
  * flags, and last the workspace) and returns before any CUDA call on failure; then requires a
  * CC 9.0 device. Two kernels run on the stream: V -> V^T into the workspace, then the attention.
- * o must not overlap the inputs, the LSE or the workspace (not checked). */
+ * o must not overlap the inputs, the LSE or the workspace, and two calls in flight at once (on
+ * different streams) need separate workspaces (not checked). */
 HATTN_API hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stream);
 
 /* A static, human-readable description of a status. */
