@@ -54,6 +54,7 @@ constexpr double kSubnormalHalfSpacing = 0x1p-18;
 // partial sums have been reported on Hopper): scores of magnitude ~100 (block scales up to 4 on
 // both sides) are off by ~1e-2, and the LSE with them.
 constexpr double kLseAtol = 3e-2;
+constexpr double kScoreSlack = 2e-2;
 constexpr double kLseRtol = 1e-3;
 constexpr uint64_t kSeed = 0xF8F8ull;
 
@@ -241,7 +242,8 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     double max_abs_v = 0;
     for (float x : v.deq) max_abs_v = std::max(max_abs_v, static_cast<double>(std::fabs(x)));
     // Per element: P's rounding (<= 2^-4 relative per weight) and O's 16-bit rounding.
-    const double atol_rel = kE4m3HalfUlp + nm::unit_roundoff(c.o_dtype) + 1e-3 + c.seqlen_k * kSubnormalHalfSpacing;
+    // (+ kScoreSlack: the scores' own error from the 8-bit wgmma's accumulation moves weights by ~1%.)
+    const double atol_rel = kE4m3HalfUlp + nm::unit_roundoff(c.o_dtype) + kScoreSlack + c.seqlen_k * kSubnormalHalfSpacing;
     check_against(c, p, ol, r, ref, max_abs_v, kKernelMaxRelL2, atol_rel);
 }
 
