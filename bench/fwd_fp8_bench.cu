@@ -6,6 +6,9 @@
 //   fwd_fp8/e4m3/...  hattn_fwd_fp8 on the e4m3 Q, K, V and descales hattn_fp8_prepass made from
 //                     the same bf16 tensors (with the Hadamard transform); the timed call includes
 //                     its V -> V^T transpose (~2 bytes moved per V element, a few percent at 2k)
+//   transpose/e4m3/... that transpose alone (what an in-kernel transpose would save); its TFLOPS
+//                     counter is the forward's FLOPs over the transpose's time, so 1 / (1/fwd_fp8
+//                     - 1/transpose) is what fwd_fp8 would reach without it
 // Counters as bench/fwd_bench.cu: TFLOPS = 4 b h s^2 d / seconds (half for causal), and
 // pct_of_989 (the bf16 peak; the e4m3 dense peak is twice that, 1979).
 //
@@ -19,6 +22,7 @@
 
 #include "attention_harness.cuh"
 #include "hattn.h"
+#include "kernels/fwd_fp8.cuh"  // the V transpose alone (transpose/...)
 
 namespace {
 
@@ -123,6 +127,27 @@ void bench_fp8(benchmark::State& state, Buffers& b, Shape s) {
     });
 }
 
+void bench_transpose(benchmark::State& state, Buffers& b, Shape s) {
+    if (const std::string& reason = b.prepare(); !reason.empty()) {
+        state.SkipWithError(reason.c_str());
+        return;
+    }
+    hattn::fwd_fp8::Fp8FwdArgs a;
+    a.v = b.fp8[2];
+    a.vt = b.workspace;
+    a.batch = s.batch();
+    a.heads_kv = s.heads();
+    a.seqlen_k = s.seqlen;
+    a.head_dim = kHeadDim;
+    a.v_head_stride = kHeadDim;
+    a.v_seq_stride = int64_t{s.heads()} * kHeadDim;
+    a.v_batch_stride = a.v_seq_stride * s.seqlen;
+    cudaStream_t stream = b.stream();
+    hattn::bench::run_timed(state, stream, s.forward_flops(), [&](std::string* error) {
+        return hattn::fwd_fp8::launch_transpose_v<kHeadDim>(a, stream, error) == cudaSuccess;
+    });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,6 +160,11 @@ int main(int argc, char** argv) {
             hattn::bench::register_timed(shape_name("fwd", s),
                                          [&buffers, s](benchmark::State& st) { bench_bf16(st, buffers, s); });
             hattn::bench::register_timed(fp8_name, [&buffers, s](benchmark::State& st) { bench_fp8(st, buffers, s); });
+            if (!causal) {
+                std::string t_name = fp8_name;
+                t_name.replace(0, std::string("fwd_fp8").size(), "transpose");
+                hattn::bench::register_timed(t_name, [&buffers, s](benchmark::State& st) { bench_transpose(st, buffers, s); });
+            }
         }
     }
     return hattn::bench::run_benchmarks(argc, argv);

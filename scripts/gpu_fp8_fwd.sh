@@ -112,15 +112,19 @@ rows = {}
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
     if b.get("run_type", "iteration") != "iteration" or "TFLOPS" not in b:
         continue
-    name = b["name"].split("/manual_time")[0]
-    kind = "fp8" if name.startswith("fwd_fp8/") else "bf16"
-    key = name.replace("fwd_fp8/e4m3/", "").replace("fwd/bf16/", "")
+    name = b["name"].split("/min_time")[0].split("/manual_time")[0]
+    kind = "fp8" if name.startswith("fwd_fp8/") else "transpose" if name.startswith("transpose/") else "bf16"
+    key = name.replace("fwd_fp8/e4m3/", "").replace("transpose/e4m3/", "").replace("fwd/bf16/", "")
     rows.setdefault(key, {})[kind] = b["TFLOPS"]
-print(f'  {"shape":<28} {"bf16":>8} {"fp8":>8} {"fp8/bf16":>9}')
+    if kind == "transpose":
+        rows[key]["transpose_us"] = b["real_time"]
+print(f'  {"shape":<28} {"bf16":>8} {"fp8":>8} {"fp8/bf16":>9} {"V^T us":>8} {"fp8 w/o V^T":>12}')
 for key, r in rows.items():
-    bf, f8 = r.get("bf16"), r.get("fp8")
-    ratio = f"{f8 / bf:9.2f}" if bf and f8 else ""
-    print(f'  {key:<28} {bf or 0:8.1f} {f8 or 0:8.1f} {ratio}')
+    bf, f8, tr = r.get("bf16"), r.get("fp8"), r.get("transpose")
+    ratio = f"{f8 / bf:9.2f}" if bf and f8 else f"{'':9}"
+    t_us = f'{r["transpose_us"]:8.1f}' if "transpose_us" in r else f"{'':8}"
+    without = f"{1.0 / (1.0 / f8 - 1.0 / tr):12.1f}" if f8 and tr and tr > f8 else ""
+    print(f'  {key:<28} {bf or 0:8.1f} {f8 or 0:8.1f} {ratio} {t_us} {without}')
 PY
   fi
   echo "-- steps"
