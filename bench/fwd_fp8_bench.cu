@@ -1,6 +1,6 @@
 // hattn/bench/fwd_fp8_bench.cu -- the FP8 forward (hattn_fwd_fp8) beside the bf16 forward (hattn_fwd)
 // on the same shapes: head_dim 128, batch * seqlen = 16k tokens, 16 heads, seqlen 2k .. 16k, full
-// and causal (the FlashAttention-3 paper's FP8 sweep at d128).
+// and causal (the FlashAttention-3 paper's FP8 sweep at d128); plus d64 and d256 at 8k, full.
 //
 //   fwd/bf16/...      hattn_fwd on bf16 Q, K, V
 //   fwd_fp8/e4m3/...  hattn_fwd_fp8 on the e4m3 Q, K, V and descales hattn_fp8_prepass made from
@@ -32,7 +32,12 @@ using hattn::bench::Shape;
 using hattn::bench::shape_name;
 
 constexpr int kHeadDim = 128;
+constexpr int kMinHeadDim = 64;  // sizes the descale buffers (the most (batch, head) pairs)
 constexpr int kSeqlens[] = {2048, 4096, 8192, 16384};
+// Beside the d128 sweep: the other head dims at 8k, full (d64: the exps cost twice the FP8
+// GEMMs; d256: half).
+constexpr int kOtherHeadDims[] = {64, 256};
+constexpr int kOtherSeqlen = 8192;
 constexpr uint32_t kSeed = 0xf8f8u;
 constexpr uint64_t kHadamardSeed = 0x5eedull;
 
@@ -56,7 +61,7 @@ private:
             if (std::string e = arena.allocate(&fp8[i], size_t(kTensorElements)); !e.empty()) return e;
             // Enough descales for the smallest seqlen's (batch, head, block) count: kTensorElements / d / 128.
             void* ds = nullptr;
-            if (std::string e = arena.allocate(&ds, size_t(kTensorElements) / kHeadDim / HATTN_FP8_BLOCK_ROWS * 4 + 4096);
+            if (std::string e = arena.allocate(&ds, size_t(kTensorElements) / kMinHeadDim / HATTN_FP8_BLOCK_ROWS * 4 + 4096);
                 !e.empty())
                 return e;
             descale[i] = static_cast<float*>(ds);
@@ -73,7 +78,7 @@ private:
 std::string quantize(Buffers& b, const Shape& s) {
     hattn_fp8_prepass_params pp = hattn_fp8_prepass_params_contiguous(
         b.bf16[0], b.bf16[1], b.bf16[2], b.fp8[0], b.fp8[1], b.fp8[2], b.descale[0], b.descale[1], b.descale[2],
-        s.batch(), s.heads(), s.heads(), s.seqlen, s.seqlen, kHeadDim, HATTN_DTYPE_BF16);
+        s.batch(), s.heads(), s.heads(), s.seqlen, s.seqlen, s.head_dim, HATTN_DTYPE_BF16);
     pp.hadamard = 1;
     pp.hadamard_seed = kHadamardSeed;
     const hattn_status st = hattn_fp8_prepass(&pp, b.stream());
@@ -88,7 +93,7 @@ void bench_bf16(benchmark::State& state, Buffers& b, Shape s) {
         return;
     }
     hattn_fwd_params p = hattn_fwd_params_contiguous(b.bf16[0], b.bf16[1], b.bf16[2], b.o, s.batch(), s.heads(),
-                                                     s.heads(), s.seqlen, s.seqlen, kHeadDim, HATTN_DTYPE_BF16);
+                                                     s.heads(), s.seqlen, s.seqlen, s.head_dim, HATTN_DTYPE_BF16);
     p.causal = s.causal ? 1 : 0;
     cudaStream_t stream = b.stream();
     hattn::bench::run_timed(state, stream, s.forward_flops(), [&](std::string* error) {
@@ -112,7 +117,7 @@ void bench_fp8(benchmark::State& state, Buffers& b, Shape s) {
     }
     hattn_fwd_fp8_params p = hattn_fwd_fp8_params_contiguous(b.fp8[0], b.fp8[1], b.fp8[2], b.o, b.descale[0], b.descale[1],
                                                              b.descale[2], s.batch(), s.heads(), s.heads(), s.seqlen,
-                                                             s.seqlen, kHeadDim, HATTN_DTYPE_BF16);
+                                                             s.seqlen, s.head_dim, HATTN_DTYPE_BF16);
     p.causal = s.causal ? 1 : 0;
     p.workspace = b.workspace;
     p.workspace_size = b.workspace_bytes;
@@ -160,12 +165,19 @@ int main(int argc, char** argv) {
             hattn::bench::register_timed(shape_name("fwd", s),
                                          [&buffers, s](benchmark::State& st) { bench_bf16(st, buffers, s); });
             hattn::bench::register_timed(fp8_name, [&buffers, s](benchmark::State& st) { bench_fp8(st, buffers, s); });
-            if (!causal) {
+            if (!causal) {  // (the transpose does not depend on the mask)
                 std::string t_name = fp8_name;
                 t_name.replace(0, std::string("fwd_fp8").size(), "transpose");
                 hattn::bench::register_timed(t_name, [&buffers, s](benchmark::State& st) { bench_transpose(st, buffers, s); });
             }
         }
+    }
+    for (int d : kOtherHeadDims) {
+        const Shape s{d, kOtherSeqlen, false, 0u};
+        std::string fp8_name = shape_name("fwd_fp8", s);
+        fp8_name.replace(fp8_name.find("/bf16/"), 6, "/e4m3/");
+        hattn::bench::register_timed(shape_name("fwd", s), [&buffers, s](benchmark::State& st) { bench_bf16(st, buffers, s); });
+        hattn::bench::register_timed(fp8_name, [&buffers, s](benchmark::State& st) { bench_fp8(st, buffers, s); });
     }
     return hattn::bench::run_benchmarks(argc, argv);
 }

@@ -305,7 +305,7 @@ typedef struct hattn_fwd_fp8_params {
     int heads_kv;             /* heads_q % heads_kv == 0 */
     int seqlen_q;
     int seqlen_k;
-    int head_dim;             /* 128 (64 and 256: HATTN_ERROR_UNSUPPORTED_HEAD_DIM for now) */
+    int head_dim;             /* 64, 128 or 256 */
 
     /* Strides in elements: bytes for the e4m3 q, k, v (multiples of 16), elements of o_dtype for
      * o. head_dim is contiguous. */

@@ -1,5 +1,5 @@
 // hattn/test/host_fp8_fragment_test.cu -- CPU test of the FP8 forward's P fragment mapping
-// (src/kernels/sm90/fragment.cuh): the fp32 accumulator element each byte of the 8-bit A fragment
+// (src/kernels/sm90/fragment_e4m3.cuh): the fp32 accumulator element each byte of the 8-bit A fragment
 // takes, and the key order V^T must be written in for P V to sum the right products.
 //
 // The layouts, written out from the PTX ISA (9.7.15.5.1, register fragments of wgmma):
@@ -10,7 +10,7 @@
 
 #include <set>
 
-#include "kernels/sm90/fragment.cuh"
+#include "kernels/sm90/fragment_e4m3.cuh"
 
 namespace {
 
@@ -70,6 +70,35 @@ TEST(Fp8Fragment, PermutedProductEqualsTheKeyOrderProduct) {
         for (int p = 0; p < kK; ++p) got += a[r][p] * v[e4m3_k_to_key(p)];
         EXPECT_EQ(got, want) << "row " << r;
     }
+}
+
+}  // namespace
+
+namespace {
+
+// The 64-byte swizzle of the 8-bit tiles with 64-byte rows (e4m3 Q/K at head_dim 64, V^T with
+// 64-key blocks): address bits 4-5 XOR bits 7-8 (TMA's CU_TENSOR_MAP_SWIZZLE_64B, wgmma's 64B
+// mode), i.e. chunk ^= (row / 2) % 4; and the 128-byte one unchanged (chunk ^= row % 8).
+template <class Tile>
+void expect_swizzle_by_definition() {
+    for (int row = 0; row < Tile::kRows; ++row)
+        for (int col = 0; col < Tile::kCols; ++col) {
+            const uint32_t linear = (col / Tile::kAtomCols) * Tile::kAtomBytes + row * Tile::kSpan + col % Tile::kAtomCols;
+            const uint32_t bits = Tile::kSpan == 128 ? 0x70u : 0x30u;
+            const uint32_t want = linear ^ (((linear >> 7) << 4) & bits);
+            ASSERT_EQ(Tile::offset(row, col), want) << "row " << row << " col " << col;
+        }
+}
+
+TEST(Fp8Tile, SixtyFourByteSwizzleMatchesTheAddressBitDefinition) {
+    using Tile64 = SwizzledTile<E4m3, 128, 64, 64>;
+    static_assert(Tile64::kAtoms == 1 && Tile64::kKStepsPerAtom == 2 && Tile64::kBytes == 128 * 64, "one 64-byte atom");
+    expect_swizzle_by_definition<Tile64>();
+    using Tile64Wide = SwizzledTile<E4m3, 64, 256, 64>;  // four atoms
+    expect_swizzle_by_definition<Tile64Wide>();
+    using Tile128 = SwizzledTile<E4m3, 64, 256>;
+    static_assert(Tile128::kSpan == 128 && Tile128::kAtoms == 2, "the default span");
+    expect_swizzle_by_definition<Tile128>();
 }
 
 }  // namespace

@@ -82,9 +82,9 @@ std::vector<RejectCase> reject_cases() {
         // o_dtype and head_dim (only 128 is built).
         {"ODtypeUnknown", [](P& p, S) { p.o_dtype = enum_from_int<hattn_dtype>(7); }, HATTN_ERROR_UNSUPPORTED_DTYPE,
          {"o_dtype = 7"}},
-        {"HeadDim64NotBuilt", [](P& p, S) { p.head_dim = 64; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 64"}},
-        {"HeadDim256NotBuilt", [](P& p, S) { p.head_dim = 256; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 256"}},
         {"HeadDim96", [](P& p, S) { p.head_dim = 96; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 96"}},
+        {"HeadDim32", [](P& p, S) { p.head_dim = 32; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 32"}},
+        {"HeadDim512", [](P& p, S) { p.head_dim = 512; }, HATTN_ERROR_UNSUPPORTED_HEAD_DIM, {"head_dim = 512"}},
         // Sizes and GQA.
         {"BatchZero", [](P& p, S) { p.batch = 0; }, HATTN_ERROR_INVALID_SIZE, {"batch = 0"}},
         {"HeadsQNegative", [](P& p, S) { p.heads_q = -8; }, HATTN_ERROR_INVALID_SIZE, {"heads_q = -8"}},
@@ -145,7 +145,7 @@ std::vector<RejectCase> reject_cases() {
         {"OrderNullBeforeHeadDim",
          [](P& p, S) {
              p.k_descale = nullptr;
-             p.head_dim = 64;
+             p.head_dim = 96;
          },
          HATTN_ERROR_NULL_POINTER, {"k_descale is NULL"}},
         {"OrderStrideBeforeWorkspace",
@@ -194,6 +194,20 @@ TEST(Fp8FwdValidation, AcceptsTheBaseProblemAndStridedLayouts) {
     big.workspace_size = hattn_fwd_fp8_workspace_size(b, h / 4, s, 128);
     expect_accepted(big);
     EXPECT_TRUE(problem.untouched());
+}
+
+TEST(Fp8FwdValidation, AcceptsEveryHeadDim) {
+    auto at = [](int i) { return kFakeDeviceBase + i * kFakeTensorGap; };
+    for (int d : {64, 128, 256}) {
+        SCOPED_TRACE("d = " + std::to_string(d));
+        P p = hattn_fwd_fp8_params_contiguous(fake_pointer<const void>(at(0)), fake_pointer<const void>(at(1)),
+                                              fake_pointer<const void>(at(2)), fake_pointer<void>(at(3)),
+                                              fake_pointer<const float>(at(4)), fake_pointer<const float>(at(5)),
+                                              fake_pointer<const float>(at(6)), 2, 8, 2, 1000, 4097, d, HATTN_DTYPE_FP16);
+        p.workspace = fake_pointer<void>(at(7));
+        p.workspace_size = hattn_fwd_fp8_workspace_size(2, 2, 4097, d);
+        expect_accepted(p);
+    }
 }
 
 TEST(Fp8FwdValidation, WorkspaceSize) {

@@ -29,7 +29,6 @@ namespace fp8 = hattn::fwd_fp8;
 static_assert(HATTN_FP8_BLOCK_ROWS == fp8::kDescaleRows, "the header's block size is the kernel's");
 
 constexpr unsigned kKnownFlags = 0;
-constexpr int kBuiltHeadDim = 128;
 constexpr int kRowsPerTile = 128;  // the kernel's query tile
 constexpr int64_t kAlignBytes = 16;
 constexpr uintptr_t kWorkspaceAlign = 256;
@@ -76,15 +75,15 @@ Failure check_descales_not_null(const Views& v) {
     return {};
 }
 
-// o_dtype, then head_dim: 64/128/256 are the library's head dims; only 128 is built for FP8.
+// o_dtype, then head_dim (64, 128, 256).
 Failure check_o_dtype_and_head_dim(const Shape& s) {
     if (s.dtype != HATTN_DTYPE_BF16 && s.dtype != HATTN_DTYPE_FP16) {
         return fail(HATTN_ERROR_UNSUPPORTED_DTYPE,
                     format("o_dtype = %d is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)", s.dtype));
     }
-    if (s.head_dim != kBuiltHeadDim) {
+    if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256) {
         return fail(HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
-                    format("head_dim = %d: the FP8 forward is built for head_dim 128 only", s.head_dim));
+                    format("head_dim = %d is not one of the built head dims (64, 128, 256)", s.head_dim));
     }
     return {};
 }
@@ -306,7 +305,9 @@ hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stre
     std::string error;
     cudaError_t rc = cudaErrorInvalidValue;
     switch (args.head_dim) {
+        case 64: rc = launch_fwd_fp8_d64(args, stream, &error); break;
         case 128: rc = launch_fwd_fp8_d128(args, stream, &error); break;
+        case 256: rc = launch_fwd_fp8_d256(args, stream, &error); break;
         default: return HATTN_ERROR_UNSUPPORTED_HEAD_DIM;  // unreachable after validation
     }
     return launch_status("hattn_fwd_fp8", rc, error);

@@ -11,6 +11,8 @@
 namespace hattn::host {
 
 // cudaSuccess or the failing CUDA error; *error gets a readable message on failure.
+cudaError_t launch_fwd_fp8_d64(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error);
 cudaError_t launch_fwd_fp8_d128(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error);
+cudaError_t launch_fwd_fp8_d256(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error);
 
 }  // namespace hattn::host

@@ -49,6 +49,7 @@
 #include "kernels/fwd_fp8_args.h"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/fragment.cuh"
+#include "kernels/sm90/fragment_e4m3.cuh"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/scheduler.cuh"
@@ -87,9 +88,12 @@ struct Config {
     static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
     static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
 
-    using QTile = SwizzledTile<E4m3, kBlockM, kHeadDim>;
-    using KTile = SwizzledTile<E4m3, kBlockN, kHeadDim>;
-    using VtTile = SwizzledTile<E4m3, kHeadDim, kBlockN>;  // rows: head_dim, cols: keys (permuted)
+    // 8-bit rows are head_dim (Q, K) or kBlockN (V^T) bytes: 64-byte rows take the 64-byte swizzle.
+    static constexpr int kQkSpan = kHeadDim < kSwizzleBytes ? kHeadDim : kSwizzleBytes;
+    static constexpr int kVtSpan = kBlockN < kSwizzleBytes ? kBlockN : kSwizzleBytes;
+    using QTile = SwizzledTile<E4m3, kBlockM, kHeadDim, kQkSpan>;
+    using KTile = SwizzledTile<E4m3, kBlockN, kHeadDim, kQkSpan>;
+    using VtTile = SwizzledTile<E4m3, kHeadDim, kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
     using OTile = SwizzledTile<OElem, kBlockM, kHeadDim>;
     static_assert(kDescaleRows % kBlockN == 0, "a KV block must lie inside one descale block");
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
@@ -269,12 +273,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         auto gemm_qk = [&](int stage) {
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / kMmaK; ++kk)
-                mma_ss<kBlockN, E4m3, 0>(s, smem.q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
-                                         kk > 0 ? 1u : 0u);
+                mma_ss_e4m3<kBlockN>(s, smem.q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
+                                     kk > 0 ? 1u : 0u);
         };
         auto gemm_pv = [&](int stage) {
 #pragma unroll
-            for (int kk = 0; kk < kBlockN / kMmaK; ++kk) mma_rs<kHeadDim, E4m3, 0>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+            for (int kk = 0; kk < kBlockN / kMmaK; ++kk) mma_rs_e4m3<kHeadDim>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
         };
         auto take_turn = [&]() { my_turn.sync(); };
         auto pass_turn = [&]() { next_turn.arrive(); };
@@ -470,7 +474,8 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     if (rc != cudaSuccess) return rc;
 
     using OElem = typename Cfg::OElem;
-    constexpr uint32_t kE4m3BoxCols = Cfg::QTile::kAtomCols;
+    using QTile = typename Cfg::QTile;
+    using VtTile = typename Cfg::VtTile;
     const int64_t keys = vt_keys(a.seqlen_k);
     const BshdTensor q{a.q, Cfg::kHeadDim, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride, a.q_batch_stride};
     const BshdTensor k{a.k, Cfg::kHeadDim, a.seqlen_k, a.heads_kv, a.batch, a.k_seq_stride, a.k_head_stride, a.k_batch_stride};
@@ -479,9 +484,9 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
                         static_cast<int64_t>(a.heads_kv) * Cfg::kHeadDim * keys};
     const BshdTensor o{a.o, Cfg::kHeadDim, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride, a.o_batch_stride};
     CUtensorMap tq, tk, tvt, to;
-    if (!make_bshd_map(&tq, q, E4m3::kTmaType, kE4m3BoxCols, Cfg::kBlockM, error) ||
-        !make_bshd_map(&tk, k, E4m3::kTmaType, kE4m3BoxCols, Cfg::kBlockN, error) ||
-        !make_bshd_map(&tvt, vt, E4m3::kTmaType, kE4m3BoxCols, Cfg::kHeadDim, error) ||
+    if (!make_bshd_map(&tq, q, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockM, error, QTile::kTmaSwizzle) ||
+        !make_bshd_map(&tk, k, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockN, error, QTile::kTmaSwizzle) ||
+        !make_bshd_map(&tvt, vt, E4m3::kTmaType, VtTile::kAtomCols, Cfg::kHeadDim, error, VtTile::kTmaSwizzle) ||
         !make_bshd_map(&to, o, OElem::kTmaType, Cfg::OTile::kAtomCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
@@ -517,10 +522,16 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     return rc;
 }
 
+// Per head dim: d = 256 takes 64-key blocks (O alone is 128 registers per thread; 128-key blocks
+// spill) and 3 stages (O's bf16 staging is 64 KB).
+constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
+constexpr int default_stages(int head_dim) { return head_dim <= 128 ? 4 : 3; }
+
 template <int kHeadDim>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
-    if (a.o_dtype == fwd::Dtype::kBf16) return launch_fwd_fp8<Config<kHeadDim, Bf16>>(a, stream, error);
-    return launch_fwd_fp8<Config<kHeadDim, Fp16>>(a, stream, error);
+    constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
+    if (a.o_dtype == fwd::Dtype::kBf16) return launch_fwd_fp8<Config<kHeadDim, Bf16, 2, kBlockN, kStages>>(a, stream, error);
+    return launch_fwd_fp8<Config<kHeadDim, Fp16, 2, kBlockN, kStages>>(a, stream, error);
 }
 
 }  // namespace hattn::fwd_fp8

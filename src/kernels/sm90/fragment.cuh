@@ -26,11 +26,8 @@ template <int N, class Elem, int kTransB, int kTransA = 0>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, uint32_t accumulate) {
     if constexpr (std::is_same_v<Elem, Bf16>) {
         ptx::wgmma_ss_bf16<N, kTransA, kTransB>(d, da, db, accumulate);
-    } else if constexpr (std::is_same_v<Elem, E4m3>) {
-        static_assert(kTransA == 0 && kTransB == 0, "8-bit wgmma reads both operands K-major only");
-        ptx::wgmma_ss_e4m3<N>(d, da, db, accumulate);
     } else {
-        static_assert(std::is_same_v<Elem, Fp16>, "bf16, fp16 or e4m3");
+        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only (e4m3: fragment_e4m3.cuh)");
         ptx::wgmma_ss_f16<N, kTransA, kTransB>(d, da, db, accumulate);
     }
 }
@@ -39,11 +36,8 @@ template <int N, class Elem, int kTransB>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, uint32_t accumulate) {
     if constexpr (std::is_same_v<Elem, Bf16>) {
         ptx::wgmma_rs_bf16<N, kTransB>(d, a, db, accumulate);
-    } else if constexpr (std::is_same_v<Elem, E4m3>) {
-        static_assert(kTransB == 0, "8-bit wgmma reads B K-major only");
-        ptx::wgmma_rs_e4m3<N>(d, a, db, accumulate);
     } else {
-        static_assert(std::is_same_v<Elem, Fp16>, "bf16, fp16 or e4m3");
+        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only (e4m3: fragment_e4m3.cuh)");
         ptx::wgmma_rs_f16<N, kTransB>(d, a, db, accumulate);
     }
 }
@@ -73,7 +67,7 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[kN], const float (&row
 // fp32 accumulator (m64nN) -> 16-bit A fragments of an RS-wgmma with K = N. For 16-bit types the
 // k16 slice kk of the accumulator is its n8 groups 2kk and 2kk+1, which is exactly the A
 // fragment's register order: a conversion, no shuffles, no trip through shared memory.
-// (8-bit A fragments hold 4 consecutive k per register instead of 2: see the e4m3 version below.)
+// (8-bit A fragments hold 4 consecutive k per register instead of 2: see fragment_e4m3.cuh.)
 template <class Elem, int N>
 __device__ __forceinline__ void acc_to_a_fragment(const float (&acc)[N / 2], uint32_t (&a)[N / Elem::kMmaK][4]) {
     static_assert(Elem::kBytes == 2, "16-bit A fragments");
@@ -82,45 +76,6 @@ __device__ __forceinline__ void acc_to_a_fragment(const float (&acc)[N / 2], uin
     for (int kk = 0; kk < N / Elem::kMmaK; ++kk) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) a[kk][j] = ptx::pack_f32x2<kIsBf16>(acc[8 * kk + 2 * j], acc[8 * kk + 2 * j + 1]);
-    }
-}
-
-// ---- 8-bit A fragments (P of the FP8 forward) -------------------------------------------------
-// The A fragment of an m64nNk32 8-bit wgmma (PTX ISA 9.7.15.5.1, the .e4m3 "matrix A" figure; per
-// warp the same as mma.m16n8k32): thread (warp w, lane l, t = l % 4) holds 4 registers of 4 bytes,
-// byte b of register j being row r0 + 8 * (j % 2), k = 16 * (j / 2) + 4 t + b (r0 = 16w + l/4).
-// The fp32 accumulator of a 32-column slice holds, for the same thread and row, columns
-// 8g + 2t + {0, 1} (g = 0..3): the columns 4t..4t+3 the A fragment wants sit in other lanes.
-// Instead of shuffling, the k order of P V is permuted: the sum over k does not care, as long as
-// B's k position p holds V's key e4m3_k_to_key(p) (V^T is written with its keys in that order).
-// Then byte b of register j simply takes accumulator element e4m3_a_acc_index(j, b), its own.
-__host__ __device__ constexpr int e4m3_a_row_half(int reg) { return reg % 2; }
-__host__ __device__ constexpr int e4m3_a_k(int reg, int byte, int lane) { return 16 * (reg / 2) + 4 * (lane % 4) + byte; }
-// Which element of the thread's 16-float accumulator slice (one k32 slice) goes to (reg, byte).
-__host__ __device__ constexpr int e4m3_a_acc_index(int reg, int byte) {
-    return 8 * (reg / 2) + 4 * (byte / 2) + 2 * (reg % 2) + byte % 2;
-}
-// The key (within an aligned group of 32) that k position p of the P V product stands for: the
-// accumulator column of the element e4m3_a_acc_index put there. Thread-independent, a bijection.
-__host__ __device__ constexpr int e4m3_k_to_key(int p) {
-    return 16 * (p / 16) + 2 * ((p % 16) / 4) + 8 * ((p / 2) % 2) + p % 2;
-}
-constexpr int kE4m3KeyGroup = 32;  // keys permuted within aligned groups of this many (one k32 step)
-
-// fp32 accumulator (m64nN, N a multiple of 32) -> e4m3 A fragments of k-steps of 32 (round to
-// nearest, saturating), in the permuted k order above. Byte order in a register: lower k in lower bits.
-template <int N>
-__device__ __forceinline__ void acc_to_a_fragment_e4m3(const float (&acc)[N / 2], uint32_t (&a)[N / E4m3::kMmaK][4]) {
-    constexpr int kAccPerStep = E4m3::kMmaK / 2;  // 16 floats of one thread per k32 slice
-#pragma unroll
-    for (int kk = 0; kk < N / E4m3::kMmaK; ++kk) {
-        const float* f = &acc[kAccPerStep * kk];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(f[e4m3_a_acc_index(j, 0)], f[e4m3_a_acc_index(j, 1)]);
-            const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(f[e4m3_a_acc_index(j, 2)], f[e4m3_a_acc_index(j, 3)]);
-            a[kk][j] = lo | (hi << 16);
-        }
     }
 }
 
