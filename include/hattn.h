@@ -282,6 +282,69 @@ HATTN_API hattn_status hattn_fp8_prepass_validate(const hattn_fp8_prepass_params
  * element (and an Inf makes its block NaN). */
 HATTN_API hattn_status hattn_fp8_prepass(const hattn_fp8_prepass_params* params, cudaStream_t stream);
 
+/* ---- FP8 forward ----------------------------------------------------------------------- */
+
+/* The FP8 forward has its own params: its inputs are e4m3 tensors with per-block descales (the
+ * output of hattn_fp8_prepass) and it needs a workspace for V^T; sizes, mask, scale and LSE
+ * follow hattn_fwd_params. */
+typedef struct hattn_fwd_fp8_params {
+    const void* q;            /* e4m3 [batch, seqlen_q, heads_q,  head_dim] (one byte per element) */
+    const void* k;            /* e4m3 [batch, seqlen_k, heads_kv, head_dim] */
+    const void* v;            /* e4m3 [batch, seqlen_k, heads_kv, head_dim] */
+    void* o;                  /* [batch, seqlen_q, heads_q, head_dim], o_dtype */
+    float* lse;               /* optional (NULL to skip): [batch, heads_q, seqlen_q] fp32, natural log */
+    const float* q_descale;   /* [batch, heads_q,  ceil(seqlen_q / HATTN_FP8_BLOCK_ROWS)] fp32 */
+    const float* k_descale;   /* [batch, heads_kv, ceil(seqlen_k / HATTN_FP8_BLOCK_ROWS)] fp32 */
+    const float* v_descale;   /* [batch, heads_kv, ceil(seqlen_k / HATTN_FP8_BLOCK_ROWS)] fp32 */
+    void* workspace;          /* >= hattn_fwd_fp8_workspace_size(...) bytes of device memory, 256-byte
+                                 aligned; overwritten (V^T is written there each call) */
+    size_t workspace_size;
+
+    int batch;
+    int heads_q;
+    int heads_kv;             /* heads_q % heads_kv == 0 */
+    int seqlen_q;
+    int seqlen_k;
+    int head_dim;             /* 64, 128 or 256 */
+
+    /* Strides in elements: bytes for the e4m3 q, k, v (multiples of 16), elements of o_dtype for
+     * o. head_dim is contiguous. */
+    int64_t q_batch_stride, q_seq_stride, q_head_stride;
+    int64_t k_batch_stride, k_seq_stride, k_head_stride;
+    int64_t v_batch_stride, v_seq_stride, v_head_stride;
+    int64_t o_batch_stride, o_seq_stride, o_head_stride;
+
+    hattn_dtype o_dtype;      /* of o: bf16 or fp16 */
+    float softmax_scale;      /* 0 selects the default 1/sqrt(head_dim) */
+    int causal;               /* as in hattn_fwd_params (bottom-right) */
+    unsigned flags;           /* reserved, must be 0 */
+} hattn_fwd_fp8_params;
+
+/* Bytes of device workspace hattn_fwd_fp8 needs (0 if a size is non-positive or the total
+ * overflows): V^T, batch * heads_kv * head_dim * (seqlen_k rounded up to 32) bytes. */
+HATTN_API size_t hattn_fwd_fp8_workspace_size(int batch, int heads_kv, int seqlen_k, int head_dim);
+
+/* Fill params for contiguous [b, s, h, d] tensors, the default scale, no mask, no LSE, no flags
+ * and no workspace (set workspace / workspace_size before calling hattn_fwd_fp8). */
+HATTN_API hattn_fwd_fp8_params hattn_fwd_fp8_params_contiguous(const void* q, const void* k, const void* v, void* o,
+                                                               const float* q_descale, const float* k_descale,
+                                                               const float* v_descale, int batch, int heads_q,
+                                                               int heads_kv, int seqlen_q, int seqlen_k,
+                                                               int head_dim, hattn_dtype o_dtype);
+
+/* Check params without launching (as hattn_fwd_validate). */
+HATTN_API hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params, char* msg, size_t msg_len);
+
+/* FP8 forward attention on `stream`: with Q, K, V the dequantized inputs (q[b, i, h, :] times
+ * q_descale[b, h, i / HATTN_FP8_BLOCK_ROWS], likewise k and v), O = softmax(scale * Q K^T + mask) V
+ * and LSE, as hattn_fwd computes them; fp32 accumulation, P rounded to e4m3 before P V. Validates
+ * first (null pointers, then head_dim and o_dtype, sizes, strides and alignment, extents, scale,
+ * flags, and last the workspace) and returns before any CUDA call on failure; then requires a
+ * CC 9.0 device. Two kernels run on the stream: V -> V^T into the workspace, then the attention.
+ * o must not overlap the inputs, the LSE or the workspace, and two calls in flight at once (on
+ * different streams) need separate workspaces (not checked). */
+HATTN_API hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stream);
+
 /* A static, human-readable description of a status. */
 HATTN_API const char* hattn_status_string(hattn_status status);
 

@@ -8,7 +8,7 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 work=$(mktemp -d "${TMPDIR:-/tmp}/hattn-debug.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 status=0
-for src in src/host/fwd_launch_d*.cu src/host/bwd_launch_d*.cu; do
+for src in src/host/fwd_launch_d*.cu src/host/fwd_fp8_launch_d*.cu src/host/bwd_launch_d*.cu; do
   log="$work/$(basename "$src").log"
   if "$NVCC" -std=c++17 -g -DHATTN_DEBUG_HANG -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
        -Xptxas=--warn-on-spills,--warning-as-error -I. -Iinclude -Isrc -c "$src" -o "$work/out.o" >"$log" 2>&1 &&

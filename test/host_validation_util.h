@@ -91,7 +91,11 @@ inline hattn_status validate_params(const hattn_bwd_params* p, char* msg, size_t
 inline hattn_status validate_params(const hattn_fp8_prepass_params* p, char* msg, size_t len) {
     return hattn_fp8_prepass_validate(p, msg, len);
 }
+inline hattn_status validate_params(const hattn_fwd_fp8_params* p, char* msg, size_t len) {
+    return hattn_fwd_fp8_validate(p, msg, len);
+}
 inline hattn_status run_params(const hattn_fwd_params* p, cudaStream_t stream) { return hattn_fwd(p, stream); }
+inline hattn_status run_params(const hattn_fwd_fp8_params* p, cudaStream_t stream) { return hattn_fwd_fp8(p, stream); }
 inline hattn_status run_params(const hattn_bwd_params* p, cudaStream_t stream) { return hattn_bwd(p, stream); }
 inline hattn_status run_params(const hattn_fp8_prepass_params* p, cudaStream_t stream) {
     return hattn_fp8_prepass(p, stream);

@@ -27,7 +27,7 @@ __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t 
     if constexpr (std::is_same_v<Elem, Bf16>) {
         ptx::wgmma_ss_bf16<N, kTransA, kTransB>(d, da, db, accumulate);
     } else {
-        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only");
+        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only (e4m3: fragment_e4m3.cuh)");
         ptx::wgmma_ss_f16<N, kTransA, kTransB>(d, da, db, accumulate);
     }
 }
@@ -37,7 +37,7 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
     if constexpr (std::is_same_v<Elem, Bf16>) {
         ptx::wgmma_rs_bf16<N, kTransB>(d, a, db, accumulate);
     } else {
-        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only");
+        static_assert(std::is_same_v<Elem, Fp16>, "16-bit element types only (e4m3: fragment_e4m3.cuh)");
         ptx::wgmma_rs_f16<N, kTransB>(d, a, db, accumulate);
     }
 }
@@ -67,7 +67,7 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[kN], const float (&row
 // fp32 accumulator (m64nN) -> 16-bit A fragments of an RS-wgmma with K = N. For 16-bit types the
 // k16 slice kk of the accumulator is its n8 groups 2kk and 2kk+1, which is exactly the A
 // fragment's register order: a conversion, no shuffles, no trip through shared memory.
-// (8-bit A fragments hold 4 consecutive k per register instead of 2: FP8 needs a byte permute.)
+// (8-bit A fragments hold 4 consecutive k per register instead of 2: see fragment_e4m3.cuh.)
 template <class Elem, int N>
 __device__ __forceinline__ void acc_to_a_fragment(const float (&acc)[N / 2], uint32_t (&a)[N / Elem::kMmaK][4]) {
     static_assert(Elem::kBytes == 2, "16-bit A fragments");

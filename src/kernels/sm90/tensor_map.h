@@ -160,7 +160,7 @@ inline bool encode_tensor_map(CUtensorMap* out, const TensorMapSpec& spec, std::
 
 // A [batch, seqlen, heads, head_dim] tensor (head_dim contiguous, strides in elements) as the
 // 4-D map {head_dim, seqlen, heads, batch} that attention kernels read and write in boxes of
-// {box_cols, box_rows, 1, 1} with the 128-byte swizzle.
+// {box_cols, box_rows, 1, 1} with the 128-byte swizzle (64-byte for 8-bit tiles of 64-byte rows).
 struct BshdTensor {
     const void* base;
     int head_dim, seqlen, heads, batch;
@@ -168,7 +168,8 @@ struct BshdTensor {
 };
 
 inline bool make_bshd_map(CUtensorMap* map, const BshdTensor& t, CUtensorMapDataType dtype, uint32_t box_cols,
-                          uint32_t box_rows, std::string* error) {
+                          uint32_t box_rows, std::string* error,
+                          CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
     const int64_t elem_bytes = static_cast<int64_t>(tensor_map_elem_bytes(dtype));
     TensorMapSpec spec;
     spec.base = t.base;
@@ -185,7 +186,7 @@ inline bool make_bshd_map(CUtensorMap* map, const BshdTensor& t, CUtensorMapData
     spec.box[1] = box_rows;
     spec.box[2] = 1;
     spec.box[3] = 1;
-    spec.swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    spec.swizzle = swizzle;
     return encode_tensor_map(map, spec, error);
 }
 

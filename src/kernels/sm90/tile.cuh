@@ -45,18 +45,24 @@ constexpr int kSwizzleBytes = 128;  // TMA + wgmma swizzle span: one row of an a
 constexpr int kSwizzleRowsPerAtom = 8;
 constexpr int kSwizzleChunkBytes = 16;
 
-template <class Elem, int kRows_, int kCols_>
+// kSpan: the swizzle span, 128 bytes (the default, every 16-bit tile) or 64 (8-bit tiles whose rows
+// are only 64 bytes: e4m3 Q/K at head_dim 64, V^T with 64-key blocks).
+template <class Elem, int kRows_, int kCols_, int kSpan_ = kSwizzleBytes>
 struct alignas(1024) SwizzledTile {
     static constexpr int kRows = kRows_;
     static constexpr int kCols = kCols_;
-    static constexpr int kAtomCols = kSwizzleBytes / Elem::kBytes;  // TMA box width
+    static constexpr int kSpan = kSpan_;
+    static_assert(kSpan == 128 || kSpan == 64, "128- or 64-byte swizzle");
+    static constexpr ptx::Swizzle kSwizzle = kSpan == 128 ? ptx::Swizzle::k128B : ptx::Swizzle::k64B;
+    static constexpr CUtensorMapSwizzle kTmaSwizzle = kSpan == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+    static constexpr int kAtomCols = kSpan / Elem::kBytes;  // TMA box width
     static constexpr int kAtoms = kCols / kAtomCols;
-    static constexpr uint32_t kAtomBytes = kRows * kSwizzleBytes;
+    static constexpr uint32_t kAtomBytes = kRows * kSpan;
     static constexpr uint32_t kBytes = kAtoms * kAtomBytes;         // footprint == expect_tx bytes
     static constexpr uint32_t kTxBytes = kRows * kCols * Elem::kBytes;
     static constexpr int kKStepsPerAtom = kAtomCols / Elem::kMmaK;
     static constexpr uint32_t kKStepBytes = Elem::kMmaK * Elem::kBytes;
-    static_assert(kCols % kAtomCols == 0, "tile width must be whole 128-byte swizzle rows");
+    static_assert(kCols % kAtomCols == 0, "tile width must be whole swizzle rows");
     static_assert(kRows % kSwizzleRowsPerAtom == 0, "swizzled atoms are 8-row groups");
     static_assert(kTxBytes == kBytes, "the tile is dense: TMA delivers exactly its footprint");
 
@@ -69,18 +75,24 @@ struct alignas(1024) SwizzledTile {
 #pragma unroll 1
         for (int a = 0; a < kAtoms; ++a) ptx::tma_load_4d(atom(a), map, bar, a * kAtomCols, row0, head, batch);
     }
+    // The same, from column col0 of the map on (a multiple of kAtomCols): V^T tiles start at their
+    // KV block's first key.
+    __device__ __forceinline__ void load_at(const CUtensorMap* map, uint64_t* bar, int col0, int row0, int head, int batch) {
+#pragma unroll 1
+        for (int a = 0; a < kAtoms; ++a) ptx::tma_load_4d(atom(a), map, bar, col0 + a * kAtomCols, row0, head, batch);
+    }
     // TMA store of rows [first_row, first_row + rows) of the tile (rows a multiple of 8).
     __device__ __forceinline__ void store_rows(const CUtensorMap* map, int first_row, int row0, int head, int batch) {
         for (int a = 0; a < kAtoms; ++a)
-            ptx::tma_store_4d(map, atom(a) + first_row * kSwizzleBytes, a * kAtomCols, row0, head, batch);
+            ptx::tma_store_4d(map, atom(a) + first_row * kSpan, a * kAtomCols, row0, head, batch);
     }
 
     // K-major descriptor of k-step kk for the rows starting at `first_row` (a multiple of 8):
     // inside an atom a k-step is kKStepBytes further along the 128-byte row.
     __device__ __forceinline__ uint64_t desc_k_major(int first_row, int kk) const {
-        const uint32_t base = ptx::smem_u32(bytes) + first_row * kSwizzleBytes;
+        const uint32_t base = ptx::smem_u32(bytes) + first_row * kSpan;
         return ptx::make_smem_desc_k_major(
-            base + (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes, ptx::Swizzle::k128B);
+            base + (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes, kSwizzle);
     }
     // MN-major descriptor of k-step kk (rows are the reduction): kMmaK rows further per step; the
     // atoms along MN lie one atom apart (the leading byte offset). first_col (a multiple of
@@ -88,16 +100,18 @@ struct alignas(1024) SwizzledTile {
     // of head_dim at a time.
     __device__ __forceinline__ uint64_t desc_mn_major(int kk, int first_col = 0) const {
         return ptx::make_smem_desc_mn_major(
-            ptx::smem_u32(bytes) + (first_col / kAtomCols) * kAtomBytes + kk * Elem::kMmaK * kSwizzleBytes,
-            ptx::Swizzle::k128B, kAtomBytes);
+            ptx::smem_u32(bytes) + (first_col / kAtomCols) * kAtomBytes + kk * Elem::kMmaK * kSpan, kSwizzle,
+            kAtomBytes);
     }
 
-    // Byte offset of element (row, col): the 16-byte chunk index is XORed with row % 8, which
-    // spreads the 8 rows of an 8x8 core matrix over all 32 banks.
+    // Byte offset of element (row, col): the 16-byte chunk index is XORed with address bits 7 and
+    // up (row % 8 for 128-byte rows, (row / 2) % 4 for 64-byte ones), which spreads the rows of an
+    // 8x8 core matrix over the banks.
     __host__ __device__ static constexpr uint32_t offset(int row, int col) {
         const int byte_in_row = (col % kAtomCols) * Elem::kBytes;
-        const int chunk = (byte_in_row / kSwizzleChunkBytes) ^ (row % kSwizzleRowsPerAtom);
-        return (col / kAtomCols) * kAtomBytes + row * kSwizzleBytes + chunk * kSwizzleChunkBytes +
+        constexpr int kChunksPerRow = kSpan / kSwizzleChunkBytes;
+        const int chunk = (byte_in_row / kSwizzleChunkBytes) ^ ((row * kSpan / kSwizzleBytes) % kChunksPerRow);
+        return (col / kAtomCols) * kAtomBytes + row * kSpan + chunk * kSwizzleChunkBytes +
                byte_in_row % kSwizzleChunkBytes;
     }
 };

@@ -1,0 +1,316 @@
+// hattn/src/host/fwd_fp8_api.cpp -- the FP8 forward of the public C API (include/hattn.h):
+// validation, device check, normalization into Fp8FwdArgs, dispatch per head dim.
+//
+// NOTES:
+//   * A params struct of its own rather than a dtype on hattn_fwd_params: the FP8 call has three
+//     descale arrays and a workspace the 16-bit forward does not, and q/k/v strides in bytes.
+//   * The e4m3 inputs follow the 16-byte rule in bytes (TMA); o follows the forward's rules.
+//   * Checks run in a fixed order (see validate() below), the most basic first, as in the forward.
+#include "hattn.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "common/format.h"
+#include "host/api_fields.h"
+#include "host/fwd_fp8_launch.h"
+#include "host/validate.h"
+#include "kernels/fwd_fp8_args.h"
+
+namespace {
+
+using hattn::common::format;
+using namespace hattn::host;
+namespace fp8 = hattn::fwd_fp8;
+
+static_assert(HATTN_FP8_BLOCK_ROWS == fp8::kDescaleRows, "the header's block size is the kernel's");
+
+constexpr unsigned kKnownFlags = 0;
+constexpr int kRowsPerTile = 128;  // the kernel's query tile
+constexpr int64_t kAlignBytes = 16;
+constexpr uintptr_t kWorkspaceAlign = 256;
+constexpr int kMaxGridYZ = 65535;  // the V transpose's grid: (key tiles, heads_kv, batch)
+constexpr Int128 kTmaMaxStrideBytes = Int128{1} << 40;
+
+int64_t blocks_of(int seqlen) { return (static_cast<int64_t>(seqlen) + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS; }
+
+struct Views {
+    TensorView in[3];  // e4m3 q, k, v (strides in bytes)
+    TensorView out;    // o
+    const float* descale[3];
+    const char* descale_name[3];
+    int descale_heads[3];
+    int descale_seqlen[3];
+};
+
+Views views_of(const hattn_fwd_fp8_params& p) {
+    return Views{{q_view(p), k_view(p), v_view(p)},
+                 o_view(p),
+                 {p.q_descale, p.k_descale, p.v_descale},
+                 {"q_descale", "k_descale", "v_descale"},
+                 {p.heads_q, p.heads_kv, p.heads_kv},
+                 {p.seqlen_q, p.seqlen_k, p.seqlen_k}};
+}
+
+// The shape with o_dtype as its dtype, for the shared 16-bit checks.
+Shape shape_with_o_dtype(const hattn_fwd_fp8_params& p) {
+    Shape s;
+    s.batch = p.batch;
+    s.heads_q = p.heads_q;
+    s.heads_kv = p.heads_kv;
+    s.seqlen_q = p.seqlen_q;
+    s.seqlen_k = p.seqlen_k;
+    s.head_dim = p.head_dim;
+    s.dtype = enum_value(p.o_dtype);
+    return s;
+}
+
+Failure check_descales_not_null(const Views& v) {
+    for (int i = 0; i < 3; ++i) {
+        if (v.descale[i] == nullptr) return fail(HATTN_ERROR_NULL_POINTER, format("%s is NULL", v.descale_name[i]));
+    }
+    return {};
+}
+
+// o_dtype, then head_dim (64, 128, 256).
+Failure check_o_dtype_and_head_dim(const Shape& s) {
+    if (s.dtype != HATTN_DTYPE_BF16 && s.dtype != HATTN_DTYPE_FP16) {
+        return fail(HATTN_ERROR_UNSUPPORTED_DTYPE,
+                    format("o_dtype = %d is not HATTN_DTYPE_BF16 (0) or HATTN_DTYPE_FP16 (1)", s.dtype));
+    }
+    if (s.head_dim != 64 && s.head_dim != 128 && s.head_dim != 256) {
+        return fail(HATTN_ERROR_UNSUPPORTED_HEAD_DIM,
+                    format("head_dim = %d is not one of the built head dims (64, 128, 256)", s.head_dim));
+    }
+    return {};
+}
+
+struct StrideField {
+    const char* suffix;
+    int64_t stride;
+};
+
+// Positive strides, then 16-byte aligned bases and byte strides, of the e4m3 inputs.
+Failure check_fp8_strides_and_alignment(const Views& v) {
+    for (const TensorView& t : v.in) {
+        const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
+        for (const auto& s : strides) {
+            if (s.stride <= 0) {
+                return fail(HATTN_ERROR_INVALID_STRIDE, format("%s%s = %lld must be positive", t.stride_prefix,
+                                                               s.suffix, static_cast<long long>(s.stride)));
+            }
+        }
+    }
+    for (const TensorView& t : v.in) {
+        if (reinterpret_cast<uintptr_t>(t.ptr) % kAlignBytes != 0) {
+            return fail(HATTN_ERROR_MISALIGNED, format("%s = %p is not 16-byte aligned", t.name, t.ptr));
+        }
+        const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
+        for (const auto& s : strides) {
+            if (s.stride % kAlignBytes != 0) {
+                return fail(HATTN_ERROR_MISALIGNED,
+                            format("%s%s = %lld bytes is not a multiple of 16 bytes (e4m3: one byte per element)",
+                                   t.stride_prefix, s.suffix, static_cast<long long>(s.stride)));
+            }
+        }
+    }
+    return {};
+}
+
+Failure check_descale_alignment(const Views& v) {
+    for (int i = 0; i < 3; ++i) {
+        Failure f = check_fp32_alignment(v.descale_name[i], v.descale[i]);
+        if (f.failed()) return f;
+    }
+    return {};
+}
+
+Failure check_transpose_grid(const Shape& s) {
+    if (s.heads_kv > kMaxGridYZ || s.batch > kMaxGridYZ) {
+        return fail(HATTN_ERROR_SIZE_OVERFLOW,
+                    format("heads_kv = %d and batch = %d must be <= %d (the V transpose's grid)", s.heads_kv, s.batch,
+                           kMaxGridYZ));
+    }
+    return {};
+}
+
+// TMA's stride limit and the addressed byte ranges of the e4m3 inputs and the descales.
+Failure check_fp8_extents(const Shape& s, const Views& v) {
+    for (const TensorView& t : v.in) {
+        const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
+        for (const auto& f : strides) {
+            if (static_cast<Int128>(f.stride) >= kTmaMaxStrideBytes) {
+                return fail(HATTN_ERROR_SIZE_OVERFLOW, format("%s%s = %lld bytes is 2^40 bytes or more (the TMA stride limit)",
+                                                              t.stride_prefix, f.suffix, static_cast<long long>(f.stride)));
+            }
+        }
+        const Int128 last = static_cast<Int128>(s.batch - 1) * t.batch_stride + static_cast<Int128>(t.seqlen - 1) * t.seq_stride +
+                            static_cast<Int128>(t.heads - 1) * t.head_stride + s.head_dim;
+        Failure f = check_byte_extent(t.name, t.ptr, last);
+        if (f.failed()) return f;
+    }
+    for (int i = 0; i < 3; ++i) {
+        const Int128 bytes = static_cast<Int128>(blocks_of(v.descale_seqlen[i])) * v.descale_heads[i] * s.batch *
+                             static_cast<int64_t>(sizeof(float));
+        Failure f = check_byte_extent(v.descale_name[i], v.descale[i], bytes);
+        if (f.failed()) return f;
+    }
+    return {};
+}
+
+Int128 workspace_bytes(int batch, int heads_kv, int seqlen_k, int head_dim) {
+    const Int128 keys = (static_cast<Int128>(seqlen_k) + fp8::kVtKeyAlign - 1) / fp8::kVtKeyAlign * fp8::kVtKeyAlign;
+    return static_cast<Int128>(batch) * heads_kv * head_dim * keys;
+}
+
+Failure check_workspace(const hattn_fwd_fp8_params& p) {
+    const Int128 need = workspace_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
+    // V^T's batch stride (heads_kv * head_dim * keys bytes) is a TMA stride.
+    if (need / p.batch >= kTmaMaxStrideBytes) {
+        return fail(HATTN_ERROR_SIZE_OVERFLOW, "the workspace's V^T batch stride (heads_kv * head_dim * keys bytes) is 2^40 bytes or more");
+    }
+    if (p.workspace == nullptr) return fail(HATTN_ERROR_WORKSPACE, "workspace is NULL");
+    if (reinterpret_cast<uintptr_t>(p.workspace) % kWorkspaceAlign != 0) {
+        return fail(HATTN_ERROR_WORKSPACE, format("workspace = %p is not 256-byte aligned", p.workspace));
+    }
+    if (static_cast<Int128>(p.workspace_size) < need) {
+        return fail(HATTN_ERROR_WORKSPACE, format("workspace_size = %llu bytes is less than the %lld bytes needed "
+                                                  "(hattn_fwd_fp8_workspace_size)",
+                                                  static_cast<unsigned long long>(p.workspace_size),
+                                                  static_cast<long long>(need)));
+    }
+    return check_byte_extent("workspace", p.workspace, need);
+}
+
+Failure validate(const hattn_fwd_fp8_params* params) {
+    if (params == nullptr) return fail(HATTN_ERROR_NULL_PARAMS, "params is NULL");
+    const hattn_fwd_fp8_params& p = *params;
+    const Shape s = shape_with_o_dtype(p);
+    const Views v = views_of(p);
+    const TensorView out[] = {v.out};
+    const TensorView all[] = {v.in[0], v.in[1], v.in[2], v.out};
+    return first_failure([&] { return check_not_null(tensors(all)); },
+                         [&] { return check_descales_not_null(v); },
+                         [&] { return check_o_dtype_and_head_dim(s); },
+                         [&] { return check_sizes(s); },
+                         [&] { return check_fp8_strides_and_alignment(v); },
+                         [&] { return check_strides_and_alignment(s, tensors(out)); },
+                         [&] { return check_fp32_alignment("lse", p.lse); },
+                         [&] { return check_descale_alignment(v); },
+                         [&] { return check_head_count(s); },
+                         [&] { return check_block_count(s, "seqlen_q", p.seqlen_q, kRowsPerTile, "work tiles"); },
+                         [&] { return check_transpose_grid(s); },
+                         [&] { return check_fp8_extents(s, v); },
+                         [&] { return check_tma_limits_and_extents(s, tensors(out)); },
+                         [&] { return check_lse_extent(s, "lse", p.lse); },
+                         [&] { return check_rows_do_not_overlap(s, v.out); },
+                         [&] { return check_scale(p.softmax_scale); },
+                         [&] { return check_unknown_flags(p.flags, kKnownFlags); },
+                         [&] { return check_workspace(p); });
+}
+
+fp8::Fp8FwdArgs make_args(const hattn_fwd_fp8_params& p) {
+    fp8::Fp8FwdArgs a;
+    a.q = p.q;
+    a.k = p.k;
+    a.v = p.v;
+    a.o = p.o;
+    a.lse = p.lse;
+    a.q_descale = p.q_descale;
+    a.k_descale = p.k_descale;
+    a.v_descale = p.v_descale;
+    a.vt = p.workspace;
+    a.batch = p.batch;
+    a.heads_q = p.heads_q;
+    a.heads_kv = p.heads_kv;
+    a.seqlen_q = p.seqlen_q;
+    a.seqlen_k = p.seqlen_k;
+    a.head_dim = p.head_dim;
+    a.q_batch_stride = p.q_batch_stride;
+    a.q_seq_stride = p.q_seq_stride;
+    a.q_head_stride = p.q_head_stride;
+    a.k_batch_stride = p.k_batch_stride;
+    a.k_seq_stride = p.k_seq_stride;
+    a.k_head_stride = p.k_head_stride;
+    a.v_batch_stride = p.v_batch_stride;
+    a.v_seq_stride = p.v_seq_stride;
+    a.v_head_stride = p.v_head_stride;
+    a.o_batch_stride = p.o_batch_stride;
+    a.o_seq_stride = p.o_seq_stride;
+    a.o_head_stride = p.o_head_stride;
+    a.o_dtype = p.o_dtype == HATTN_DTYPE_BF16 ? hattn::fwd::Dtype::kBf16 : hattn::fwd::Dtype::kFp16;
+    a.softmax_scale = resolved_scale(p.softmax_scale, p.head_dim);
+    a.causal = p.causal != 0;
+    return a;
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t hattn_fwd_fp8_workspace_size(int batch, int heads_kv, int seqlen_k, int head_dim) {
+    if (batch <= 0 || heads_kv <= 0 || seqlen_k <= 0 || head_dim <= 0) return 0;
+    const Int128 bytes = workspace_bytes(batch, heads_kv, seqlen_k, head_dim);
+    if (bytes > static_cast<Int128>(std::numeric_limits<int64_t>::max())) return 0;
+    return static_cast<size_t>(bytes);
+}
+
+hattn_fwd_fp8_params hattn_fwd_fp8_params_contiguous(const void* q, const void* k, const void* v, void* o,
+                                                     const float* q_descale, const float* k_descale,
+                                                     const float* v_descale, int batch, int heads_q, int heads_kv,
+                                                     int seqlen_q, int seqlen_k, int head_dim, hattn_dtype o_dtype) {
+    hattn_fwd_fp8_params p;
+    std::memset(&p, 0, sizeof(p));  // no LSE, no workspace, default scale, no mask, no flags
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.o = o;
+    p.q_descale = q_descale;
+    p.k_descale = k_descale;
+    p.v_descale = v_descale;
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_k = seqlen_k;
+    p.head_dim = head_dim;
+    std::memcpy(&p.o_dtype, &o_dtype, sizeof(p.o_dtype));  // as given, even a value no enumerator names
+    // One byte per e4m3 element: the element strides are the byte strides.
+    const Strides q_like = contiguous_strides(seqlen_q, heads_q, head_dim);
+    const Strides kv_like = contiguous_strides(seqlen_k, heads_kv, head_dim);
+    set_strides(q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+    set_strides(kv_like, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    set_strides(kv_like, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    set_strides(q_like, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
+    return p;
+}
+
+hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params, char* msg, size_t msg_len) {
+    const Failure f = validate(params);
+    write_message(f, msg, msg_len);
+    return f.status;
+}
+
+hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stream) {
+    const Failure f = validate(params);
+    if (f.failed()) return f.status;
+
+    const hattn_status device_status = check_device();
+    if (device_status != HATTN_SUCCESS) return device_status;
+
+    const fp8::Fp8FwdArgs args = make_args(*params);
+    std::string error;
+    cudaError_t rc = cudaErrorInvalidValue;
+    switch (args.head_dim) {
+        case 64: rc = launch_fwd_fp8_d64(args, stream, &error); break;
+        case 128: rc = launch_fwd_fp8_d128(args, stream, &error); break;
+        case 256: rc = launch_fwd_fp8_d256(args, stream, &error); break;
+        default: return HATTN_ERROR_UNSUPPORTED_HEAD_DIM;  // unreachable after validation
+    }
+    return launch_status("hattn_fwd_fp8", rc, error);
+}
+
+}  // extern "C"

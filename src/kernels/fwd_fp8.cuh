@@ -1,0 +1,537 @@
+// hattn/src/kernels/fwd_fp8.cuh -- FP8 (e4m3) forward attention for Hopper: e4m3 Q, K, V with
+// per-block fp32 descales (hattn_fp8_prepass's output), fp32 accumulation, bf16/fp16 O, fp32 LSE.
+//
+// The schedule is the 16-bit forward's (kernels/fwd.cuh: one TMA producer warpgroup, two
+// consumer warpgroups taking turns on the tensor cores, S_{j+1} issued with P_j V_j); what
+// differs for 8-bit operands:
+//   * wgmma reads 8-bit A and B K-major only. S = Q K^T is K-major on both sides as before, but
+//     O += P V needs V with the keys (the reduction) contiguous: V^T. The launcher first writes
+//     V^T ([batch, heads_kv, head_dim, vt_keys] e4m3) into the caller's workspace with a small
+//     transpose kernel (transpose_v_kernel below), then the attention kernel loads V^T tiles
+//     [head_dim rows x kBlockN keys] through TMA like K tiles.
+//   * P becomes the 8-bit A operand in registers. Its fragment wants 4 consecutive k per
+//     register where the fp32 accumulator holds pairs 8 columns apart; instead of shuffling, the
+//     transpose writes V^T's keys in the permuted order sm90::e4m3_k_to_key, so each thread's
+//     own accumulator values are its A fragment (sm90::acc_to_a_fragment_e4m3).
+//   * Descales. S = (Q K^T) * q_descale * k_descale(block) * softmax_scale: KV blocks are 128
+//     keys, aligned to the 128-row descale blocks, so each has one k_descale; q_descale is one per
+//     64-row slice. Both go into the block's exponent scale (sm90::BlockScaledSoftmax keeps the
+//     running max in scaled units, so no score is multiplied separately). P is computed as
+//     256 p (p <= 1, the gain folded into the exponent) and quantized to e4m3. V's descale changes from block to
+//     block: O is kept in units of the current block's v_descale (O's per-row rescale before
+//     each P V also carries v_descale(previous) / v_descale(current), a free multiply), and the
+//     epilogue multiplies by v_descale(last) / row sum.
+//
+// NOTES
+//   * Tile 128 x 128 at head_dim 128 (FA3 uses 128 x 224 for FP8 d128: more work per wait and
+//     per turn, but a 224-key block straddles two 128-key descale blocks, so S would need a
+//     per-column descale; 128 keys keep it one scalar per block). 256-key blocks would double S's
+//     registers (128 + O's 64 + P's 32 per thread): no room under 240.
+//   * Every descale of a KV block is read by all consumer threads from the same address (one
+//     broadcast load per warp, L1-resident), issued at the top of a step so its latency hides
+//     behind the mbarrier waits.
+//   * A V block of all zeros has descale 0: it contributes nothing and O keeps its unit. The
+//     ratio of two descales is in fp32; descales come from amax / 448 of real data, so their
+//     ratios stay far from fp32's range limits.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "kernels/fwd_fp8_args.h"
+#include "kernels/sm90/epilogue.cuh"
+#include "kernels/sm90/fragment.cuh"
+#include "kernels/sm90/fragment_e4m3.cuh"
+#include "kernels/sm90/mask.cuh"
+#include "kernels/sm90/pipeline.cuh"
+#include "kernels/sm90/scheduler.cuh"
+#include "kernels/sm90/softmax_block_scaled.cuh"
+#include "kernels/sm90/tensor_map.h"
+#include "kernels/sm90/tile.cuh"
+#include "ptx/fence.cuh"
+#include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
+#include "ptx/warp.cuh"
+#include "ptx/wgmma.cuh"
+
+namespace hattn::fwd_fp8 {
+
+using namespace hattn::sm90;
+
+constexpr int kSharedAlign = 1024;
+constexpr int kMaxSharedBytes = 227 * 1024;
+// P in [0, 1] is computed and quantized as e4m3(P * 2^kPGainLog2): the power of two moves P's small
+// values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
+// nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
+constexpr int kPGainLog2 = 8;
+
+template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4>
+struct Config {
+    using OElem = OElem_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kConsumers = kConsumers_;
+    static constexpr int kBlockM = kConsumers * kMmaM;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kStages = kStages_;
+    static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+    // Register split as the 16-bit forward: 2 consumers 128 x 24 + 256 x 240 = 64512 of the SM's
+    // 64K; 3 consumers 128 x 32 + 384 x 160 = 65536.
+    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
+    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
+    static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
+
+    // 8-bit rows are head_dim (Q, K) or kBlockN (V^T) bytes: 64-byte rows take the 64-byte swizzle.
+    static constexpr int kQkSpan = kHeadDim < kSwizzleBytes ? kHeadDim : kSwizzleBytes;
+    static constexpr int kVtSpan = kBlockN < kSwizzleBytes ? kBlockN : kSwizzleBytes;
+    using QTile = SwizzledTile<E4m3, kBlockM, kHeadDim, kQkSpan>;
+    using KTile = SwizzledTile<E4m3, kBlockN, kHeadDim, kQkSpan>;
+    using VtTile = SwizzledTile<E4m3, kHeadDim, kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
+    using OTile = SwizzledTile<OElem, kBlockM, kHeadDim>;
+    static_assert(kDescaleRows % kBlockN == 0, "a KV block must lie inside one descale block");
+    static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
+    static_assert(kBlockN % kE4m3KeyGroup == 0 && kBlockN <= 256, "wgmma N / K limits");
+};
+
+enum BarrierId : uint32_t {
+    kTurnFirst = 1,  // kTurnFirst + consumer
+    kEpilogueFirst = kTurnFirst + 3,  // + consumer (at most 3)
+};
+using TurnBarrier = NamedBarrier<2 * kWarpgroupThreads>;
+using EpilogueBarrier = NamedBarrier<kWarpgroupThreads>;
+
+template <class Cfg>
+struct alignas(kSharedAlign) SharedStorage {
+    typename Cfg::QTile q;
+    typename Cfg::KTile k[Cfg::kStages];
+    typename Cfg::VtTile vt[Cfg::kStages];
+    typename Cfg::OTile o;
+    Ring<1> q_ring;
+    Ring<Cfg::kStages> k_ring;
+    Ring<Cfg::kStages> v_ring;
+};
+
+template <class Cfg>
+constexpr int shared_bytes() {
+    return static_cast<int>(sizeof(SharedStorage<Cfg>)) + kSharedAlign;
+}
+
+struct KernelParams {
+    float* lse;
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+    int q_descale_blocks;  // ceil(seqlen_q / 128): descales per (batch, head) of Q
+    int kv_descale_blocks;
+    Mask mask;
+    TileScheduler scheduler;
+    float scale;  // softmax scale (natural units)
+};
+
+// ---------------------------------------------------------------------------------------
+// V -> V^T with the keys of each 32-key group in the P fragment's k order
+// ---------------------------------------------------------------------------------------
+// One CTA per (64 keys, kv head, batch): 16-byte rows of V into shared memory, then 16-byte
+// chunks of V^T gathered byte by byte (a small memory-bound pass: 2 bytes moved per element).
+constexpr int kTransposeKeys = 64;
+constexpr int kTransposeThreads = 256;
+constexpr int kChunkBytes = 16;
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kTransposeThreads)
+    transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt, int seqlen_k, int64_t v_batch_stride,
+                       int64_t v_seq_stride, int64_t v_head_stride, int heads_kv) {
+    // +16 bytes per row: consecutive keys of one column fall in different banks.
+    constexpr int kRowBytes = kHeadDim + kChunkBytes;
+    __shared__ alignas(16) uint8_t tile[kTransposeKeys * kRowBytes];
+    const int key0 = blockIdx.x * kTransposeKeys;
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const uint8_t* src = v + batch * v_batch_stride + head * v_head_stride;
+    constexpr int kChunksPerRow = kHeadDim / kChunkBytes;
+    for (int c = threadIdx.x; c < kTransposeKeys * kChunksPerRow; c += kTransposeThreads) {
+        const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kChunkBytes;
+        const int key = key0 + r;
+        uint4 x = make_uint4(0, 0, 0, 0);  // keys past seqlen_k: zeros (P is 0 there too)
+        if (key < seqlen_k) x = *reinterpret_cast<const uint4*>(src + key * v_seq_stride + col);
+        *reinterpret_cast<uint4*>(&tile[r * kRowBytes + col]) = x;
+    }
+    __syncthreads();
+    const int64_t keys = vt_keys(seqlen_k);
+    uint8_t* dst = vt + (static_cast<int64_t>(batch) * heads_kv + head) * kHeadDim * keys;
+    constexpr int kChunksPerTileRow = kTransposeKeys / kChunkBytes;
+    for (int c = threadIdx.x; c < kHeadDim * kChunksPerTileRow; c += kTransposeThreads) {
+        const int dim = c / kChunksPerTileRow, p0 = (c % kChunksPerTileRow) * kChunkBytes;
+        if (key0 + p0 >= keys) continue;
+        uint32_t w[kChunkBytes / 4];
+#pragma unroll
+        for (int i = 0; i < kChunkBytes / 4; ++i) {
+            uint32_t word = 0;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int p = p0 + 4 * i + b;  // position in the tile, group-aligned (64 % 32 == 0)
+                const int r = kE4m3KeyGroup * (p / kE4m3KeyGroup) + e4m3_k_to_key(p % kE4m3KeyGroup);
+                word |= static_cast<uint32_t>(tile[r * kRowBytes + dim]) << (8 * b);
+            }
+            w[i] = word;
+        }
+        *reinterpret_cast<uint4*>(dst + dim * keys + key0 + p0) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The attention kernel
+// ---------------------------------------------------------------------------------------
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_fp8_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
+                   const __grid_constant__ CUtensorMap tmap_vt, const __grid_constant__ CUtensorMap tmap_o,
+                   const KernelParams p) {
+    using OElem = typename Cfg::OElem;
+    constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
+    constexpr int kMmaK = E4m3::kMmaK;
+    constexpr uint32_t kConsumerWarps = Cfg::kConsumers * kWarpgroupThreads / 32;
+
+    extern __shared__ uint8_t smem_raw[];
+    auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
+    const uint32_t warpgroup = ptx::warpgroup_index();
+
+    // O has its own staging buffer, so Q is free after the last QK^T (one lane per warp).
+    init_barriers([&] {
+        ptx::prefetch_tensormap(&tmap_q);
+        ptx::prefetch_tensormap(&tmap_k);
+        ptx::prefetch_tensormap(&tmap_vt);
+        ptx::prefetch_tensormap(&tmap_o);
+        smem.q_ring.init(kConsumerWarps);
+        smem.k_ring.init(kConsumerWarps);
+        smem.v_ring.init(kConsumerWarps);
+    });
+
+    auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
+        if (!p.scheduler.tile_for_pass(pass, t)) return false;
+        m0 = t.m_block * kBlockM;
+        n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
+        return true;
+    };
+
+    if (warpgroup == 0) {
+        // ================================ producer ================================
+        ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
+        if (is_tma_issuer()) {
+            typename Ring<1>::State q_state;
+            typename Ring<Cfg::kStages>::State k_state, v_state;
+            Tile t;
+            int m0, n_blocks;
+            for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+                smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
+                q_state.advance();
+                // K one block ahead of V^T: the consumers issue S_it with P_{it-1} V_{it-1}.
+                auto load_k = [&](int it) {
+                    uint64_t* full = smem.k_ring.producer_acquire(k_state, Cfg::KTile::kTxBytes);
+                    smem.k[k_state.stage].load(&tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
+                    k_state.advance();
+                };
+                auto load_v = [&](int it) {
+                    uint64_t* full = smem.v_ring.producer_acquire(v_state, Cfg::VtTile::kTxBytes);
+                    smem.vt[v_state.stage].load_at(&tmap_vt, full, (n_blocks - 1 - it) * kBlockN, 0, t.kv_head, t.batch);
+                    v_state.advance();
+                };
+                if (n_blocks > 0) {
+                    load_k(0);
+                    for (int it = 1; it < n_blocks; ++it) {
+                        load_k(it);
+                        load_v(it - 1);
+                    }
+                    load_v(n_blocks - 1);
+                }
+            }
+        }
+    } else {
+        // ================================ consumers ===============================
+        ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
+        const int cw = warpgroup - 1;
+        const int tid = threadIdx.x % kWarpgroupThreads;
+        const int lane = tid % 32;
+        const TurnBarrier my_turn{static_cast<uint32_t>(kTurnFirst + cw)};
+        const TurnBarrier next_turn{static_cast<uint32_t>(kTurnFirst + (cw + 1) % Cfg::kConsumers)};
+        const EpilogueBarrier epilogue_barrier{static_cast<uint32_t>(kEpilogueFirst + cw)};
+        const int first_row_in_tile = cw * kMmaM;
+
+        float o[kHeadDim / 2];
+        float s[kBlockN / 2];
+        uint32_t pf[kBlockN / kMmaK][4];
+        float o_scale[kAccRowsPerThread];
+        BlockScaledSoftmax<kBlockN, kPGainLog2> softmax;
+
+        auto gemm_qk = [&](int stage) {
+#pragma unroll
+            for (int kk = 0; kk < kHeadDim / kMmaK; ++kk)
+                mma_ss_e4m3<kBlockN>(s, smem.q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
+                                     kk > 0 ? 1u : 0u);
+        };
+        auto gemm_pv = [&](int stage) {
+#pragma unroll
+            for (int kk = 0; kk < kBlockN / kMmaK; ++kk) mma_rs_e4m3<kHeadDim>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+        };
+        auto take_turn = [&]() { my_turn.sync(); };
+        auto pass_turn = [&]() { next_turn.arrive(); };
+        auto release = [&](auto& ring, const auto& state) {
+            if (lane == 0) ring.consumer_release(state);
+        };
+
+        typename Ring<1>::State q_state;
+        typename Ring<Cfg::kStages>::State k_state, v_state;
+        Tile t;
+        int m0, n_blocks;
+        for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+            const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);
+            const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
+            // Descales of this slice of Q and of the KV blocks of this head.
+            const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
+            const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;
+            const float q_ds = p.q_descale[q_head * p.q_descale_blocks + (m0 + first_row_in_tile) / kDescaleRows];
+            const float* k_ds_row = p.k_descale + kv_head * p.kv_descale_blocks;
+            const float* v_ds_row = p.v_descale + kv_head * p.kv_descale_blocks;
+            auto descale_index = [&](int it) { return (n_blocks - 1 - it) * kBlockN / kDescaleRows; };
+            // This block's score scale in log2 units: never 0, so that a masked -inf stays -inf
+            // (a zero descale means all-zero codes, whose raw scores are 0 anyway).
+            auto block_scale_log2 = [&](float k_ds) { return fmaxf(p.scale * kLog2e * q_ds * k_ds, FLT_MIN); };
+            // O's unit: the v_descale of the last V block that had one (1 before the first).
+            float o_unit = 1.f;
+            auto unit_ratio = [&](float v_ds) {
+                if (!(v_ds > 0.f)) return 1.f;  // an all-zero V block adds nothing: keep the unit
+                const float r = o_unit / v_ds;
+                o_unit = v_ds;
+                return r;
+            };
+            auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
+            auto rescale_o = [&](float v_ds) {
+                const float r = unit_ratio(v_ds);
+#pragma unroll
+                for (int h = 0; h < kAccRowsPerThread; ++h) o_scale[h] *= r;
+                rescale_rows(o, o_scale);
+            };
+
+#pragma unroll
+            for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+            softmax.init();
+            smem.q_ring.consumer_wait(q_state);
+
+            if (n_blocks > 0) {
+                if (cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
+
+                // Prologue: S_0 alone, its softmax.
+                {
+                    const float k_ds = k_ds_row[descale_index(0)];
+                    smem.k_ring.consumer_wait(k_state);
+                    take_turn();
+                    ptx::wgmma_fence();
+                    gemm_qk(k_state.stage);
+                    ptx::wgmma_commit_group();
+                    pass_turn();
+                    ptx::wgmma_wait_group<0>();
+                    ptx::wgmma_fence_operand(s);
+                    release(smem.k_ring, k_state);
+                    k_state.advance();
+                    if (n_masked > 0) mask(0);
+                    softmax.online_update(s, block_scale_log2(k_ds), o_scale);
+                }
+                auto v_release = v_state;
+
+                // Steady state, as the 16-bit forward: S_it and P_{it-1} V_{it-1} issued together.
+                auto step = [&](int it, auto masked) {
+                    const float k_ds = k_ds_row[descale_index(it)];
+                    const float v_ds = v_ds_row[descale_index(it - 1)];
+                    smem.k_ring.consumer_wait(k_state);
+                    smem.v_ring.consumer_wait(v_state);
+                    ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
+                    ptx::wgmma_fence_operand(o);
+                    if (it >= 2) {
+                        release(smem.v_ring, v_release);
+                        v_release.advance();
+                    }
+                    rescale_o(v_ds);
+                    acc_to_a_fragment_e4m3<kBlockN>(s, pf);
+                    take_turn();
+                    ptx::wgmma_fence();
+                    gemm_qk(k_state.stage);
+                    ptx::wgmma_commit_group();
+                    ptx::wgmma_fence();
+                    gemm_pv(v_state.stage);
+                    ptx::wgmma_commit_group();
+                    pass_turn();
+                    ptx::wgmma_wait_group<1>();
+                    ptx::wgmma_fence_operand(s);
+                    release(smem.k_ring, k_state);
+                    k_state.advance();
+                    v_state.advance();
+                    if constexpr (decltype(masked)::value) mask(it);
+                    softmax.online_update(s, block_scale_log2(k_ds), o_scale);
+                };
+                int it = 1;
+                for (; it < n_masked; ++it) step(it, std::true_type{});
+                for (; it < n_blocks; ++it) step(it, std::false_type{});
+
+                // Drain: the last P V.
+                {
+                    const float v_ds = v_ds_row[descale_index(n_blocks - 1)];
+                    smem.v_ring.consumer_wait(v_state);
+                    ptx::wgmma_wait_group<0>();
+                    ptx::wgmma_fence_operand(o);
+                    if (n_blocks >= 2) release(smem.v_ring, v_release);
+                    rescale_o(v_ds);
+                    acc_to_a_fragment_e4m3<kBlockN>(s, pf);
+                    take_turn();
+                    ptx::wgmma_fence();
+                    gemm_pv(v_state.stage);
+                    ptx::wgmma_commit_group();
+                    pass_turn();
+                    ptx::wgmma_wait_group<0>();
+                    ptx::wgmma_fence_operand(o);
+                    release(smem.v_ring, v_state);
+                    v_state.advance();
+                }
+                // Balance the opening grant (as the 16-bit forward).
+                if (cw == 0) my_turn.sync();
+            }
+            if (lane == 0) smem.q_ring.consumer_release(q_state);
+
+            // ============================== epilogue ==============================
+            float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
+            softmax.finalize(inv_sum, lse);
+            if (p.lse != nullptr && lane % 4 == 0) {
+                float* lse_row = p.lse + q_head * p.mask.seqlen_q;
+#pragma unroll
+                for (int r = 0; r < kAccRowsPerThread; ++r)
+                    if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
+            }
+            // O is in units of o_unit (the P gain cancels against the row sum's).
+#pragma unroll
+            for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
+            rescale_rows(o, inv_sum);
+            epilogue_barrier.sync();
+            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, first_row_in_tile);
+            store_fence();
+            epilogue_barrier.sync();
+            if (tid == 0) {
+                smem.o.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
+                ptx::bulk_commit_group();
+                ptx::bulk_wait_group_read<0>();
+            }
+            q_state.advance();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Launcher
+// ---------------------------------------------------------------------------------------
+inline bool check_args(const Fp8FwdArgs& a, std::string* error) {
+    auto fail = [&](const char* what) {
+        if (error) *error = what;
+        return false;
+    };
+    if (!a.q || !a.k || !a.v || !a.o || !a.vt || !a.q_descale || !a.k_descale || !a.v_descale)
+        return fail("q, k, v, o, the workspace and the three descales must be non-NULL");
+    if (a.batch <= 0 || a.heads_q <= 0 || a.heads_kv <= 0 || a.seqlen_q <= 0 || a.seqlen_k <= 0)
+        return fail("batch, heads_q, heads_kv, seqlen_q and seqlen_k must be positive");
+    if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
+    if (!(a.softmax_scale > 0.f) || std::isinf(a.softmax_scale)) return fail("softmax_scale must be resolved, > 0");
+    return true;
+}
+
+template <int kHeadDim>
+cudaError_t launch_transpose_v(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
+    const int64_t key_tiles = (vt_keys(a.seqlen_k) + kTransposeKeys - 1) / kTransposeKeys;
+    const dim3 grid(static_cast<unsigned>(key_tiles), static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(a.batch));
+    if (a.heads_kv > 65535 || a.batch > 65535) {
+        if (error) *error = "V transpose: heads_kv and batch must be <= 65535 (grid y/z)";
+        return cudaErrorInvalidValue;
+    }
+    transpose_v_kernel<kHeadDim><<<grid, kTransposeThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(a.v), static_cast<uint8_t*>(a.vt), a.seqlen_k, a.v_batch_stride, a.v_seq_stride,
+        a.v_head_stride, a.heads_kv);
+    const cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess && error) *error = std::string("V transpose launch: ") + cudaGetErrorString(rc);
+    return rc;
+}
+
+template <class Cfg>
+cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
+    if (!check_args(a, error)) return cudaErrorInvalidValue;
+    if (a.head_dim != Cfg::kHeadDim) {
+        if (error) *error = "launch_fwd_fp8: head_dim mismatch";
+        return cudaErrorInvalidValue;
+    }
+    cudaError_t rc = launch_transpose_v<Cfg::kHeadDim>(a, stream, error);
+    if (rc != cudaSuccess) return rc;
+
+    using OElem = typename Cfg::OElem;
+    using QTile = typename Cfg::QTile;
+    using VtTile = typename Cfg::VtTile;
+    const int64_t keys = vt_keys(a.seqlen_k);
+    const BshdTensor q{a.q, Cfg::kHeadDim, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride, a.q_batch_stride};
+    const BshdTensor k{a.k, Cfg::kHeadDim, a.seqlen_k, a.heads_kv, a.batch, a.k_seq_stride, a.k_head_stride, a.k_batch_stride};
+    // V^T as a 4-D map {keys, head_dim, heads_kv, batch}: "rows" are head dims.
+    const BshdTensor vt{a.vt, static_cast<int>(keys), Cfg::kHeadDim, a.heads_kv, a.batch, keys, Cfg::kHeadDim * keys,
+                        static_cast<int64_t>(a.heads_kv) * Cfg::kHeadDim * keys};
+    const BshdTensor o{a.o, Cfg::kHeadDim, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride, a.o_batch_stride};
+    CUtensorMap tq, tk, tvt, to;
+    if (!make_bshd_map(&tq, q, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockM, error, QTile::kTmaSwizzle) ||
+        !make_bshd_map(&tk, k, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockN, error, QTile::kTmaSwizzle) ||
+        !make_bshd_map(&tvt, vt, E4m3::kTmaType, VtTile::kAtomCols, Cfg::kHeadDim, error, VtTile::kTmaSwizzle) ||
+        !make_bshd_map(&to, o, OElem::kTmaType, Cfg::OTile::kAtomCols, kMmaM, error)) {
+        return cudaErrorInvalidValue;
+    }
+    KernelParams p;
+    p.lse = a.lse;
+    p.q_descale = a.q_descale;
+    p.k_descale = a.k_descale;
+    p.v_descale = a.v_descale;
+    p.q_descale_blocks = (a.seqlen_q + kDescaleRows - 1) / kDescaleRows;
+    p.kv_descale_blocks = (a.seqlen_k + kDescaleRows - 1) / kDescaleRows;
+    p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
+    const int num_m_blocks = (a.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * a.heads_q * a.batch;
+    if (num_tiles > INT32_MAX) {
+        if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
+        return cudaErrorInvalidValue;
+    }
+    p.scheduler = TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal};
+    p.scale = a.softmax_scale;
+
+    constexpr int kSmem = shared_bytes<Cfg>();
+    static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
+    auto kernel = fwd_fp8_kernel<Cfg>;
+    rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (rc != cudaSuccess) {
+        if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
+        return rc;
+    }
+    // One CTA per tile (the 16-bit forward's persistent grid for short keys is not tuned here).
+    kernel<<<p.scheduler.num_tiles, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
+    rc = cudaGetLastError();
+    if (rc != cudaSuccess && error) *error = std::string("FP8 forward kernel launch: ") + cudaGetErrorString(rc);
+    return rc;
+}
+
+// Per head dim: d = 256 takes 64-key blocks (O alone is 128 registers per thread; 128-key blocks
+// spill) and 3 stages (O's bf16 staging is 64 KB).
+constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
+constexpr int default_stages(int head_dim) { return head_dim <= 128 ? 4 : 3; }
+
+template <int kHeadDim>
+cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
+    constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
+    if (a.o_dtype == fwd::Dtype::kBf16) return launch_fwd_fp8<Config<kHeadDim, Bf16, 2, kBlockN, kStages>>(a, stream, error);
+    return launch_fwd_fp8<Config<kHeadDim, Fp16, 2, kBlockN, kStages>>(a, stream, error);
+}
+
+}  // namespace hattn::fwd_fp8

@@ -1,0 +1,45 @@
+// hattn/src/kernels/fwd_fp8_args.h -- what the FP8 forward launcher needs, independent of the C API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/fwd_args.h"
+
+namespace hattn::fwd_fp8 {
+
+// Rows per descale block (the pre-pass's HATTN_FP8_BLOCK_ROWS): one fp32 descale per (batch,
+// head, block of this many rows) of Q, K and V.
+constexpr int kDescaleRows = 128;
+// V^T's keys are padded to a multiple of this (and permuted inside each group, see
+// sm90::e4m3_k_to_key): one k32 step of the P V wgmma, and a 16-byte TMA row stride.
+constexpr int kVtKeyAlign = 32;
+
+struct Fp8FwdArgs {
+    const void* q = nullptr;  // e4m3 [batch, seqlen_q, heads_q, head_dim]
+    const void* k = nullptr;  // e4m3 [batch, seqlen_k, heads_kv, head_dim]
+    const void* v = nullptr;  // e4m3 [batch, seqlen_k, heads_kv, head_dim]
+    void* o = nullptr;        // bf16/fp16 [batch, seqlen_q, heads_q, head_dim]
+    float* lse = nullptr;     // optional [batch, heads_q, seqlen_q]
+    const float* q_descale = nullptr;  // [batch, heads_q, ceil(seqlen_q / 128)]
+    const float* k_descale = nullptr;  // [batch, heads_kv, ceil(seqlen_k / 128)]
+    const float* v_descale = nullptr;  // [batch, heads_kv, ceil(seqlen_k / 128)]
+    void* vt = nullptr;       // workspace: V^T, e4m3 [batch, heads_kv, head_dim, vt_keys(seqlen_k)]
+    int batch = 0, heads_q = 0, heads_kv = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
+    // Strides in elements (bytes for the e4m3 tensors); head_dim is contiguous.
+    int64_t q_batch_stride = 0, q_seq_stride = 0, q_head_stride = 0;
+    int64_t k_batch_stride = 0, k_seq_stride = 0, k_head_stride = 0;
+    int64_t v_batch_stride = 0, v_seq_stride = 0, v_head_stride = 0;
+    int64_t o_batch_stride = 0, o_seq_stride = 0, o_head_stride = 0;
+    fwd::Dtype o_dtype = fwd::Dtype::kBf16;
+    float softmax_scale = 0.f;  // resolved (never 0 here)
+    bool causal = false;
+};
+
+// V^T's row length (keys) and its byte size.
+constexpr int64_t vt_keys(int seqlen_k) { return (static_cast<int64_t>(seqlen_k) + kVtKeyAlign - 1) / kVtKeyAlign * kVtKeyAlign; }
+constexpr int64_t vt_bytes(int batch, int heads_kv, int seqlen_k, int head_dim) {
+    return static_cast<int64_t>(batch) * heads_kv * head_dim * vt_keys(seqlen_k);
+}
+
+}  // namespace hattn::fwd_fp8

@@ -1,0 +1,66 @@
+// hattn/src/kernels/sm90/fragment_e4m3.cuh -- wgmma on e4m3 operands and the 8-bit A fragment the
+// FP8 forward builds P in. Apart from fragment.cuh so that the 16-bit kernels (and their vendored
+// single files, which carry only the 16-bit wgmma wrappers) do not depend on the 8-bit ones.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sm90/fragment.cuh"
+#include "kernels/sm90/tile.cuh"
+#include "ptx/convert.cuh"
+#include "ptx/wgmma.cuh"
+
+namespace hattn::sm90 {
+
+// S = Q K^T from shared memory (both operands K-major: 8-bit wgmma has no transpose bits).
+template <int N>
+__device__ __forceinline__ void mma_ss_e4m3(float (&d)[N / 2], uint64_t da, uint64_t db, uint32_t accumulate) {
+    ptx::wgmma_ss_e4m3<N>(d, da, db, accumulate);
+}
+
+// O += P V with P in registers and V^T (K-major) in shared memory.
+template <int N>
+__device__ __forceinline__ void mma_rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, uint32_t accumulate) {
+    ptx::wgmma_rs_e4m3<N>(d, a, db, accumulate);
+}
+
+// ---- 8-bit A fragments (P of the FP8 forward) -------------------------------------------------
+// The A fragment of an m64nNk32 8-bit wgmma (PTX ISA 9.7.15.5.1, the .e4m3 "matrix A" figure; per
+// warp the same as mma.m16n8k32): thread (warp w, lane l, t = l % 4) holds 4 registers of 4 bytes,
+// byte b of register j being row r0 + 8 * (j % 2), k = 16 * (j / 2) + 4 t + b (r0 = 16w + l/4).
+// The fp32 accumulator of a 32-column slice holds, for the same thread and row, columns
+// 8g + 2t + {0, 1} (g = 0..3): the columns 4t..4t+3 the A fragment wants sit in other lanes.
+// Instead of shuffling, the k order of P V is permuted: the sum over k does not care, as long as
+// B's k position p holds V's key e4m3_k_to_key(p) (V^T is written with its keys in that order).
+// Then byte b of register j simply takes accumulator element e4m3_a_acc_index(j, b), its own.
+__host__ __device__ constexpr int e4m3_a_row_half(int reg) { return reg % 2; }
+__host__ __device__ constexpr int e4m3_a_k(int reg, int byte, int lane) { return 16 * (reg / 2) + 4 * (lane % 4) + byte; }
+// Which element of the thread's 16-float accumulator slice (one k32 slice) goes to (reg, byte).
+__host__ __device__ constexpr int e4m3_a_acc_index(int reg, int byte) {
+    return 8 * (reg / 2) + 4 * (byte / 2) + 2 * (reg % 2) + byte % 2;
+}
+// The key (within an aligned group of 32) that k position p of the P V product stands for: the
+// accumulator column of the element e4m3_a_acc_index put there. Thread-independent, a bijection.
+__host__ __device__ constexpr int e4m3_k_to_key(int p) {
+    return 16 * (p / 16) + 2 * ((p % 16) / 4) + 8 * ((p / 2) % 2) + p % 2;
+}
+constexpr int kE4m3KeyGroup = 32;  // keys permuted within aligned groups of this many (one k32 step)
+
+// fp32 accumulator (m64nN, N a multiple of 32) -> e4m3 A fragments of k-steps of 32 (round to
+// nearest, saturating), in the permuted k order above. Byte order in a register: lower k in lower bits.
+template <int N>
+__device__ __forceinline__ void acc_to_a_fragment_e4m3(const float (&acc)[N / 2], uint32_t (&a)[N / E4m3::kMmaK][4]) {
+    constexpr int kAccPerStep = E4m3::kMmaK / 2;  // 16 floats of one thread per k32 slice
+#pragma unroll
+    for (int kk = 0; kk < N / E4m3::kMmaK; ++kk) {
+        const float* f = &acc[kAccPerStep * kk];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(f[e4m3_a_acc_index(j, 0)], f[e4m3_a_acc_index(j, 1)]);
+            const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(f[e4m3_a_acc_index(j, 2)], f[e4m3_a_acc_index(j, 3)]);
+            a[kk][j] = lo | (hi << 16);
+        }
+    }
+}
+
+}  // namespace hattn::sm90
