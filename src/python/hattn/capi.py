@@ -69,6 +69,16 @@ HATTN_BWD_DETERMINISTIC = 1 << 0
 # The backward's workspace must be this aligned (include/hattn.h, hattn_bwd_params.workspace).
 BWD_WORKSPACE_ALIGN = 256
 
+# ---- enum hattn_rope and the FP8 constants ---------------------------------------------------------
+HATTN_ROPE_NONE = 0
+HATTN_ROPE_INTERLEAVED = 1
+HATTN_ROPE_HALF = 2
+ROPE_CODES = {"none": HATTN_ROPE_NONE, "interleaved": HATTN_ROPE_INTERLEAVED, "half": HATTN_ROPE_HALF}
+HATTN_FP8_BLOCK_ROWS = 128  # rows per descale block
+HATTN_FP8_E4M3_MAX = 448.0
+# The FP8 forward's workspace must be this aligned (include/hattn.h, hattn_fwd_fp8_params.workspace).
+FWD_FP8_WORKSPACE_ALIGN = 256
+
 
 def status_name(status: int) -> str:
     return STATUS_NAMES.get(status, f"unknown status {status}")
@@ -152,12 +162,101 @@ EXPECTED_BWD_OFFSETS = {
     "dtype": 304, "softmax_scale": 308, "causal": 312, "flags": 316,
 }
 
+
+class HattnFp8PrepassParams(ctypes.Structure):
+    """struct hattn_fp8_prepass_params, field by field (enums are C ints, `unsigned` is c_uint)."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("q_fp8", ctypes.c_void_p),
+        ("k_fp8", ctypes.c_void_p),
+        ("v_fp8", ctypes.c_void_p),
+        ("q_descale", ctypes.c_void_p),  # float*
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+        ("rope_cos", ctypes.c_void_p),  # const float*
+        ("rope_sin", ctypes.c_void_p),
+        ("rope_rows", ctypes.c_int),
+        ("rope_q_offset", ctypes.c_int),
+        *_SHAPE_FIELDS,
+        *_stride_fields("q", "k", "v", "q_fp8", "k_fp8", "v_fp8"),
+        ("dtype", ctypes.c_int),  # hattn_dtype
+        ("rope", ctypes.c_int),  # hattn_rope
+        ("hadamard", ctypes.c_int),
+        ("hadamard_seed", ctypes.c_uint64),
+        ("flags", ctypes.c_uint),
+    ]
+
+
+# x86-64: eleven 8-byte pointers (0..87), rope_rows / rope_q_offset (88..95), six ints (96..119;
+# 120 is 8-aligned), 18 int64 strides (120..263), dtype/rope/hadamard (264..275), 4 bytes of
+# padding so the uint64_t seed is 8-aligned (280..287), flags (288..291), 4 bytes of tail padding:
+# size 296. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
+EXPECTED_FP8_PREPASS_SIZE = 296
+EXPECTED_FP8_PREPASS_OFFSETS = {
+    **{name: 8 * i for i, name in enumerate(("q", "k", "v", "q_fp8", "k_fp8", "v_fp8", "q_descale", "k_descale",
+                                             "v_descale", "rope_cos", "rope_sin"))},
+    "rope_rows": 88, "rope_q_offset": 92,
+    "batch": 96, "heads_q": 100, "heads_kv": 104, "seqlen_q": 108, "seqlen_k": 112, "head_dim": 116,
+    **{f"{t}_{dim}_stride": 120 + 24 * i + 8 * j
+       for i, t in enumerate(("q", "k", "v", "q_fp8", "k_fp8", "v_fp8"))
+       for j, dim in enumerate(("batch", "seq", "head"))},
+    "dtype": 264, "rope": 268, "hadamard": 272, "hadamard_seed": 280, "flags": 288,
+}
+
+
+class HattnFwdFp8Params(ctypes.Structure):
+    """struct hattn_fwd_fp8_params, field by field (enums are C ints, `unsigned` is c_uint)."""
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("o", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),  # float*
+        ("q_descale", ctypes.c_void_p),  # const float*
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+        *_SHAPE_FIELDS,
+        *_stride_fields("q", "k", "v", "o"),
+        ("o_dtype", ctypes.c_int),  # hattn_dtype
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int),
+        ("flags", ctypes.c_uint),
+    ]
+
+
+# x86-64: nine 8-byte pointers (0..71), size_t workspace_size (72..79), six ints (80..103; 104 is
+# 8-aligned), twelve int64 strides (104..199), o_dtype/scale/causal/flags (200..215). Size 216, a
+# multiple of 8. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
+EXPECTED_FWD_FP8_SIZE = 216
+EXPECTED_FWD_FP8_OFFSETS = {
+    **{name: 8 * i for i, name in enumerate(("q", "k", "v", "o", "lse", "q_descale", "k_descale", "v_descale",
+                                             "workspace", "workspace_size"))},
+    "batch": 80, "heads_q": 84, "heads_kv": 88, "seqlen_q": 92, "seqlen_k": 96, "head_dim": 100,
+    **{f"{t}_{dim}_stride": 104 + 24 * i + 8 * j
+       for i, t in enumerate(("q", "k", "v", "o"))
+       for j, dim in enumerate(("batch", "seq", "head"))},
+    "o_dtype": 200, "softmax_scale": 204, "causal": 208, "flags": 212,
+}
+
+# Every mirrored struct: (C name, ctypes mirror, x86-64 offsets, x86-64 size).
+STRUCTS = (
+    ("hattn_fwd_params", HattnFwdParams, EXPECTED_OFFSETS, EXPECTED_SIZE),
+    ("hattn_bwd_params", HattnBwdParams, EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE),
+    ("hattn_fp8_prepass_params", HattnFp8PrepassParams, EXPECTED_FP8_PREPASS_OFFSETS, EXPECTED_FP8_PREPASS_SIZE),
+    ("hattn_fwd_fp8_params", HattnFwdFp8Params, EXPECTED_FWD_FP8_OFFSETS, EXPECTED_FWD_FP8_SIZE),
+)
+
 # ---- include/hattn.h, parsed: the mirror must match the header field for field -----------------
 # C type of a struct field -> the ctypes type the mirror must use for it.
 C_TO_CTYPES = {
     "const void*": ctypes.c_void_p, "void*": ctypes.c_void_p, "const float*": ctypes.c_void_p,
     "float*": ctypes.c_void_p, "size_t": ctypes.c_size_t, "int": ctypes.c_int, "int64_t": ctypes.c_int64,
     "hattn_dtype": ctypes.c_int, "float": ctypes.c_float, "unsigned": ctypes.c_uint,
+    "hattn_rope": ctypes.c_int, "uint64_t": ctypes.c_uint64,
 }
 
 
@@ -212,7 +311,7 @@ def header_flags(header: Path = HEADER) -> dict[str, int]:
 def check_against_header(header: Path = HEADER) -> list[str]:
     """Mismatches between this mirror and include/hattn.h (names, order, C types, enum values)."""
     problems = []
-    for struct, mirror in (("hattn_fwd_params", HattnFwdParams), ("hattn_bwd_params", HattnBwdParams)):
+    for struct, mirror, _, _ in STRUCTS:
         want = header_struct_fields(struct, header)
         have = [(name, ctype) for name, ctype in mirror._fields_]
         want_names, have_names = [n for n, _ in want], [n for n, _ in have]
@@ -233,14 +332,21 @@ def check_against_header(header: Path = HEADER) -> list[str]:
     header_status = header_enum("hattn_status", header)
     header_dtype = header_enum("hattn_dtype", header)
     mirror_dtype = {"HATTN_DTYPE_BF16": HATTN_DTYPE_BF16, "HATTN_DTYPE_FP16": HATTN_DTYPE_FP16}
+    mirror_rope = {name: value for name, value in globals().items() if name.startswith("HATTN_ROPE_")}
     for enum, in_header, in_mirror in (("hattn_status", header_status, mirror_status),
-                                       ("hattn_dtype", header_dtype, mirror_dtype)):
+                                       ("hattn_dtype", header_dtype, mirror_dtype),
+                                       ("hattn_rope", header_enum("hattn_rope", header), mirror_rope)):
         for name in sorted(set(in_header) | set(in_mirror)):
             if in_header.get(name) != in_mirror.get(name):
                 problems.append(f"{enum} {name}: header {in_header.get(name)}, mirror {in_mirror.get(name)}")
     for name, value in header_flags(header).items():
         if globals().get(name) != value:
             problems.append(f"{name}: header {value:#x}, mirror {globals().get(name)}")
+    text = _header_text(header)
+    for name in ("HATTN_FP8_BLOCK_ROWS", "HATTN_FP8_E4M3_MAX"):
+        found = re.search(rf"#define\s+{name}\s+([0-9.]+)f?\b", text)
+        if found is None or float(found.group(1)) != globals()[name]:
+            problems.append(f"{name}: header {found and found.group(1)}, mirror {globals()[name]}")
     return problems
 
 
@@ -248,8 +354,7 @@ def check_struct_layout(header: Path | None = HEADER) -> None:
     """Raises SystemExit if a ctypes struct disagrees with its x86-64 layout table, or (when the
     header exists; pass None to skip) with include/hattn.h's declarations and enum values."""
     problems = []
-    for struct, mirror, offsets, size in (("hattn_fwd_params", HattnFwdParams, EXPECTED_OFFSETS, EXPECTED_SIZE),
-                                          ("hattn_bwd_params", HattnBwdParams, EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE)):
+    for struct, mirror, offsets, size in STRUCTS:
         actual = {name: getattr(mirror, name).offset for name, _ in mirror._fields_}
         problems += [f"{struct}.{name}: ctypes offset {actual.get(name)} != expected {offset}"
                      for name, offset in offsets.items() if actual.get(name) != offset]
