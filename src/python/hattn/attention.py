@@ -1,4 +1,5 @@
-"""hattn.attention: the user function, with autograd through hattn's backward kernel."""
+"""hattn.attention: the user function, with autograd through hattn's backward kernel; and
+hattn.attention_fp8, the FP8 forward (pre-pass, then FP8 attention; no autograd)."""
 from __future__ import annotations
 
 import torch
@@ -51,4 +52,23 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_sca
     q, k, v = _kernel_layout(q), _kernel_layout(k), _kernel_layout(v)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     o, lse = _Attention.apply(q, k, v, bool(causal), scale, bool(deterministic))
+    return (o, lse) if return_lse else o
+
+
+def attention_fp8(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_scale: float | None = None,
+                  hadamard: bool = True, seed: int = 0, return_lse: bool = False):
+    """FP8 attention, forward only: softmax(softmax_scale * Q K^T + mask) V of bf16 or fp16
+    [batch, seqlen, heads, head_dim] tensors (arguments as hattn.attention), computed by
+    torch.ops.hattn.fp8_prepass (q, k, v quantized to e4m3 per block of 128 rows; with hadamard,
+    q and k first multiplied by the random-sign Hadamard matrix of seed, which leaves the scores
+    unchanged and spreads outliers across the head dim) and then torch.ops.hattn.fwd_fp8.
+
+    No autograd: the result has no grad_fn whatever the inputs' requires_grad (use hattn.attention
+    to train). Returns O in q's dtype (contiguous), and with return_lse LSE fp32 [batch, heads,
+    seqlen_q] (natural log). Expect errors of a few percent (rel L2) against exact attention:
+    every operand of both GEMMs is rounded to e4m3."""
+    q, k, v = (_kernel_layout(t.detach()) for t in (q, k, v))
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", bool(hadamard), int(seed), 0)
+    o, lse = torch.ops.hattn.fwd_fp8(q8, k8, v8, qd, kd, vd, bool(causal), scale, q.dtype)
     return (o, lse) if return_lse else o

@@ -407,9 +407,13 @@ class Hattn:
     """The C API of libhattn.so. `lib` is the raw ctypes.CDLL, with argument types declared.
 
     A library built before the backward existed has no hattn_bwd*: it still loads, `has_bwd` is
-    False and the backward methods raise HattnError with status NO_ENTRY_POINT."""
+    False and the backward methods raise HattnError with status NO_ENTRY_POINT; likewise `has_fp8`
+    and the FP8 methods (the pre-pass and the FP8 forward) for a library built before them."""
 
     BWD_SYMBOLS = ("hattn_bwd", "hattn_bwd_validate", "hattn_bwd_params_contiguous", "hattn_bwd_workspace_size")
+    FP8_SYMBOLS = ("hattn_fp8_prepass", "hattn_fp8_prepass_validate", "hattn_fp8_prepass_params_contiguous",
+                   "hattn_fwd_fp8", "hattn_fwd_fp8_validate", "hattn_fwd_fp8_params_contiguous",
+                   "hattn_fwd_fp8_workspace_size")
 
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path is not None else default_library_path()
@@ -437,6 +441,24 @@ class Hattn:
             self.lib.hattn_bwd_params_contiguous.restype = HattnBwdParams
             self.lib.hattn_bwd_workspace_size.argtypes = [ctypes.c_int] * 4
             self.lib.hattn_bwd_workspace_size.restype = ctypes.c_size_t
+
+        self.has_fp8 = all(hasattr(self.lib, name) for name in self.FP8_SYMBOLS)
+        if self.has_fp8:
+            pre_p, ffp8_p = ctypes.POINTER(HattnFp8PrepassParams), ctypes.POINTER(HattnFwdFp8Params)
+            self.lib.hattn_fp8_prepass.argtypes = [pre_p, ctypes.c_void_p]
+            self.lib.hattn_fp8_prepass.restype = ctypes.c_int
+            self.lib.hattn_fp8_prepass_validate.argtypes = [pre_p, ctypes.c_char_p, ctypes.c_size_t]
+            self.lib.hattn_fp8_prepass_validate.restype = ctypes.c_int
+            self.lib.hattn_fp8_prepass_params_contiguous.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_int] * 7
+            self.lib.hattn_fp8_prepass_params_contiguous.restype = HattnFp8PrepassParams
+            self.lib.hattn_fwd_fp8.argtypes = [ffp8_p, ctypes.c_void_p]
+            self.lib.hattn_fwd_fp8.restype = ctypes.c_int
+            self.lib.hattn_fwd_fp8_validate.argtypes = [ffp8_p, ctypes.c_char_p, ctypes.c_size_t]
+            self.lib.hattn_fwd_fp8_validate.restype = ctypes.c_int
+            self.lib.hattn_fwd_fp8_params_contiguous.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int] * 7
+            self.lib.hattn_fwd_fp8_params_contiguous.restype = HattnFwdFp8Params
+            self.lib.hattn_fwd_fp8_workspace_size.argtypes = [ctypes.c_int] * 4
+            self.lib.hattn_fwd_fp8_workspace_size.restype = ctypes.c_size_t
 
     # ---- thin wrappers (params may be None: the C side then gets NULL) ----
     def fwd(self, params: HattnFwdParams | None, stream: int | None = 0) -> int:
@@ -486,6 +508,51 @@ class Hattn:
         self._need_bwd()
         return self.lib.hattn_bwd_params_contiguous(q, k, v, o, dout, lse, dq, dk, dv, batch, heads_q, heads_kv,
                                                     seqlen_q, seqlen_k, head_dim, dtype)
+
+    def _need_fp8(self) -> None:
+        if not self.has_fp8:
+            raise HattnError(f"{self.path} has no FP8 entry points ({', '.join(self.FP8_SYMBOLS)}): "
+                             "it was built before the FP8 API; rebuild it", NO_ENTRY_POINT)
+
+    def fp8_prepass(self, params: HattnFp8PrepassParams | None, stream: int | None = 0) -> int:
+        self._need_fp8()
+        return self.lib.hattn_fp8_prepass(None if params is None else ctypes.byref(params),
+                                          ctypes.c_void_p(stream or None))
+
+    def fp8_prepass_validate(self, params: HattnFp8PrepassParams | None, msg_len: int = 512) -> tuple[int, str]:
+        self._need_fp8()
+        buf = ctypes.create_string_buffer(msg_len)
+        status = self.lib.hattn_fp8_prepass_validate(None if params is None else ctypes.byref(params), buf, msg_len)
+        return status, buf.value.decode(errors="replace")
+
+    def fp8_prepass_params_contiguous(self, q, k, v, q_fp8, k_fp8, v_fp8, q_descale, k_descale, v_descale,
+                                      batch: int, heads_q: int, heads_kv: int, seqlen_q: int, seqlen_k: int,
+                                      head_dim: int, dtype: int) -> HattnFp8PrepassParams:
+        self._need_fp8()
+        return self.lib.hattn_fp8_prepass_params_contiguous(q, k, v, q_fp8, k_fp8, v_fp8, q_descale, k_descale,
+                                                            v_descale, batch, heads_q, heads_kv, seqlen_q, seqlen_k,
+                                                            head_dim, dtype)
+
+    def fwd_fp8(self, params: HattnFwdFp8Params | None, stream: int | None = 0) -> int:
+        self._need_fp8()
+        return self.lib.hattn_fwd_fp8(None if params is None else ctypes.byref(params), ctypes.c_void_p(stream or None))
+
+    def fwd_fp8_validate(self, params: HattnFwdFp8Params | None, msg_len: int = 512) -> tuple[int, str]:
+        self._need_fp8()
+        buf = ctypes.create_string_buffer(msg_len)
+        status = self.lib.hattn_fwd_fp8_validate(None if params is None else ctypes.byref(params), buf, msg_len)
+        return status, buf.value.decode(errors="replace")
+
+    def fwd_fp8_workspace_size(self, batch: int, heads_kv: int, seqlen_k: int, head_dim: int) -> int:
+        self._need_fp8()
+        return self.lib.hattn_fwd_fp8_workspace_size(batch, heads_kv, seqlen_k, head_dim)
+
+    def fwd_fp8_params_contiguous(self, q, k, v, o, q_descale, k_descale, v_descale, batch: int, heads_q: int,
+                                  heads_kv: int, seqlen_q: int, seqlen_k: int, head_dim: int,
+                                  o_dtype: int) -> HattnFwdFp8Params:
+        self._need_fp8()
+        return self.lib.hattn_fwd_fp8_params_contiguous(q, k, v, o, q_descale, k_descale, v_descale, batch, heads_q,
+                                                        heads_kv, seqlen_q, seqlen_k, head_dim, o_dtype)
 
     # ---- helpers ----
     def describe(self, status: int, params: HattnFwdParams) -> str:
@@ -554,6 +621,43 @@ class Hattn:
         if bad:
             raise SystemExit("hattn_bwd_params_contiguous / hattn_bwd_workspace_size disagree with the ctypes "
                              "mirror:\n  " + "\n  ".join(bad))
+
+    def check_fp8_contiguous_helpers(self) -> None:
+        """CPU-only: hattn_fp8_prepass_params_contiguous and hattn_fwd_fp8_params_contiguous must
+        match our strides (bytes for e4m3) and zero the rest; hattn_fwd_fp8_workspace_size must be
+        the V^T size the header documents, 0 for bad sizes."""
+        self._need_fp8()
+        b, hq, hkv, sq, sk, d = 2, 8, 2, 96, 80, 128
+        fake = [0x10000 * (i + 1) for i in range(9)]  # aligned, never dereferenced
+        p = self.lib.hattn_fp8_prepass_params_contiguous(*fake, b, hq, hkv, sq, sk, d, HATTN_DTYPE_FP16)
+        want = dict(q=fake[0], k=fake[1], v=fake[2], q_fp8=fake[3], k_fp8=fake[4], v_fp8=fake[5], q_descale=fake[6],
+                    k_descale=fake[7], v_descale=fake[8], rope_cos=None, rope_sin=None, rope_rows=0, rope_q_offset=0,
+                    batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=sq, seqlen_k=sk, head_dim=d,
+                    dtype=HATTN_DTYPE_FP16, rope=HATTN_ROPE_NONE, hadamard=0, hadamard_seed=0, flags=0)
+        for t, heads, seqlen in (("q", hq, sq), ("q_fp8", hq, sq), ("k", hkv, sk), ("v", hkv, sk),
+                                 ("k_fp8", hkv, sk), ("v_fp8", hkv, sk)):
+            want.update({f"{t}_batch_stride": seqlen * heads * d, f"{t}_seq_stride": heads * d, f"{t}_head_stride": d})
+        bad = [f"prepass {k}: {getattr(p, k)} != {v}" for k, v in want.items() if getattr(p, k) != v]
+        f = self.lib.hattn_fwd_fp8_params_contiguous(*fake[:7], b, hq, hkv, sq, sk, d, HATTN_DTYPE_BF16)
+        want = dict(q=fake[0], k=fake[1], v=fake[2], o=fake[3], lse=None, q_descale=fake[4], k_descale=fake[5],
+                    v_descale=fake[6], workspace=None, workspace_size=0, batch=b, heads_q=hq, heads_kv=hkv,
+                    seqlen_q=sq, seqlen_k=sk, head_dim=d, o_dtype=HATTN_DTYPE_BF16, causal=0, flags=0)
+        for t, heads, seqlen in (("q", hq, sq), ("o", hq, sq), ("k", hkv, sk), ("v", hkv, sk)):
+            want.update({f"{t}_batch_stride": seqlen * heads * d, f"{t}_seq_stride": heads * d, f"{t}_head_stride": d})
+        bad += [f"fwd_fp8 {k}: {getattr(f, k)} != {v}" for k, v in want.items() if getattr(f, k) != v]
+        if not (f.softmax_scale == 0.0 or math.isclose(f.softmax_scale, 1 / math.sqrt(d), rel_tol=1e-6)):
+            bad.append(f"fwd_fp8 softmax_scale: {f.softmax_scale} is neither 0 nor 1/sqrt({d})")
+        ws = self.fwd_fp8_workspace_size
+        for args in ((1, 2, 128, 64), (2, 4, 1000, 128), (1, 1, 17, 256)):
+            expected = args[0] * args[1] * args[3] * (-(-args[2] // 32) * 32)
+            if ws(*args) < expected:
+                bad.append(f"hattn_fwd_fp8_workspace_size{args} = {ws(*args)} < V^T's {expected} bytes")
+        for args in ((0, 2, 128, 64), (1, -1, 128, 64), (1, 2, 0, 64), (1, 2, 128, 0),
+                     (2**31 - 1, 2**31 - 1, 2**31 - 1, 256)):
+            if ws(*args) != 0:
+                bad.append(f"hattn_fwd_fp8_workspace_size{args} = {ws(*args)}, expected 0")
+        if bad:
+            raise SystemExit("the FP8 contiguous helpers disagree with the ctypes mirror:\n  " + "\n  ".join(bad))
 
     # ---- PyTorch tensors ([batch, seqlen, heads, head_dim], strides taken from the tensors) ----
     # Every *_torch call checks in this order: the tensors' ranks, shapes and dtypes (ValueError
@@ -680,6 +784,163 @@ class Hattn:
         return dq, dk, dv
 
 
+    # ---- the FP8 path on PyTorch tensors (same order of checks as fwd_torch) ----
+    def fp8_prepass_params_torch(self, q, k, v, q8, k8, v8, q_descale, k_descale, v_descale, *, rope_cos=None,
+                                 rope_sin=None, rope: str | int = "none", hadamard: bool = True, seed: int = 0,
+                                 rope_q_offset: int = 0, address=None) -> HattnFp8PrepassParams:
+        """hattn_fp8_prepass_params for these tensors: q, k, v bf16/fp16 [b, s, h, d]; q8, k8, v8
+        float8_e4m3fn of the same shapes; descales fp32 [b, h, ceil(s / 128)], contiguous; the rotary
+        tables fp32 [rows, d / 2], contiguous, both or neither (needed unless rope is "none")."""
+        import torch
+
+        address = address or _data_ptr
+        rope_code = rope_code_of(rope)
+        b, sq, hq, d = _check_bshd({"q": q}, "q")
+        _, sk, hkv, _ = _check_bshd({"k": k, "v": v}, "k", batch=b, head_dim=d)
+        _check_same_dtype(q=q, k=k, v=v)
+        _check_bshd({"q8": q8}, "q8")
+        _check_bshd({"k8": k8, "v8": v8}, "k8")
+        for name, t, like in (("q8", q8, q), ("k8", k8, k), ("v8", v8, v)):
+            _check_e4m3(name, t, tuple(like.shape))
+        _check_descale("q_descale", q_descale, b, hq, sq)
+        _check_descale("k_descale", k_descale, b, hkv, sk)
+        _check_descale("v_descale", v_descale, b, hkv, sk)
+        rope_rows = 0
+        if rope_code == HATTN_ROPE_NONE:
+            for name, t in (("rope_cos", rope_cos), ("rope_sin", rope_sin)):
+                if t is not None:
+                    raise ValueError(f"{name}: given, but rope is 'none' (pass rope='interleaved' or 'half')")
+        else:
+            for name, t in (("rope_cos", rope_cos), ("rope_sin", rope_sin)):
+                if t is None:
+                    raise ValueError(f"{name}: required with rope={rope!r}")
+                if (t.dtype != torch.float32 or t.dim() != 2 or t.shape[1] != d // 2 or t.shape[0] < 1
+                        or not t.is_contiguous()):
+                    raise ValueError(f"{name}: expected a contiguous float32 tensor of shape [rows, {d // 2}] "
+                                     f"(head_dim / 2), got {t.dtype} {tuple(t.shape)} strides {t.stride()}")
+            if tuple(rope_sin.shape) != tuple(rope_cos.shape):
+                raise ValueError(f"rope_sin: shape {tuple(rope_sin.shape)} differs from rope_cos's "
+                                 f"{tuple(rope_cos.shape)}")
+            rope_rows = rope_cos.shape[0]
+        p = HattnFp8PrepassParams()
+        p.q, p.k, p.v = address(q), address(k), address(v)
+        p.q_fp8, p.k_fp8, p.v_fp8 = address(q8), address(k8), address(v8)
+        p.q_descale, p.k_descale, p.v_descale = address(q_descale), address(k_descale), address(v_descale)
+        if rope_code != HATTN_ROPE_NONE:
+            p.rope_cos, p.rope_sin = address(rope_cos), address(rope_sin)
+        p.rope_rows, p.rope_q_offset = rope_rows, rope_q_offset
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
+        for name, t in (("q", q), ("k", k), ("v", v), ("q_fp8", q8), ("k_fp8", k8), ("v_fp8", v8)):
+            _set_strides(p, name, t)
+        p.dtype, p.rope, p.hadamard = dtype_code(q, "q"), rope_code, int(bool(hadamard))
+        p.hadamard_seed, p.flags = seed % (1 << 64), 0  # a negative seed: its 64-bit two's complement
+        return p
+
+    def fwd_fp8_params_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, *,
+                             causal: bool = False, softmax_scale: float = 0.0, address=None) -> HattnFwdFp8Params:
+        """hattn_fwd_fp8_params for these tensors: q8, k8, v8 float8_e4m3fn [b, s, h, d]; descales
+        fp32 [b, h, ceil(s / 128)], contiguous; o bf16/fp16 of q8's shape; lse fp32 [b, heads_q, s_q]
+        or None; workspace a uint8 tensor whose size in bytes becomes workspace_size."""
+        address = address or _data_ptr
+        b, sq, hq, d = _check_bshd({"q8": q8}, "q8")
+        _, sk, hkv, _ = _check_bshd({"k8": k8, "v8": v8}, "k8", batch=b, head_dim=d)
+        for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
+            _check_e4m3(name, t, tuple(t.shape))
+        _check_descale("q_descale", q_descale, b, hq, sq)
+        _check_descale("k_descale", k_descale, b, hkv, sk)
+        _check_descale("v_descale", v_descale, b, hkv, sk)
+        _check_bshd({"o": o}, "o")
+        if tuple(o.shape) != tuple(q8.shape):
+            raise ValueError(f"o: shape {tuple(o.shape)} differs from q8's {tuple(q8.shape)}")
+        o_code = dtype_code(o, "o")
+        if lse is not None:
+            _check_lse(lse, b, hq, sq)
+        _check_workspace(workspace)
+        p = HattnFwdFp8Params()
+        p.q, p.k, p.v, p.o = address(q8), address(k8), address(v8), address(o)
+        p.lse = None if lse is None else address(lse)
+        p.q_descale, p.k_descale, p.v_descale = address(q_descale), address(k_descale), address(v_descale)
+        p.workspace, p.workspace_size = address(workspace), workspace.numel()
+        p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
+        for name, t in (("q", q8), ("k", k8), ("v", v8), ("o", o)):
+            _set_strides(p, name, t)
+        p.o_dtype, p.softmax_scale, p.causal, p.flags = o_code, softmax_scale, int(bool(causal)), 0
+        return p
+
+    def check_fp8_prepass(self, params: HattnFp8PrepassParams) -> None:
+        """hattn_fp8_prepass_validate; raises HattnArgumentError with its message on failure."""
+        status, message = self.fp8_prepass_validate(params)
+        if status != HATTN_SUCCESS:
+            raise error_for(status, f"hattn_fp8_prepass: {message} ({status_name(status)})")
+
+    def check_fwd_fp8(self, params: HattnFwdFp8Params) -> None:
+        """hattn_fwd_fp8_validate; raises HattnArgumentError with its message on failure."""
+        status, message = self.fwd_fp8_validate(params)
+        if status != HATTN_SUCCESS:
+            raise error_for(status, f"hattn_fwd_fp8: {message} ({status_name(status)})")
+
+    def fwd_fp8_workspace_torch(self, k8):
+        """A uint8 tensor of hattn_fwd_fp8_workspace_size bytes for k8's shape ([b, s_k, h_kv, d]), on
+        k8's device, FWD_FP8_WORKSPACE_ALIGN-byte aligned (as bwd_workspace_torch)."""
+        b, s, h, d = k8.shape
+        size = self.fwd_fp8_workspace_size(b, h, s, d)
+        if size == 0:
+            raise HattnArgumentError(f"hattn_fwd_fp8_workspace_size({b}, {h}, {s}, {d}) = 0: bad or overflowing "
+                                     "sizes", HATTN_ERROR_SIZE_OVERFLOW)
+        return _aligned_bytes(size, FWD_FP8_WORKSPACE_ALIGN, k8.device)
+
+    def fp8_prepass_torch(self, q, k, v, *, rope_cos=None, rope_sin=None, rope: str | int = "none",
+                          hadamard: bool = True, seed: int = 0, rope_q_offset: int = 0, stream: int | None = None):
+        """(q8, k8, v8, q_descale, k_descale, v_descale): the pre-pass's outputs (contiguous; e4m3 as
+        torch.float8_e4m3fn) on the current stream of q's device."""
+        self._need_fp8()
+        _check_rank(q=q, k=k, v=v)
+        outs = fp8_prepass_outputs(q, k, v)
+        p = self.fp8_prepass_params_torch(q, k, v, *outs, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope,
+                                          hadamard=hadamard, seed=seed, rope_q_offset=rope_q_offset)
+        self.check_fp8_prepass(p)
+        tables = {} if rope_code_of(rope) == HATTN_ROPE_NONE else {"rope_cos": rope_cos, "rope_sin": rope_sin}
+        check_devices(q=q, k=k, v=v, **tables)
+        self._launch("hattn_fp8_prepass", self.lib.hattn_fp8_prepass, self.lib.hattn_fp8_prepass_validate, p,
+                     q.device, stream)
+        return outs
+
+    def fwd_fp8_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool = False,
+                      softmax_scale: float = 0.0, out_dtype=None, out=None, lse=None, want_lse: bool = True,
+                      workspace=None, stream: int | None = None):
+        """(o, lse or None) of the FP8 forward on the current stream of q8's device; o is out_dtype
+        (bf16 default) and contiguous unless out is given; the workspace is allocated unless given."""
+        import torch
+
+        self._need_fp8()
+        b, sq, hq, _ = _check_rank(q8=q8, k8=k8, v8=v8)
+        out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
+        out = torch.empty(q8.shape, dtype=out_dtype, device=q8.device) if out is None else out
+        if lse is None and want_lse:
+            lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q8.device)
+        workspace = self.fwd_fp8_workspace_torch(k8) if workspace is None else workspace
+        p = self.fwd_fp8_params_torch(q8, k8, v8, q_descale, k_descale, v_descale, out, lse, workspace,
+                                      causal=causal, softmax_scale=softmax_scale)
+        self.check_fwd_fp8(p)
+        check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
+                      workspace=workspace, **({} if lse is None else {"lse": lse}))
+        self._launch("hattn_fwd_fp8", self.lib.hattn_fwd_fp8, self.lib.hattn_fwd_fp8_validate, p, q8.device, stream)
+        return out, lse
+
+    def _launch(self, name: str, entry, validate, p, device, stream) -> None:
+        import torch
+
+        with torch.cuda.device(device):
+            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+            status = entry(ctypes.byref(p), ctypes.c_void_p(s or None))
+        if status != HATTN_SUCCESS:
+            text = self.status_string(status)
+            detail = ctypes.create_string_buffer(512)
+            if validate(ctypes.byref(p), detail, len(detail)) != HATTN_SUCCESS:
+                text += f" ({detail.value.decode(errors='replace')})"
+            raise error_for(status, f"{name}: status {status}: {text}")
+
+
 # ---- checks behind the *_torch helpers (what the C API cannot see from pointers and strides) ----
 def dtype_code(t, name: str = "tensor") -> int:
     """hattn_dtype of a torch tensor (bf16 or fp16); ValueError naming it otherwise."""
@@ -757,6 +1018,66 @@ def _check_lse(lse, batch: int, heads_q: int, seqlen_q: int) -> None:
     if lse.dtype != torch.float32 or tuple(lse.shape) != (batch, heads_q, seqlen_q) or not lse.is_contiguous():
         raise ValueError(f"lse: expected a contiguous float32 tensor of shape {(batch, heads_q, seqlen_q)}, "
                          f"got {lse.dtype} {tuple(lse.shape)} strides {lse.stride()}")
+
+
+def rope_code_of(rope: str | int) -> int:
+    """hattn_rope of "none" / "interleaved" / "half" (or the enum's int); ValueError otherwise."""
+    if isinstance(rope, str) and rope.lower() in ROPE_CODES:
+        return ROPE_CODES[rope.lower()]
+    if isinstance(rope, int) and not isinstance(rope, bool) and rope in ROPE_CODES.values():
+        return rope
+    raise ValueError(f"rope: expected one of {sorted(ROPE_CODES)} (or 0, 1, 2), got {rope!r}")
+
+
+def descale_shape(batch: int, heads: int, seqlen: int) -> tuple[int, int, int]:
+    """[batch, heads, ceil(seqlen / HATTN_FP8_BLOCK_ROWS)]: one fp32 descale per block of rows."""
+    return (batch, heads, -(-seqlen // HATTN_FP8_BLOCK_ROWS))
+
+
+def fp8_prepass_outputs(q, k, v) -> tuple:
+    """Empty contiguous (q8, k8, v8, q_descale, k_descale, v_descale) for [b, s, h, d] q, k, v."""
+    import torch
+
+    q8, k8, v8 = (t.new_empty(t.shape, dtype=torch.float8_e4m3fn) for t in (q, k, v))
+    (b, sq, hq, _), (_, sk, hkv, _) = q.shape, k.shape
+    descales = (q.new_empty(descale_shape(b, h, s), dtype=torch.float32) for h, s in ((hq, sq), (hkv, sk), (hkv, sk)))
+    return (q8, k8, v8, *descales)
+
+
+def _check_e4m3(name: str, t, shape: tuple) -> None:
+    import torch
+
+    if t.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"{name}: expected a torch.float8_e4m3fn tensor (hattn_fp8_prepass's output), got {t.dtype}")
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
+
+
+def _check_descale(name: str, t, batch: int, heads: int, seqlen: int) -> None:
+    import torch
+
+    want = descale_shape(batch, heads, seqlen)
+    if t.dtype != torch.float32 or tuple(t.shape) != want or not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous float32 tensor of shape {want} ([batch, heads, "
+                         f"ceil(seqlen / {HATTN_FP8_BLOCK_ROWS})]), got {t.dtype} {tuple(t.shape)} strides {t.stride()}")
+
+
+def _check_workspace(workspace) -> None:
+    if workspace.dtype.itemsize != 1 or not workspace.is_contiguous():
+        raise ValueError(f"workspace: expected a contiguous 1-byte-element tensor, got {workspace.dtype} "
+                         f"with strides {workspace.stride()}")
+
+
+def _aligned_bytes(size: int, align: int, device):
+    """A uint8 tensor of size bytes on device whose data starts on an align-byte boundary."""
+    import torch
+
+    ws = torch.empty(size, dtype=torch.uint8, device=device)
+    if ws.data_ptr() % align:
+        ws = torch.empty(size + align, dtype=torch.uint8, device=device)
+        skip = -ws.data_ptr() % align
+        ws = ws[skip:skip + size]
+    return ws
 
 
 def kernel_strides(t) -> tuple[int, int, int]:

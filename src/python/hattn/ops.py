@@ -1,4 +1,5 @@
-"""hattn's custom ops, torch.ops.hattn.fwd and torch.ops.hattn.bwd.
+"""hattn's custom ops: torch.ops.hattn.fwd and torch.ops.hattn.bwd, and the FP8 path's
+torch.ops.hattn.fp8_prepass and torch.ops.hattn.fwd_fp8.
 
 Each op allocates its outputs (contiguous), checks its inputs (ValueError naming the tensor, or
 HattnArgumentError with the C API's message) and launches on the current CUDA stream of q's device.
@@ -84,3 +85,70 @@ def _bwd_fake(dout, q, k, v, o, lse, causal=False, softmax_scale=0.0, determinis
         lib.check_bwd(p)
     capi.check_devices(q=q, k=k, v=v, o=o, lse=lse, dout=dout)
     return dq, dk, dv
+
+
+@torch.library.custom_op("hattn::fp8_prepass", mutates_args=())
+def fp8_prepass(q: Tensor, k: Tensor, v: Tensor, rope_cos: Tensor | None = None, rope_sin: Tensor | None = None,
+                rope: str = "none", hadamard: bool = True, seed: int = 0,
+                rope_q_offset: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The FP8 pre-pass of bf16/fp16 [batch, seqlen, heads, head_dim] q, k, v: (q8, k8, v8,
+    q_descale, k_descale, v_descale), e4m3 tensors (torch.float8_e4m3fn, contiguous, the inputs'
+    shapes) and fp32 descales [batch, heads, ceil(seqlen / 128)], so that x ~= x8 * descale per
+    block of 128 rows. rope ("none", "interleaved" = GPT-J pairs, "half" = GPT-NeoX pairs) rotates
+    q and k with the fp32 [rows, head_dim / 2] tables rope_cos / rope_sin (key row j uses table
+    row j, query row i row i + rope_q_offset); hadamard multiplies q and k by the orthogonal
+    random-sign Hadamard matrix of seed (scores unchanged, outliers spread). v is only quantized."""
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
+    rope_cos = None if rope_cos is None else _aligned(rope_cos)
+    rope_sin = None if rope_sin is None else _aligned(rope_sin)
+    return library().fp8_prepass_torch(q, k, v, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope, hadamard=hadamard,
+                                       seed=seed, rope_q_offset=rope_q_offset)
+
+
+@fp8_prepass.register_fake
+def _fp8_prepass_fake(q, k, v, rope_cos=None, rope_sin=None, rope="none", hadamard=True, seed=0, rope_q_offset=0):
+    capi._check_rank(q=q, k=k, v=v)
+    outs = capi.fp8_prepass_outputs(q, k, v)
+    tables = [t for t in (rope_cos, rope_sin) if t is not None]
+    if _static(q, k, v, *tables):  # symbolic sizes (dynamic shapes) are checked when the op runs
+        lib = library()
+        lib.check_fp8_prepass(lib.fp8_prepass_params_torch(q, k, v, *outs, rope_cos=rope_cos, rope_sin=rope_sin,
+                                                           rope=rope, hadamard=hadamard, seed=seed,
+                                                           rope_q_offset=rope_q_offset,
+                                                           address=capi.placeholder_address))
+    else:
+        capi.rope_code_of(rope)
+    tables = {} if capi.rope_code_of(rope) == capi.HATTN_ROPE_NONE else {"rope_cos": rope_cos, "rope_sin": rope_sin}
+    capi.check_devices(q=q, k=k, v=v, **tables)
+    return outs
+
+
+@torch.library.custom_op("hattn::fwd_fp8", mutates_args=())
+def fwd_fp8(q8: Tensor, k8: Tensor, v8: Tensor, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
+            causal: bool = False, softmax_scale: float = 0.0,
+            out_dtype: torch.dtype = torch.bfloat16) -> tuple[Tensor, Tensor]:
+    """(O, LSE) of FP8 attention on hattn::fp8_prepass's outputs (e4m3 [batch, seqlen, heads,
+    head_dim] and their fp32 descales): O of out_dtype (bf16 or fp16), LSE fp32 [batch, heads_q,
+    seqlen_q] (natural log), as hattn::fwd computes them on the dequantized inputs (P rounded to
+    e4m3 before P V). The V^T workspace is allocated here, on the current stream."""
+    q8, k8, v8 = _aligned(q8), _aligned(k8), _aligned(v8)
+    return library().fwd_fp8_torch(q8, k8, v8, q_descale, k_descale, v_descale, causal=causal,
+                                   softmax_scale=softmax_scale, out_dtype=out_dtype)
+
+
+@fwd_fp8.register_fake
+def _fwd_fp8_fake(q8, k8, v8, q_descale, k_descale, v_descale, causal=False, softmax_scale=0.0,
+                  out_dtype=torch.bfloat16):
+    b, sq, hq, _ = capi._check_rank(q8=q8, k8=k8, v8=v8)
+    o, lse = q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((b, hq, sq), dtype=torch.float32)
+    if _static(q8, k8, v8, q_descale, k_descale, v_descale):  # symbolic sizes are checked when the op runs
+        lib = library()
+        _, sk, hkv, d = k8.shape
+        size = lib.fwd_fp8_workspace_size(b, hkv, sk, d)
+        workspace = q8.new_empty(max(size, 1), dtype=torch.uint8)  # a fake tensor: allocates nothing
+        p = lib.fwd_fp8_params_torch(q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, causal=causal,
+                                     softmax_scale=softmax_scale, address=capi.placeholder_address)
+        p.workspace_size = size
+        lib.check_fwd_fp8(p)
+    capi.check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    return o, lse
