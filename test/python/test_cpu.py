@@ -33,6 +33,17 @@ def test_ctypes_mirror_matches_the_header():
     lib = hattn.library()
     lib.check_contiguous_helper()
     lib.check_bwd_contiguous_helper()
+    lib.check_fp8_contiguous_helpers()
+
+
+def test_ctypes_mirror_catches_a_wrong_fp8_field(monkeypatch):
+    fields = list(capi.HattnFwdFp8Params._fields_)
+    fields[-1], fields[-2] = fields[-2], fields[-1]  # causal <-> flags
+    broken = type("Broken", (capi.ctypes.Structure,), {"_fields_": fields})
+    monkeypatch.setattr(capi, "STRUCTS", (("hattn_fwd_fp8_params", broken, capi.EXPECTED_FWD_FP8_OFFSETS,
+                                           capi.EXPECTED_FWD_FP8_SIZE),))
+    with pytest.raises(SystemExit, match="hattn_fwd_fp8_params"):
+        capi.check_struct_layout(HEADER)
 
 
 def test_op_schemas():
@@ -41,6 +52,13 @@ def test_op_schemas():
     assert str(torch.ops.hattn.bwd.default._schema) == (
         "hattn::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, bool causal=False, "
         "float softmax_scale=0., bool deterministic=False) -> (Tensor, Tensor, Tensor)")
+    assert str(torch.ops.hattn.fp8_prepass.default._schema) == (
+        "hattn::fp8_prepass(Tensor q, Tensor k, Tensor v, Tensor? rope_cos=None, Tensor? rope_sin=None, "
+        'str rope="none", bool hadamard=True, SymInt seed=0, SymInt rope_q_offset=0) '
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+    assert str(torch.ops.hattn.fwd_fp8.default._schema) == (
+        "hattn::fwd_fp8(Tensor q8, Tensor k8, Tensor v8, Tensor q_descale, Tensor k_descale, Tensor v_descale, "
+        "bool causal=False, float softmax_scale=0., ScalarType out_dtype=15) -> (Tensor, Tensor)")
 
 
 # ---- fake implementations: what torch.compile sees ----------------------------------------------
@@ -195,3 +213,128 @@ def test_size_one_dimensions_get_contiguous_strides():
     assert capi.kernel_strides(t) == (64 * 4 * 64, 4 * 64, 64)
     t = cpu(1, 64, 1, 64).as_strided((1, 64, 1, 64), (1, 64, 3, 1))  # head stride 3, but 1 head
     assert capi.kernel_strides(t) == (64 * 64, 64, 64)
+
+
+
+# ---- the FP8 path: fake implementations and argument checks --------------------------------------
+E4M3 = torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k, heads_kv", [(100, 77, 8), (128, 129, 2), (17, 1000, 1)])
+def test_fake_fp8_prepass_and_fwd_fp8_shapes(seqlen_q, seqlen_k, heads_kv):
+    with FakeTensorMode():
+        q, k = fake(2, seqlen_q, 8, 128, dtype=torch.float16), fake(2, seqlen_k, heads_kv, 128, dtype=torch.float16)
+        q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, k)
+        assert (q8.shape, q8.dtype, k8.shape, v8.dtype) == (q.shape, E4M3, k.shape, E4M3)
+        assert q8.is_contiguous() and k8.is_contiguous() and q8.device == q.device
+        blocks = lambda s: -(-s // 128)
+        assert (qd.shape, qd.dtype) == ((2, 8, blocks(seqlen_q)), torch.float32)
+        assert kd.shape == vd.shape == (2, heads_kv, blocks(seqlen_k))
+        for out_dtype in (torch.bfloat16, torch.float16):
+            o, lse = torch.ops.hattn.fwd_fp8(q8, k8, v8, qd, kd, vd, True, 0.0, out_dtype)
+            assert (o.shape, o.dtype, o.is_contiguous()) == (q.shape, out_dtype, True)
+            assert (lse.shape, lse.dtype) == ((2, 8, seqlen_q), torch.float32)
+
+
+def test_fake_attention_fp8_has_no_grad_fn():
+    with FakeTensorMode():
+        qkv = fake(2, 64, 3, 4, 64).requires_grad_()
+        q, k, v = qkv.unbind(2)
+        out, lse = hattn.attention_fp8(q, k, v, causal=True, return_lse=True)
+        assert (out.shape, out.dtype, lse.shape) == (q.shape, q.dtype, (2, 4, 64))
+        assert out.grad_fn is None and not out.requires_grad
+
+
+def test_fake_fp8_prepass_with_rope():
+    with FakeTensorMode():
+        q = fake(1, 64, 4, 64)
+        cos, sin = (torch.empty(80, 32, device="cuda") for _ in range(2))
+        q8, *_ = torch.ops.hattn.fp8_prepass(q, q, q, cos, sin, "half", False, 7, 16)
+        assert q8.dtype == E4M3
+        with pytest.raises(hattn.HattnArgumentError, match="rope_rows = 80"):
+            torch.ops.hattn.fp8_prepass(q, q, q, cos, sin, "interleaved", False, 7, 17)
+
+
+def test_make_fx_traces_attention_fp8_without_a_gpu():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode():
+        q = fake(1, 32, 4, 64)
+        graph = make_fx(lambda a: hattn.attention_fp8(a, a, a, causal=True))(q)
+    targets = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert "hattn.fp8_prepass.default" in targets and "hattn.fwd_fp8.default" in targets, targets
+
+
+def test_dynamo_traces_attention_fp8_without_graph_breaks():
+    class Module(torch.nn.Module):
+        def forward(self, q, k, v):
+            return hattn.attention_fp8(q, k, v, causal=True)
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        q, k = fake(2, 128, 4, 64), fake(2, 128, 2, 64)
+        exported = torch.export.export(Module(), (q, k, k), strict=True)
+    code = "\n".join(m.code for m in exported.graph_module.modules() if isinstance(m, torch.fx.GraphModule))
+    assert "torch.ops.hattn.fp8_prepass.default" in code and "torch.ops.hattn.fwd_fp8.default" in code, code
+
+
+COS = torch.zeros(128, 32)
+BAD_PREPASS = [
+    ("rank", (Q[0], Q, Q), {}, ValueError, r"q: expected a 4-D tensor"),
+    ("dtype", (Q.float(), Q.float(), Q.float()), {}, ValueError, r"q: hattn takes bfloat16 or float16"),
+    ("mixed dtypes", (Q, Q, Q.half()), {}, ValueError, r"v: dtype torch.float16 differs from q's"),
+    ("k/v shapes", (Q, Q, Q[:, :100]), {}, ValueError, r"v: shape \(1, 100, 4, 64\) differs from k's"),
+    ("head_dim 96", (cpu(1, 8, 2, 96),) * 3, {}, hattn.HattnArgumentError, r"head_dim = 96"),
+    ("heads", (Q, Q[:, :, :3], Q[:, :, :3]), {}, hattn.HattnArgumentError, r"heads_q = 4 .*heads_kv = 3"),
+    ("rope name", (Q, Q, Q), {"rope": "neox"}, ValueError, r"rope: expected one of"),
+    ("rope without tables", (Q, Q, Q), {"rope": "half"}, ValueError, r"rope_cos: required"),
+    ("tables without rope", (Q, Q, Q, COS, COS), {}, ValueError, r"rope_cos: given, but rope is 'none'"),
+    ("table width", (Q, Q, Q, torch.zeros(128, 64), COS), {"rope": "half"}, ValueError,
+     r"rope_cos: expected a contiguous float32 tensor of shape \[rows, 32\]"),
+    ("table dtype", (Q, Q, Q, COS, COS.double()), {"rope": "half"}, ValueError, r"rope_sin: expected"),
+    ("table rows", (Q, Q, Q, COS[:100], COS[:100]), {"rope": "half"}, hattn.HattnArgumentError,
+     r"rope_rows = 100"),
+    ("rope offset", (Q, Q, Q, COS, COS), {"rope": "interleaved", "rope_q_offset": -1}, hattn.HattnArgumentError,
+     r"rope_q_offset = -1"),
+    ("device", (Q, Q, Q), {}, ValueError, r"q: expected a CUDA tensor, got one on cpu"),
+    ("device of tables", (Q, Q, Q, COS, COS), {"rope": "half"}, ValueError, r"q: expected a CUDA tensor"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_PREPASS, ids=[c[0] for c in BAD_PREPASS])
+def test_fp8_prepass_argument_errors(case):
+    _, args, kwargs, error, pattern = case
+    with pytest.raises(error, match=pattern):
+        torch.ops.hattn.fp8_prepass(*args, **kwargs)
+
+
+Q8 = torch.zeros(1, 128, 4, 64, dtype=E4M3)
+D1 = torch.zeros(1, 4, 1)
+BAD_FWD_FP8 = [
+    ("not e4m3", (Q, Q8, Q8, D1, D1, D1), ValueError, r"q8: expected a torch.float8_e4m3fn tensor"),
+    ("k/v shapes", (Q8, Q8, Q8[:, :100], D1, D1, D1), ValueError, r"v8: shape \(1, 100, 4, 64\) differs"),
+    ("descale shape", (Q8, Q8, Q8, D1, torch.zeros(1, 4, 2), D1), ValueError,
+     r"k_descale: expected a contiguous float32 tensor of shape \(1, 4, 1\)"),
+    ("descale dtype", (Q8, Q8, Q8, D1, D1, D1.half()), ValueError, r"v_descale: expected"),
+    ("head_dim 96", (torch.zeros(1, 8, 2, 96, dtype=E4M3),) * 3 + (torch.zeros(1, 2, 1),) * 3,
+     hattn.HattnArgumentError, r"head_dim = 96"),
+    ("device", (Q8, Q8, Q8, D1, D1, D1), ValueError, r"q8: expected a CUDA tensor, got one on cpu"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_FWD_FP8, ids=[c[0] for c in BAD_FWD_FP8])
+def test_fwd_fp8_argument_errors(case):
+    _, args, error, pattern = case
+    with pytest.raises(error, match=pattern):
+        torch.ops.hattn.fwd_fp8(*args)
+
+
+def test_fwd_fp8_out_dtype_and_scale_errors():
+    with pytest.raises(ValueError, match=r"o: hattn takes bfloat16 or float16 tensors, got torch.float32"):
+        torch.ops.hattn.fwd_fp8(Q8, Q8, Q8, D1, D1, D1, False, 0.0, torch.float32)
+    with pytest.raises(hattn.HattnArgumentError, match="softmax_scale"):
+        torch.ops.hattn.fwd_fp8(Q8, Q8, Q8, D1, D1, D1, False, -1.0)
+    with FakeTensorMode(), pytest.raises(hattn.HattnArgumentError, match="softmax_scale"):
+        q = fake(1, 128, 4, 64)
+        hattn.attention_fp8(q, q, q, softmax_scale=float("nan"))
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        hattn.attention_fp8(Q, Q, Q)
