@@ -829,6 +829,11 @@ def main() -> int:
                 print(f"dry run: {args.lib}: hattn_bwd_params_contiguous and hattn_bwd_workspace_size agree")
             else:
                 print(f"dry run: {args.lib} has no backward entry points (built before the backward API)")
+            if lib.has_fp8:
+                lib.check_fp8_contiguous_helpers()
+                print(f"dry run: {args.lib}: the FP8 contiguous helpers and hattn_fwd_fp8_workspace_size agree")
+            else:
+                print(f"dry run: {args.lib} has no FP8 entry points (built before the FP8 API)")
         else:
             print(f"dry run: {args.lib} not built; library checks skipped")
         return 0
