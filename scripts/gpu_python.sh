@@ -7,7 +7,7 @@
 #
 #   OUT=/some/dir bash scripts/gpu_python.sh
 #
-# Environment: OUT (gpu_python_out), PYTHON (python3, must import torch), PYTHON_BUDGET_S (290: the
+# Environment: OUT (gpu_python_out), PYTHON (python3, must import torch), PYTHON_BUDGET_S (360: the
 # whole script's time), PIP_TIMEOUT_S (200). Writes to $OUT: summary.txt (printed last),
 # pip_install.log, pytest.log, junit.xml (with pytest). Without pytest installed, the suites run
 # under test/python/run_without_pytest.py. Exit 0 when the install and every test passed.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 OUT=${OUT:-gpu_python_out}
 PY=${PYTHON:-python3}
-BUDGET_S=${PYTHON_BUDGET_S:-290}
+BUDGET_S=${PYTHON_BUDGET_S:-360}
 PIP_TIMEOUT_S=${PIP_TIMEOUT_S:-200}
 RESERVE_S=10  # kept for the summary
 mkdir -p "$OUT"

@@ -444,3 +444,174 @@ def test_python_overhead_within_3_percent_of_the_c_api():
     out = hattn.attention(q, k, v)
     assert torch.equal(out, o), "hattn.attention and the C API disagree at the timed shape"
     assert ratio <= 1 + TIMING_TOLERANCE, line
+
+
+# ---- the FP8 path: hattn.attention_fp8, torch.ops.hattn.fp8_prepass and torch.ops.hattn.fwd_fp8 ----
+# O's rel L2 against float64 attention of the 16-bit inputs: every GEMM operand rounded to e4m3
+# (3 mantissa bits) gives ~5e-2 (test/fwd_fp8_test.cu's end-to-end bound, kEndToEndMaxRelL2).
+FP8_MAX_REL_L2 = 8e-2
+# The pre-pass alone: each element rounded to e4m3, half an ulp 2^-4 relative at worst, RMS ~2.6e-2.
+FP8_PREPASS_MAX_REL_L2 = 5e-2
+FP8_LSE_ATOL = 5e-2  # 8-bit GEMM accumulation and Q/K rounding move scores (and the LSE) by ~1e-2
+FP8_BLOCK_ROWS = 128
+
+
+def rel_l2(got, ref):
+    return ((got.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+def reference_lse(q, k, causal, scale):
+    """float64 LSE [b, heads_q, s_q] of [b, s, h, d] q, k (bottom-right causal, GQA)."""
+    q, k = (t.double().transpose(1, 2) for t in (q, k))
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], 1)
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + (sk - sq), float("-inf"))
+    return torch.logsumexp(s, dim=-1)
+
+
+def check_fp8_against_float64(q, k, v, causal, scale=None, hadamard=True):
+    o, lse = hattn.attention_fp8(q, k, v, causal=causal, softmax_scale=scale, hadamard=hadamard, return_lse=True)
+    assert o.dtype == q.dtype and o.shape == q.shape and o.grad_fn is None
+    assert torch.isfinite(o).all(), f"{int((~torch.isfinite(o)).sum())} non-finite elements of O"
+    ref = sdpa(q, k, v, causal, scale, torch.float64)
+    err = rel_l2(o, ref)
+    print(f"attention_fp8 rel L2 {tuple(q.shape)} k {tuple(k.shape)} causal={causal}: {err:.3e}")
+    assert err < FP8_MAX_REL_L2, f"O: relative L2 error {err:.3e} >= {FP8_MAX_REL_L2}"
+    lse_ref = reference_lse(q, k, causal, scale)
+    lse_err = (lse.double() - lse_ref).abs().max().item()
+    assert lse_err <= FP8_LSE_ATOL + 1e-3 * lse_ref.abs().max().item(), f"LSE: max error {lse_err:.3e}"
+    return o
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_fp8_head_dims(head_dim, causal, dtype):
+    need_gpu()
+    q, k, v = (randn(2, 300, 4, head_dim, dtype=DTYPES[dtype], seed=s) for s in (1, 2, 3))
+    check_fp8_against_float64(q, k, v, causal)
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k, causal", [(17, 17, True), (17, 1000, False), (17, 1000, True),
+                                                        (1000, 17, False), (1000, 1000, True), (1, 129, True)])
+def test_attention_fp8_odd_lengths(seqlen_q, seqlen_k, causal):
+    need_gpu()
+    q = randn(1, seqlen_q, 4, 128, seed=4)
+    k, v = randn(1, seqlen_k, 4, 128, seed=5), randn(1, seqlen_k, 4, 128, seed=6)
+    check_fp8_against_float64(q, k, v, causal)
+
+
+@pytest.mark.parametrize("heads_q, heads_kv", [(8, 2), (8, 1)])
+def test_attention_fp8_gqa(heads_q, heads_kv):
+    need_gpu()
+    q = randn(2, 256, heads_q, 128, seed=7)
+    k, v = randn(2, 384, heads_kv, 128, seed=8), randn(2, 384, heads_kv, 128, seed=9)
+    check_fp8_against_float64(q, k, v, True)
+    check_fp8_against_float64(q, k, v, False, scale=0.05, hadamard=False)
+
+
+def test_attention_fp8_has_no_autograd():
+    need_gpu()
+    q = randn(1, 64, 2, 64, seed=10).requires_grad_()
+    o = hattn.attention_fp8(q, q, q)
+    assert o.grad_fn is None and not o.requires_grad
+
+
+def dequantize(x8, descale):
+    """x8 [b, s, h, d] e4m3 times its per-block descale [b, h, ceil(s / 128)]: fp32 [b, s, h, d]."""
+    s = x8.shape[1]
+    per_row = descale.repeat_interleave(FP8_BLOCK_ROWS, dim=2)[:, :, :s]  # [b, h, s]
+    return x8.float() * per_row.transpose(1, 2).unsqueeze(-1)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_fp8_prepass_dequantizes_to_the_input(head_dim):
+    need_gpu()
+    q, k, v = randn(2, 300, 4, head_dim, seed=11), randn(2, 200, 2, head_dim, seed=12), randn(2, 200, 2, head_dim, seed=13)
+    q[:, 130:140] *= 50  # one block with large rows: its own descale
+    q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", False, 0, 0)
+    assert q8.dtype == torch.float8_e4m3fn and qd.shape == (2, 4, 3) and kd.shape == vd.shape == (2, 2, 2)
+    for name, x8, d, x in (("q", q8, qd, q), ("k", k8, kd, k), ("v", v8, vd, v)):
+        err = rel_l2(dequantize(x8, d), x)
+        assert err < FP8_PREPASS_MAX_REL_L2, f"{name}: dequantized rel L2 error {err:.3e}"
+    # The Hadamard transform leaves scores unchanged (and v untouched but quantized).
+    q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", True, 1234, 0)
+    scores = lambda a, b: a.float().transpose(1, 2) @ b.float().transpose(1, 2).repeat_interleave(2, 1).transpose(-1, -2)
+    err = rel_l2(scores(dequantize(q8, qd), dequantize(k8, kd)), scores(q, k))
+    assert err < FP8_MAX_REL_L2, f"scores after the Hadamard pre-pass: rel L2 error {err:.3e}"
+    assert rel_l2(dequantize(v8, vd), v) < FP8_PREPASS_MAX_REL_L2
+
+
+def test_fp8_prepass_rope_half():
+    need_gpu()
+    b, sq, sk, h, d, offset = 1, 100, 150, 2, 128, 50
+    q, k = randn(b, sq, h, d, seed=14), randn(b, sk, h, d, seed=15)
+    pos = torch.arange(sk, device="cuda", dtype=torch.float32)[:, None]
+    angle = pos * (10000.0 ** (-torch.arange(d // 2, device="cuda", dtype=torch.float32) / (d // 2)))
+    cos, sin = angle.cos().contiguous(), angle.sin().contiguous()
+
+    def rope(x, rows):
+        a, c = x.float()[..., : d // 2], x.float()[..., d // 2:]
+        cs, sn = cos[rows][None, :, None, :], sin[rows][None, :, None, :]
+        return torch.cat((a * cs - c * sn, a * sn + c * cs), dim=-1)
+
+    q8, k8, _, qd, kd, _ = torch.ops.hattn.fp8_prepass(q, k, k, cos, sin, "half", False, 0, offset)
+    assert rel_l2(dequantize(q8, qd), rope(q, slice(offset, offset + sq))) < FP8_PREPASS_MAX_REL_L2
+    assert rel_l2(dequantize(k8, kd), rope(k, slice(0, sk))) < FP8_PREPASS_MAX_REL_L2
+
+
+def test_fp8_opcheck():
+    need_gpu()
+    q, k, v = randn(1, 100, 4, 64, seed=16), randn(1, 90, 2, 64, seed=17), randn(1, 90, 2, 64, seed=18)
+    torch.library.opcheck(torch.ops.hattn.fp8_prepass.default, (q, k, v, None, None, "none", True, 3, 0))
+    outs = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", True, 3, 0)
+    torch.library.opcheck(torch.ops.hattn.fwd_fp8.default, (*outs, True, 0.0, torch.bfloat16))
+
+
+def test_attention_fp8_torch_compile_fullgraph():
+    need_gpu()
+    torch._dynamo.reset()
+    fn = lambda q, k, v: hattn.attention_fp8(q, k, v, causal=True) * 2.0
+    compiled = torch.compile(fn, fullgraph=True, backend=os.environ.get("HATTN_COMPILE_BACKEND", "inductor"))
+    q, k = randn(2, 256, 8, 128, seed=19), randn(2, 256, 2, 128, seed=20)
+    out, eager = compiled(q, k, k), fn(q, k, k)
+    torch.testing.assert_close(out, eager, rtol=1e-2, atol=1e-2)
+
+
+def test_fp8_runs_on_the_current_stream():
+    need_gpu()
+    q = randn(1, 512, 4, 128, seed=21)
+    expected = hattn.attention_fp8(q, q, q)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = hattn.attention_fp8(q, q, q)
+    side.synchronize()
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_fp8_bad_inputs_raise():
+    need_gpu()
+    q = randn(1, 128, 4, 64, seed=22)
+    q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, q, q)
+    cases = [
+        (lambda: hattn.attention_fp8(q, q.cpu(), q), ValueError, "k: on cpu"),
+        (lambda: hattn.attention_fp8(q.float(), q, q), ValueError, "q: .*bfloat16 or float16"),
+        (lambda: hattn.attention_fp8(q[..., :48], q[..., :48], q[..., :48]), hattn.HattnArgumentError,
+         "head_dim = 48"),
+        (lambda: hattn.attention_fp8(q, q[:, :, :3], q[:, :, :3]), hattn.HattnArgumentError, "heads_q = 4 .*heads_kv = 3"),
+        (lambda: hattn.attention_fp8(q, q, q, softmax_scale=-1.0), hattn.HattnArgumentError, "softmax_scale"),
+        (lambda: torch.ops.hattn.fwd_fp8(q, k8, v8, qd, kd, vd), ValueError, "q8: expected a torch.float8_e4m3fn"),
+        (lambda: torch.ops.hattn.fwd_fp8(q8, k8, v8, qd[:, :2], kd, vd), ValueError, "q_descale: expected"),
+        (lambda: torch.ops.hattn.fwd_fp8(q8, k8, v8, qd, kd, vd.cpu()), ValueError, "v_descale: on cpu"),
+        (lambda: torch.ops.hattn.fp8_prepass(q, q, q, rope="half"), ValueError, "rope_cos: required"),
+    ]
+    for call, error, pattern in cases:
+        with pytest.raises(error, match=pattern):
+            call()
+    torch.cuda.synchronize()  # nothing was launched with bad arguments: the context is healthy
+    check_fp8_against_float64(q, q, q, False)

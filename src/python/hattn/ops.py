@@ -110,7 +110,8 @@ def _fp8_prepass_fake(q, k, v, rope_cos=None, rope_sin=None, rope="none", hadama
     capi._check_rank(q=q, k=k, v=v)
     outs = capi.fp8_prepass_outputs(q, k, v)
     tables = [t for t in (rope_cos, rope_sin) if t is not None]
-    if _static(q, k, v, *tables):  # symbolic sizes (dynamic shapes) are checked when the op runs
+    scalars_static = isinstance(seed, int) and isinstance(rope_q_offset, int)
+    if _static(q, k, v, *tables) and scalars_static:  # symbolic values are checked when the op runs
         lib = library()
         lib.check_fp8_prepass(lib.fp8_prepass_params_torch(q, k, v, *outs, rope_cos=rope_cos, rope_sin=rope_sin,
                                                            rope=rope, hadamard=hadamard, seed=seed,
