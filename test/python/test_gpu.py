@@ -531,7 +531,8 @@ def dequantize(x8, descale):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_fp8_prepass_dequantizes_to_the_input(head_dim):
     need_gpu()
-    q, k, v = randn(2, 300, 4, head_dim, seed=11), randn(2, 200, 2, head_dim, seed=12), randn(2, 200, 2, head_dim, seed=13)
+    q = randn(2, 300, 4, head_dim, seed=11)
+    k, v = randn(2, 200, 2, head_dim, seed=12), randn(2, 200, 2, head_dim, seed=13)
     q[:, 130:140] *= 50  # one block with large rows: its own descale
     q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", False, 0, 0)
     assert q8.dtype == torch.float8_e4m3fn and qd.shape == (2, 4, 3) and kd.shape == vd.shape == (2, 2, 2)
@@ -540,7 +541,8 @@ def test_fp8_prepass_dequantizes_to_the_input(head_dim):
         assert err < FP8_PREPASS_MAX_REL_L2, f"{name}: dequantized rel L2 error {err:.3e}"
     # The Hadamard transform leaves scores unchanged (and v untouched but quantized).
     q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", True, 1234, 0)
-    scores = lambda a, b: a.float().transpose(1, 2) @ b.float().transpose(1, 2).repeat_interleave(2, 1).transpose(-1, -2)
+    def scores(a, b):  # [b, heads_q, s_q, s_k]; b has half a's heads
+        return a.float().transpose(1, 2) @ b.float().transpose(1, 2).repeat_interleave(2, 1).transpose(-1, -2)
     err = rel_l2(scores(dequantize(q8, qd), dequantize(k8, kd)), scores(q, k))
     assert err < FP8_MAX_REL_L2, f"scores after the Hadamard pre-pass: rel L2 error {err:.3e}"
     assert rel_l2(dequantize(v8, vd), v) < FP8_PREPASS_MAX_REL_L2
@@ -603,7 +605,8 @@ def test_fp8_bad_inputs_raise():
         (lambda: hattn.attention_fp8(q.float(), q, q), ValueError, "q: .*bfloat16 or float16"),
         (lambda: hattn.attention_fp8(q[..., :48], q[..., :48], q[..., :48]), hattn.HattnArgumentError,
          "head_dim = 48"),
-        (lambda: hattn.attention_fp8(q, q[:, :, :3], q[:, :, :3]), hattn.HattnArgumentError, "heads_q = 4 .*heads_kv = 3"),
+        (lambda: hattn.attention_fp8(q, q[:, :, :3], q[:, :, :3]), hattn.HattnArgumentError,
+         "heads_q = 4 .*heads_kv = 3"),
         (lambda: hattn.attention_fp8(q, q, q, softmax_scale=-1.0), hattn.HattnArgumentError, "softmax_scale"),
         (lambda: torch.ops.hattn.fwd_fp8(q, k8, v8, qd, kd, vd), ValueError, "q8: expected a torch.float8_e4m3fn"),
         (lambda: torch.ops.hattn.fwd_fp8(q8, k8, v8, qd[:, :2], kd, vd), ValueError, "q_descale: expected"),

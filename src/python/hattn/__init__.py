@@ -18,4 +18,5 @@ from .ops import bwd, fp8_prepass, fwd, fwd_fp8, library
 
 __version__ = "0.1.0"  # = include/hattn.h's HATTN_VERSION_*; hattn.library().version() is the library's
 
-__all__ = ["attention", "attention_fp8", "fwd", "bwd", "fp8_prepass", "fwd_fp8", "library", "HattnError", "HattnArgumentError", "__version__"]
+__all__ = ["attention", "attention_fp8", "fwd", "bwd", "fp8_prepass", "fwd_fp8", "library",
+           "HattnError", "HattnArgumentError", "__version__"]
