@@ -36,14 +36,17 @@ def test_ctypes_mirror_matches_the_header():
     lib.check_fp8_contiguous_helpers()
 
 
-def test_ctypes_mirror_catches_a_wrong_fp8_field(monkeypatch):
+def test_ctypes_mirror_catches_a_wrong_fp8_field():
     fields = list(capi.HattnFwdFp8Params._fields_)
     fields[-1], fields[-2] = fields[-2], fields[-1]  # causal <-> flags
     broken = type("Broken", (capi.ctypes.Structure,), {"_fields_": fields})
-    monkeypatch.setattr(capi, "STRUCTS", (("hattn_fwd_fp8_params", broken, capi.EXPECTED_FWD_FP8_OFFSETS,
-                                           capi.EXPECTED_FWD_FP8_SIZE),))
-    with pytest.raises(SystemExit, match="hattn_fwd_fp8_params"):
-        capi.check_struct_layout(HEADER)
+    saved = capi.STRUCTS  # (no monkeypatch fixture: run_without_pytest.py runs this file too)
+    capi.STRUCTS = (("hattn_fwd_fp8_params", broken, capi.EXPECTED_FWD_FP8_OFFSETS, capi.EXPECTED_FWD_FP8_SIZE),)
+    try:
+        with pytest.raises(SystemExit, match="hattn_fwd_fp8_params"):
+            capi.check_struct_layout(HEADER)
+    finally:
+        capi.STRUCTS = saved
 
 
 def test_op_schemas():
