@@ -452,7 +452,12 @@ def test_python_overhead_within_3_percent_of_the_c_api():
 FP8_MAX_REL_L2 = 8e-2
 # The pre-pass alone: each element rounded to e4m3, half an ulp 2^-4 relative at worst, RMS ~2.6e-2.
 FP8_PREPASS_MAX_REL_L2 = 5e-2
-FP8_LSE_ATOL = 5e-2  # 8-bit GEMM accumulation and Q/K rounding move scores (and the LSE) by ~1e-2
+# LSE: rounding Q and K to e4m3 moves every score, and the LSE can move by as much as the largest
+# score of its row does (LSE is 1-Lipschitz in the max-norm of the scores): up to ~0.3 for rows of
+# large scores. That part is computed, not bounded, by taking the float64 LSE of the pre-pass's own
+# dequantized Q and K; the kernel itself must then be within this of it (the 8-bit GEMM's reduced
+# accumulation precision; test/fwd_fp8_test.cu measured up to 3e-2).
+FP8_LSE_ATOL = 5e-2
 FP8_BLOCK_ROWS = 128
 
 
@@ -481,9 +486,16 @@ def check_fp8_against_float64(q, k, v, causal, scale=None, hadamard=True):
     err = rel_l2(o, ref)
     print(f"attention_fp8 rel L2 {tuple(q.shape)} k {tuple(k.shape)} causal={causal}: {err:.3e}")
     assert err < FP8_MAX_REL_L2, f"O: relative L2 error {err:.3e} >= {FP8_MAX_REL_L2}"
+    # The same pre-pass attention_fp8 ran (deterministic: same seed, same bytes), dequantized.
+    q8, k8, _, qd, kd, _ = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", hadamard, 0, 0)
     lse_ref = reference_lse(q, k, causal, scale)
-    lse_err = (lse.double() - lse_ref).abs().max().item()
-    assert lse_err <= FP8_LSE_ATOL + 1e-3 * lse_ref.abs().max().item(), f"LSE: max error {lse_err:.3e}"
+    lse_deq = reference_lse(dequantize(q8, qd), dequantize(k8, kd), causal, scale)
+    lse_err = (lse.double() - lse_deq).abs().max().item()
+    moved = (lse_deq - lse_ref).abs().max().item()
+    print(f"attention_fp8 LSE: {lse_err:.3e} from the dequantized inputs' (which the rounding of Q/K "
+          f"moved by up to {moved:.3e} from the 16-bit inputs')")
+    assert lse_err <= FP8_LSE_ATOL + 1e-3 * lse_deq.abs().max().item(), (
+        f"LSE: max error {lse_err:.3e} against the float64 LSE of the dequantized Q, K")
     return o
 
 
@@ -571,7 +583,10 @@ def test_fp8_opcheck():
     q, k, v = randn(1, 100, 4, 64, seed=16), randn(1, 90, 2, 64, seed=17), randn(1, 90, 2, 64, seed=18)
     torch.library.opcheck(torch.ops.hattn.fp8_prepass.default, (q, k, v, None, None, "none", True, 3, 0))
     outs = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", True, 3, 0)
-    torch.library.opcheck(torch.ops.hattn.fwd_fp8.default, (*outs, True, 0.0, torch.bfloat16))
+    # opcheck's schema test perturbs the inputs arithmetically, which PyTorch does not implement
+    # for float8_e4m3fn tensors ("mul_cuda" not implemented): the other checks run on fwd_fp8.
+    torch.library.opcheck(torch.ops.hattn.fwd_fp8.default, (*outs, True, 0.0, torch.bfloat16),
+                          test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
 
 
 def test_attention_fp8_torch_compile_fullgraph():
