@@ -267,38 +267,24 @@ hattn_fp8_prepass_params hattn_fp8_prepass_params_contiguous(const void* q, cons
     p.q_descale = q_descale;
     p.k_descale = k_descale;
     p.v_descale = v_descale;
-    p.batch = batch;
-    p.heads_q = heads_q;
-    p.heads_kv = heads_kv;
-    p.seqlen_q = seqlen_q;
-    p.seqlen_k = seqlen_k;
-    p.head_dim = head_dim;
     std::memcpy(&p.dtype, &dtype, sizeof(p.dtype));  // as given, even a value no enumerator names
-    const Strides q_like = contiguous_strides(seqlen_q, heads_q, head_dim);
-    const Strides kv_like = contiguous_strides(seqlen_k, heads_kv, head_dim);
+    const ContiguousLayout l =
+        set_contiguous_sizes_and_qkv_strides(p, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim);
     // The e4m3 outputs have the inputs' element strides (one byte per element).
-    set_strides(q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    set_strides(kv_like, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    set_strides(kv_like, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    set_strides(q_like, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
-    set_strides(kv_like, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
-    set_strides(kv_like, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
+    set_strides(l.q_like, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
+    set_strides(l.kv_like, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
+    set_strides(l.kv_like, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
     return p;
 }
 
 hattn_status hattn_fp8_prepass_validate(const hattn_fp8_prepass_params* params, char* msg, size_t msg_len) {
-    const Failure f = validate(params);
-    write_message(f, msg, msg_len);
-    return f.status;
+    return reported(validate(params), msg, msg_len);
 }
 
 hattn_status hattn_fp8_prepass(const hattn_fp8_prepass_params* params, cudaStream_t stream) {
     // Validation before any CUDA call: a bad call launches and writes nothing.
-    const Failure f = validate(params);
-    if (f.failed()) return f.status;
-
-    const hattn_status device_status = check_device();
-    if (device_status != HATTN_SUCCESS) return device_status;
+    const hattn_status ready = ready_to_launch(validate(params));
+    if (ready != HATTN_SUCCESS) return ready;
 
     const hattn::fp8::Fp8PrepassArgs args = make_args(*params);
     std::string error;

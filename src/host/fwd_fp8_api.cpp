@@ -223,24 +223,7 @@ fp8::Fp8FwdArgs make_args(const hattn_fwd_fp8_params& p) {
     a.k_descale = p.k_descale;
     a.v_descale = p.v_descale;
     a.vt = p.workspace;
-    a.batch = p.batch;
-    a.heads_q = p.heads_q;
-    a.heads_kv = p.heads_kv;
-    a.seqlen_q = p.seqlen_q;
-    a.seqlen_k = p.seqlen_k;
-    a.head_dim = p.head_dim;
-    a.q_batch_stride = p.q_batch_stride;
-    a.q_seq_stride = p.q_seq_stride;
-    a.q_head_stride = p.q_head_stride;
-    a.k_batch_stride = p.k_batch_stride;
-    a.k_seq_stride = p.k_seq_stride;
-    a.k_head_stride = p.k_head_stride;
-    a.v_batch_stride = p.v_batch_stride;
-    a.v_seq_stride = p.v_seq_stride;
-    a.v_head_stride = p.v_head_stride;
-    a.o_batch_stride = p.o_batch_stride;
-    a.o_seq_stride = p.o_seq_stride;
-    a.o_head_stride = p.o_head_stride;
+    copy_sizes_and_strides(p, a);
     a.o_dtype = p.o_dtype == HATTN_DTYPE_BF16 ? hattn::fwd::Dtype::kBf16 : hattn::fwd::Dtype::kFp16;
     a.softmax_scale = resolved_scale(p.softmax_scale, p.head_dim);
     a.causal = p.causal != 0;
@@ -271,35 +254,21 @@ hattn_fwd_fp8_params hattn_fwd_fp8_params_contiguous(const void* q, const void* 
     p.q_descale = q_descale;
     p.k_descale = k_descale;
     p.v_descale = v_descale;
-    p.batch = batch;
-    p.heads_q = heads_q;
-    p.heads_kv = heads_kv;
-    p.seqlen_q = seqlen_q;
-    p.seqlen_k = seqlen_k;
-    p.head_dim = head_dim;
     std::memcpy(&p.o_dtype, &o_dtype, sizeof(p.o_dtype));  // as given, even a value no enumerator names
     // One byte per e4m3 element: the element strides are the byte strides.
-    const Strides q_like = contiguous_strides(seqlen_q, heads_q, head_dim);
-    const Strides kv_like = contiguous_strides(seqlen_k, heads_kv, head_dim);
-    set_strides(q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    set_strides(kv_like, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    set_strides(kv_like, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    set_strides(q_like, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
+    const ContiguousLayout l =
+        set_contiguous_sizes_and_qkv_strides(p, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim);
+    set_strides(l.q_like, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
     return p;
 }
 
 hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params, char* msg, size_t msg_len) {
-    const Failure f = validate(params);
-    write_message(f, msg, msg_len);
-    return f.status;
+    return reported(validate(params), msg, msg_len);
 }
 
 hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stream) {
-    const Failure f = validate(params);
-    if (f.failed()) return f.status;
-
-    const hattn_status device_status = check_device();
-    if (device_status != HATTN_SUCCESS) return device_status;
+    const hattn_status ready = ready_to_launch(validate(params));
+    if (ready != HATTN_SUCCESS) return ready;
 
     const fp8::Fp8FwdArgs args = make_args(*params);
     std::string error;

@@ -121,11 +121,22 @@ Failure first_failure(const Checks&... checks) {
 // "ok" or the failure's message into msg (if msg != NULL and msg_len > 0), always NUL-terminated.
 void write_message(const Failure& f, char* msg, size_t msg_len);
 
+// What a hattn_*_validate entry point returns: the failure's status, its message written to msg.
+inline hattn_status reported(const Failure& f, char* msg, size_t msg_len) {
+    write_message(f, msg, msg_len);
+    return f.status;
+}
+
 // ---- After validation -----------------------------------------------------------------------------
 
 // HATTN_SUCCESS when the current device is compute capability 9.0 (Hopper); otherwise
 // HATTN_ERROR_UNSUPPORTED_DEVICE, or HATTN_ERROR_CUDA when the device cannot be queried.
 hattn_status check_device();
+
+// Before a launch: the validation status if validation failed, else the device check's.
+inline hattn_status ready_to_launch(const Failure& validation) {
+    return validation.failed() ? validation.status : check_device();
+}
 
 // The status for a launcher's result: HATTN_SUCCESS, or HATTN_ERROR_CUDA after printing
 // "<api>: <error> (<CUDA error>)" to stderr when HATTN_LOG_ERRORS is set to a non-zero value.
