@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/format.h"
 #include "hattn.h"
 #include "host/validate.h"
 #include "kernels/fwd_args.h"
@@ -87,8 +88,9 @@ void set_contiguous_qkvo(Params& p, const void* q, const void* k, const void* v,
 
 // ---- What the checks walk -----------------------------------------------------------------------
 
+// `dtype`: the dtype the shared 16-bit checks see (the FP8 forward's is its o_dtype).
 template <class Params>
-Shape shape_of(const Params& p) {
+Shape shape_of(const Params& p, int dtype) {
     Shape s;
     s.batch = p.batch;
     s.heads_q = p.heads_q;
@@ -96,8 +98,12 @@ Shape shape_of(const Params& p) {
     s.seqlen_q = p.seqlen_q;
     s.seqlen_k = p.seqlen_k;
     s.head_dim = p.head_dim;
-    s.dtype = enum_value(p.dtype);
+    s.dtype = dtype;
     return s;
+}
+template <class Params>
+Shape shape_of(const Params& p) {
+    return shape_of(p, enum_value(p.dtype));
 }
 
 template <class Params>
@@ -115,6 +121,30 @@ TensorView v_view(const Params& p) {
 template <class Params>
 TensorView o_view(const Params& p) {
     return {"o", "o", p.o, p.seqlen_q, p.heads_q, p.o_batch_stride, p.o_seq_stride, p.o_head_stride};
+}
+
+// ---- The FP8 entry points' per-block descales ------------------------------------------------------
+
+// Descale blocks along a sequence: one fp32 per HATTN_FP8_BLOCK_ROWS rows.
+inline int64_t fp8_blocks_of(int seqlen) {
+    return (static_cast<int64_t>(seqlen) + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS;
+}
+
+// `v.descale[3]` and `v.descale_name[3]` of q, k, v.
+template <class Views>
+Failure check_descales_not_null(const Views& v) {
+    for (int i = 0; i < 3; ++i) {
+        if (v.descale[i] == nullptr) return fail(HATTN_ERROR_NULL_POINTER, common::format("%s is NULL", v.descale_name[i]));
+    }
+    return {};
+}
+template <class Views>
+Failure check_descale_alignment(const Views& v) {
+    for (int i = 0; i < 3; ++i) {
+        Failure f = check_fp32_alignment(v.descale_name[i], v.descale[i]);
+        if (f.failed()) return f;
+    }
+    return {};
 }
 
 // ---- Into the launchers' argument structs ---------------------------------------------------------

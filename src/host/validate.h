@@ -90,6 +90,10 @@ Failure check_sizes(const Shape& s);
 // Positive strides (all tensors first: a zero or negative stride is a layout error, not an
 // alignment one), then 16-byte aligned base addresses and stride bytes (TMA).
 Failure check_strides_and_alignment(const Shape& s, Tensors views);
+// An e4m3 tensor (one byte per element, strides in bytes): its strides positive; then its base
+// address and strides 16-byte aligned (TMA, 16-byte vectors). Callers order them across tensors.
+Failure check_positive_strides(const TensorView& t);
+Failure check_e4m3_alignment(const TensorView& t);
 // An fp32 array read or written with plain 4-byte accesses (NULL passes: optional arrays).
 Failure check_fp32_alignment(const char* name, const float* ptr);
 // batch * heads_q fits in int32 (the kernels linearize (batch, head) into an int).
