@@ -181,10 +181,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // This CTA's tile on pass `pass` of its walk, its first query row and the number of KV blocks
     // its rows see; false once the walk is over.
     auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
-        if (!p.scheduler.tile_for_pass(pass, t)) return false;
-        m0 = t.m_block * kBlockM;
-        n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
-        return true;
+        return p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
     };
 
     // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
@@ -203,8 +200,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
                                            t.batch);
                 q_state.advance();
-                // K runs one block ahead of V, the consumers' order: they need K_it and V_{it-1}
-                // together (S_it and P_{it-1} V_{it-1} are issued back to back).
+                // KV block `it` counts from the last block (load_kv_blocks orders K before V).
                 auto load_k = [&](int it) {
                     uint64_t* full = smem.k_ring.producer_acquire(k_state, Cfg::KvTile::kTxBytes);
                     smem.k[k_state.stage].load(&tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -215,14 +211,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     smem.v[v_state.stage].load(&tmap_v, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
                     v_state.advance();
                 };
-                if (n_blocks > 0) {
-                    load_k(0);
-                    for (int it = 1; it < n_blocks; ++it) {
-                        load_k(it);
-                        load_v(it - 1);
-                    }
-                    load_v(n_blocks - 1);
-                }
+                load_kv_blocks(n_blocks, load_k, load_v);
             }
         }
     } else {
@@ -450,15 +439,12 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         !make_bshd_map(&to, o, Elem::kTmaType, kBoxCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
-    const int num_m_blocks = (a.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * a.heads_q * a.batch;
-    if (num_tiles > INT32_MAX) {
-        if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
+    TileScheduler scheduler;
+    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, scheduler, error)) {
         return cudaErrorInvalidValue;
     }
-    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal},
-                         TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal},
-                         a.softmax_scale, a.softmax_scale * kLog2e};
+    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
+                         a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");

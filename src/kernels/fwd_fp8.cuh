@@ -215,10 +215,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     });
 
     auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
-        if (!p.scheduler.tile_for_pass(pass, t)) return false;
-        m0 = t.m_block * kBlockM;
-        n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
-        return true;
+        return p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
     };
 
     if (warpgroup == 0) {
@@ -232,7 +229,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
                 smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
                 q_state.advance();
-                // K one block ahead of V^T: the consumers issue S_it with P_{it-1} V_{it-1}.
+                // KV block `it` counts from the last block (load_kv_blocks orders K before V^T).
                 auto load_k = [&](int it) {
                     uint64_t* full = smem.k_ring.producer_acquire(k_state, Cfg::KTile::kTxBytes);
                     smem.k[k_state.stage].load(&tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -243,14 +240,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     smem.vt[v_state.stage].load_at(&tmap_vt, full, (n_blocks - 1 - it) * kBlockN, 0, t.kv_head, t.batch);
                     v_state.advance();
                 };
-                if (n_blocks > 0) {
-                    load_k(0);
-                    for (int it = 1; it < n_blocks; ++it) {
-                        load_k(it);
-                        load_v(it - 1);
-                    }
-                    load_v(n_blocks - 1);
-                }
+                load_kv_blocks(n_blocks, load_k, load_v);
             }
         }
     } else {
@@ -498,13 +488,9 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     p.q_descale_blocks = (a.seqlen_q + kDescaleRows - 1) / kDescaleRows;
     p.kv_descale_blocks = (a.seqlen_k + kDescaleRows - 1) / kDescaleRows;
     p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
-    const int num_m_blocks = (a.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * a.heads_q * a.batch;
-    if (num_tiles > INT32_MAX) {
-        if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
+    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, p.scheduler, error)) {
         return cudaErrorInvalidValue;
     }
-    p.scheduler = TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal};
     p.scale = a.softmax_scale;
 
     constexpr int kSmem = shared_bytes<Cfg>();
