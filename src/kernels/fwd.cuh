@@ -178,12 +178,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.v_ring.init(kConsumerWarps);
     });
 
-    // This CTA's tile on pass `pass` of its walk, its first query row and the number of KV blocks
-    // its rows see; false once the walk is over.
-    auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
-        return p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
-    };
-
     // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
     // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
     if (warpgroup == 0) {
@@ -194,7 +188,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
-            for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+            for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+                 ++pass) {
                 // Q is loaded for every tile, even one with nothing to attend to, so that Q's
                 // phases never depend on the mask.
                 smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
@@ -278,7 +273,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // that arrival after the walk so every barrier is left balanced.
         if (Cfg::kPingPong && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
 
-        for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+        for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+             ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));

@@ -214,10 +214,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.v_ring.init(kConsumerWarps);
     });
 
-    auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
-        return p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
-    };
-
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
@@ -226,7 +222,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
-            for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+            for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+                 ++pass) {
                 smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
                 q_state.advance();
                 // KV block `it` counts from the last block (load_kv_blocks orders K before V^T).
@@ -280,7 +277,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         typename Ring<Cfg::kStages>::State k_state, v_state;
         Tile t;
         int m0, n_blocks;
-        for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+        for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+             ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             // Descales of this slice of Q and of the KV blocks of this head.
