@@ -326,14 +326,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         }
                         rescale_rows(o, o_scale);
                         acc_to_a_fragment<Elem, kBlockN>(s, pf);
-                        take_turn();
-                        ptx::wgmma_fence();
-                        gemm_qk(k_state.stage);
-                        ptx::wgmma_commit_group();
-                        ptx::wgmma_fence();
-                        gemm_pv(v_state.stage);
-                        ptx::wgmma_commit_group();
-                        pass_turn();
+                        issue_qk_then_pv(
+                            take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
                         ptx::wgmma_wait_group<1>();  // S_it is ready; PV may still run
                         ptx::wgmma_fence_operand(s);
                         release(smem.k_ring, k_state);

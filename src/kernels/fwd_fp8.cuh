@@ -347,14 +347,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     }
                     rescale_o(v_ds);
                     acc_to_a_fragment_e4m3<kBlockN>(s, pf);
-                    take_turn();
-                    ptx::wgmma_fence();
-                    gemm_qk(k_state.stage);
-                    ptx::wgmma_commit_group();
-                    ptx::wgmma_fence();
-                    gemm_pv(v_state.stage);
-                    ptx::wgmma_commit_group();
-                    pass_turn();
+                    issue_qk_then_pv(
+                        take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
                     ptx::wgmma_wait_group<1>();
                     ptx::wgmma_fence_operand(s);
                     release(smem.k_ring, k_state);

@@ -14,6 +14,7 @@
 #include "ptx/fence.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/warp.cuh"
+#include "ptx/wgmma.cuh"
 
 namespace hattn::sm90 {
 
@@ -88,6 +89,22 @@ __device__ __forceinline__ void load_kv_blocks(int n_blocks, LoadK&& load_k, Loa
         load_v(it - 1);
     }
     load_v(n_blocks - 1);
+}
+
+// The consumers' side of that order: S_it = Q K_it^T and P_{it-1} V_{it-1} issued back to back
+// as two wgmma groups within one turn of the tensor cores, so the caller can wait for S alone
+// (wgmma_wait_group<1>) and run its softmax while the PV GEMM still runs.
+template <class TakeTurn, class GemmQk, class GemmPv, class PassTurn>
+__device__ __forceinline__ void issue_qk_then_pv(TakeTurn&& take_turn, GemmQk&& gemm_qk, GemmPv&& gemm_pv,
+                                                 PassTurn&& pass_turn) {
+    take_turn();
+    ptx::wgmma_fence();
+    gemm_qk();
+    ptx::wgmma_commit_group();
+    ptx::wgmma_fence();
+    gemm_pv();
+    ptx::wgmma_commit_group();
+    pass_turn();
 }
 
 // A named barrier (bar.sync / bar.arrive id, count) whose thread count is part of its type, so
