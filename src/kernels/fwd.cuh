@@ -298,8 +298,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 v_state.advance();
             };
 
-#pragma unroll
-            for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+            zero_fill(o);
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
 

@@ -307,8 +307,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 rescale_rows(o, o_scale);
             };
 
-#pragma unroll
-            for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+            zero_fill(o);
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
 
