@@ -169,10 +169,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the consumers' last QK^T when O has its own staging buffer (one lane per warp), else once
     // the O store that reuses Q's buffer has been read out (one thread per consumer).
     init_barriers([&] {
-        ptx::prefetch_tensormap(&tmap_q);
-        ptx::prefetch_tensormap(&tmap_k);
-        ptx::prefetch_tensormap(&tmap_v);
-        ptx::prefetch_tensormap(&tmap_o);
+        prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_v, &tmap_o);
         smem.q_ring.init(Cfg::kSeparateO ? kConsumerWarps : Cfg::kConsumers);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);

@@ -205,10 +205,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // O has its own staging buffer, so Q is free after the last QK^T (one lane per warp).
     init_barriers([&] {
-        ptx::prefetch_tensormap(&tmap_q);
-        ptx::prefetch_tensormap(&tmap_k);
-        ptx::prefetch_tensormap(&tmap_vt);
-        ptx::prefetch_tensormap(&tmap_o);
+        prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_vt, &tmap_o);
         smem.q_ring.init(kConsumerWarps);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);

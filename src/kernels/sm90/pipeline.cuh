@@ -13,6 +13,7 @@
 #include "ptx/barrier.cuh"
 #include "ptx/fence.cuh"
 #include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
 #include "ptx/warp.cuh"
 #include "ptx/wgmma.cuh"
 
@@ -63,6 +64,12 @@ struct Ring {
     __device__ __forceinline__ void consumer_wait(const State& st) { ptx::mbarrier_wait(&full[st.stage], st.phase); }
     __device__ __forceinline__ void consumer_release(const State& st) { ptx::mbarrier_arrive(&empty[st.stage]); }
 };
+
+// The kernel's tensor maps into the descriptor cache before their first TMA use (one thread).
+template <class... Maps>
+__device__ __forceinline__ void prefetch_tensormaps(const Maps*... tmaps) {
+    (ptx::prefetch_tensormap(tmaps), ...);
+}
 
 // Barrier setup by one thread (`init` runs in thread 0), published to the async proxy (TMA
 // completes on these barriers) and to every thread of the CTA before anyone touches them.
