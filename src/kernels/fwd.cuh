@@ -87,10 +87,8 @@ struct Config {
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    // Register split of the SM's 64K: the producer only computes coordinates, the consumers hold
-    // O, S and P. 2 consumers: 128 x 24 + 256 x 240 = 64512; 3: 128 x 32 + 384 x 160 = 65536.
-    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
-    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
+    static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
+    static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
 
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;

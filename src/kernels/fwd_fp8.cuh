@@ -82,10 +82,8 @@ struct Config {
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    // Register split as the 16-bit forward: 2 consumers 128 x 24 + 256 x 240 = 64512 of the SM's
-    // 64K; 3 consumers 128 x 32 + 384 x 160 = 65536.
-    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
-    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
+    static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
+    static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
     static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
 
     // 8-bit rows are head_dim (Q, K) or kBlockN (V^T) bytes: 64-byte rows take the 64-byte swizzle.

@@ -65,6 +65,12 @@ struct Ring {
     __device__ __forceinline__ void consumer_release(const State& st) { ptx::mbarrier_arrive(&empty[st.stage]); }
 };
 
+// setmaxnreg's split of the SM's 64K registers between one producer warpgroup, which only
+// computes coordinates, and `consumers` (2 or 3) consumer warpgroups, which hold O, S and P:
+// 2 consumers 128 x 24 + 256 x 240 = 64512; 3 consumers 128 x 32 + 384 x 160 = 65536.
+constexpr uint32_t producer_regs(int consumers) { return consumers == 2 ? 24 : 32; }
+constexpr uint32_t consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
+
 // The kernel's tensor maps into the descriptor cache before their first TMA use (one thread).
 template <class... Maps>
 __device__ __forceinline__ void prefetch_tensormaps(const Maps*... tmaps) {
