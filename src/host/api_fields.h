@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/format.h"
 #include "hattn.h"
 #include "host/validate.h"
 #include "kernels/fwd_args.h"
@@ -47,6 +48,30 @@ inline void set_strides(const Strides& s, int64_t& batch_stride, int64_t& seq_st
     head_stride = s.head;
 }
 
+// The q and k/v strides of a contiguous layout: outputs shaped like an input take the same ones.
+struct ContiguousLayout {
+    Strides q_like, kv_like;
+};
+
+// Sizes and contiguous q, k, v strides of a zeroed params struct (every entry point's params
+// name them alike); returns the strides for the caller's outputs.
+template <class Params>
+ContiguousLayout set_contiguous_sizes_and_qkv_strides(Params& p, int batch, int heads_q, int heads_kv, int seqlen_q,
+                                                      int seqlen_k, int head_dim) {
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_k = seqlen_k;
+    p.head_dim = head_dim;
+    const ContiguousLayout l{contiguous_strides(seqlen_q, heads_q, head_dim),
+                             contiguous_strides(seqlen_k, heads_kv, head_dim)};
+    set_strides(l.q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+    set_strides(l.kv_like, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    set_strides(l.kv_like, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    return l;
+}
+
 // Sizes, dtype and contiguous q, k, v, o of a zeroed params struct (default scale, no mask).
 template <class Params, class OutPtr>
 void set_contiguous_qkvo(Params& p, const void* q, const void* k, const void* v, OutPtr o, int batch, int heads_q,
@@ -55,25 +80,17 @@ void set_contiguous_qkvo(Params& p, const void* q, const void* k, const void* v,
     p.k = k;
     p.v = v;
     p.o = o;
-    p.batch = batch;
-    p.heads_q = heads_q;
-    p.heads_kv = heads_kv;
-    p.seqlen_q = seqlen_q;
-    p.seqlen_k = seqlen_k;
-    p.head_dim = head_dim;
     std::memcpy(&p.dtype, &dtype, sizeof(p.dtype));  // as given, even a value no enumerator names
-    const Strides q_like = contiguous_strides(seqlen_q, heads_q, head_dim);
-    const Strides kv_like = contiguous_strides(seqlen_k, heads_kv, head_dim);
-    set_strides(q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    set_strides(kv_like, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    set_strides(kv_like, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    set_strides(q_like, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
+    const ContiguousLayout l =
+        set_contiguous_sizes_and_qkv_strides(p, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim);
+    set_strides(l.q_like, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
 }
 
 // ---- What the checks walk -----------------------------------------------------------------------
 
+// `dtype`: the dtype the shared 16-bit checks see (the FP8 forward's is its o_dtype).
 template <class Params>
-Shape shape_of(const Params& p) {
+Shape shape_of(const Params& p, int dtype) {
     Shape s;
     s.batch = p.batch;
     s.heads_q = p.heads_q;
@@ -81,8 +98,12 @@ Shape shape_of(const Params& p) {
     s.seqlen_q = p.seqlen_q;
     s.seqlen_k = p.seqlen_k;
     s.head_dim = p.head_dim;
-    s.dtype = enum_value(p.dtype);
+    s.dtype = dtype;
     return s;
+}
+template <class Params>
+Shape shape_of(const Params& p) {
+    return shape_of(p, enum_value(p.dtype));
 }
 
 template <class Params>
@@ -102,19 +123,40 @@ TensorView o_view(const Params& p) {
     return {"o", "o", p.o, p.seqlen_q, p.heads_q, p.o_batch_stride, p.o_seq_stride, p.o_head_stride};
 }
 
+// ---- The FP8 entry points' per-block descales ------------------------------------------------------
+
+// Descale blocks along a sequence: one fp32 per HATTN_FP8_BLOCK_ROWS rows.
+inline int64_t fp8_blocks_of(int seqlen) {
+    return (static_cast<int64_t>(seqlen) + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS;
+}
+
+// `v.descale[3]` and `v.descale_name[3]` of q, k, v.
+template <class Views>
+Failure check_descales_not_null(const Views& v) {
+    for (int i = 0; i < 3; ++i) {
+        if (v.descale[i] == nullptr) return fail(HATTN_ERROR_NULL_POINTER, common::format("%s is NULL", v.descale_name[i]));
+    }
+    return {};
+}
+template <class Views>
+Failure check_descale_alignment(const Views& v) {
+    for (int i = 0; i < 3; ++i) {
+        Failure f = check_fp32_alignment(v.descale_name[i], v.descale[i]);
+        if (f.failed()) return f;
+    }
+    return {};
+}
+
 // ---- Into the launchers' argument structs ---------------------------------------------------------
 
 inline float resolved_scale(float softmax_scale, int head_dim) {
     return softmax_scale != 0.f ? softmax_scale : 1.f / std::sqrt(static_cast<float>(head_dim));
 }
 
-// The shared fields of FwdArgs / BwdArgs from validated params; the scale is resolved here.
+// The sizes and q, k, v, o strides of validated params into a launcher's argument struct (the
+// bf16/fp16 and the FP8 forward's, the backward's).
 template <class Params, class Args>
-void copy_common_args(const Params& p, Args& a) {
-    a.q = p.q;
-    a.k = p.k;
-    a.v = p.v;
-    a.o = p.o;
+void copy_sizes_and_strides(const Params& p, Args& a) {
     a.batch = p.batch;
     a.heads_q = p.heads_q;
     a.heads_kv = p.heads_kv;
@@ -133,6 +175,16 @@ void copy_common_args(const Params& p, Args& a) {
     a.o_batch_stride = p.o_batch_stride;
     a.o_seq_stride = p.o_seq_stride;
     a.o_head_stride = p.o_head_stride;
+}
+
+// The shared fields of FwdArgs / BwdArgs from validated params; the scale is resolved here.
+template <class Params, class Args>
+void copy_common_args(const Params& p, Args& a) {
+    a.q = p.q;
+    a.k = p.k;
+    a.v = p.v;
+    a.o = p.o;
+    copy_sizes_and_strides(p, a);
     a.dtype = p.dtype == HATTN_DTYPE_BF16 ? fwd::Dtype::kBf16 : fwd::Dtype::kFp16;
     a.softmax_scale = resolved_scale(p.softmax_scale, p.head_dim);
     a.causal = p.causal != 0;

@@ -35,8 +35,6 @@ constexpr int64_t kAlignBytes = 16;
 constexpr int64_t kFp8ElemBytes = 1;
 constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 
-int64_t blocks_of(int seqlen) { return (static_cast<int64_t>(seqlen) + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS; }
-
 // The three inputs, in the views the shared checks walk (2-byte elements).
 struct Views {
     TensorView in[3];
@@ -60,13 +58,6 @@ Views views_of(const hattn_fp8_prepass_params& p) {
     return v;
 }
 
-Failure check_descales_not_null(const Views& v) {
-    for (int i = 0; i < 3; ++i) {
-        if (v.descale[i] == nullptr) return fail(HATTN_ERROR_NULL_POINTER, format("%s is NULL", v.descale_name[i]));
-    }
-    return {};
-}
-
 Failure check_rope_and_flags(const hattn_fp8_prepass_params& p) {
     const int rope = enum_value(p.rope);
     if (rope != HATTN_ROPE_NONE && rope != HATTN_ROPE_INTERLEAVED && rope != HATTN_ROPE_HALF) {
@@ -77,38 +68,12 @@ Failure check_rope_and_flags(const hattn_fp8_prepass_params& p) {
     return check_unknown_flags(p.flags, kKnownFlags);
 }
 
-// Positive strides, then 16-byte aligned bases and strides, of the 1-byte outputs.
-Failure check_output_strides_and_alignment(const hattn_fp8_prepass_params& p, const Views& v) {
+// Positive strides, then 16-byte aligned bases and strides, of the 1-byte outputs (tensor by tensor).
+Failure check_output_strides_and_alignment(const Views& v) {
     for (const TensorView& t : v.out) {
-        const struct {
-            const char* suffix;
-            int64_t stride;
-        } strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
-        for (const auto& s : strides) {
-            if (s.stride <= 0) {
-                return fail(HATTN_ERROR_INVALID_STRIDE, format("%s%s = %lld must be positive", t.stride_prefix,
-                                                               s.suffix, static_cast<long long>(s.stride)));
-            }
-        }
-        if (reinterpret_cast<uintptr_t>(t.ptr) % kAlignBytes != 0) {
-            return fail(HATTN_ERROR_MISALIGNED,
-                        format("%s = %p is not 16-byte aligned", t.name, t.ptr));
-        }
-        for (const auto& s : strides) {
-            if ((s.stride * kFp8ElemBytes) % kAlignBytes != 0) {
-                return fail(HATTN_ERROR_MISALIGNED,
-                            format("%s%s = %lld bytes is not a multiple of 16 bytes (e4m3: one byte per element)",
-                                   t.stride_prefix, s.suffix, static_cast<long long>(s.stride)));
-            }
-        }
-    }
-    (void)p;
-    return {};
-}
-
-Failure check_descale_alignment(const Views& v) {
-    for (int i = 0; i < 3; ++i) {
-        Failure f = check_fp32_alignment(v.descale_name[i], v.descale[i]);
+        Failure f = check_positive_strides(t);
+        if (f.failed()) return f;
+        f = check_e4m3_alignment(t);
         if (f.failed()) return f;
     }
     return {};
@@ -150,7 +115,7 @@ Failure check_rope_tables(const hattn_fp8_prepass_params& p) {
 // One thread block per (batch, head, block of rows) of each tensor, on a 1-D grid.
 Failure check_grid(const hattn_fp8_prepass_params& p, const Views& v) {
     for (const TensorView& t : v.in) {
-        const Int128 blocks = static_cast<Int128>(blocks_of(t.seqlen)) * t.heads * p.batch;
+        const Int128 blocks = static_cast<Int128>(fp8_blocks_of(t.seqlen)) * t.heads * p.batch;
         if (blocks > kMaxInt32) {
             return fail(HATTN_ERROR_SIZE_OVERFLOW,
                         format("%s: ceil(seqlen / %d) * heads * batch = %lld thread blocks does not fit in int32 (the "
@@ -175,7 +140,7 @@ Failure check_output_extents(const Shape& s, const Views& v) {
     }
     for (int i = 0; i < 3; ++i) {
         const Int128 bytes =
-            static_cast<Int128>(blocks_of(v.in[i].seqlen)) * v.in[i].heads * s.batch * static_cast<int64_t>(sizeof(float));
+            static_cast<Int128>(fp8_blocks_of(v.in[i].seqlen)) * v.in[i].heads * s.batch * static_cast<int64_t>(sizeof(float));
         Failure f = check_byte_extent(v.descale_name[i], v.descale[i], bytes);
         if (f.failed()) return f;
     }
@@ -202,7 +167,7 @@ Failure validate(const hattn_fp8_prepass_params* params) {
                          [&] { return check_sizes(s); },
                          [&] { return check_rope_and_flags(p); },
                          [&] { return check_strides_and_alignment(s, tensors(v.in)); },
-                         [&] { return check_output_strides_and_alignment(p, v); },
+                         [&] { return check_output_strides_and_alignment(v); },
                          [&] { return check_descale_alignment(v); },
                          [&] { return check_rope_tables(p); },
                          [&] { return check_head_count(s); },
@@ -267,38 +232,24 @@ hattn_fp8_prepass_params hattn_fp8_prepass_params_contiguous(const void* q, cons
     p.q_descale = q_descale;
     p.k_descale = k_descale;
     p.v_descale = v_descale;
-    p.batch = batch;
-    p.heads_q = heads_q;
-    p.heads_kv = heads_kv;
-    p.seqlen_q = seqlen_q;
-    p.seqlen_k = seqlen_k;
-    p.head_dim = head_dim;
     std::memcpy(&p.dtype, &dtype, sizeof(p.dtype));  // as given, even a value no enumerator names
-    const Strides q_like = contiguous_strides(seqlen_q, heads_q, head_dim);
-    const Strides kv_like = contiguous_strides(seqlen_k, heads_kv, head_dim);
+    const ContiguousLayout l =
+        set_contiguous_sizes_and_qkv_strides(p, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim);
     // The e4m3 outputs have the inputs' element strides (one byte per element).
-    set_strides(q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    set_strides(kv_like, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    set_strides(kv_like, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    set_strides(q_like, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
-    set_strides(kv_like, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
-    set_strides(kv_like, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
+    set_strides(l.q_like, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
+    set_strides(l.kv_like, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
+    set_strides(l.kv_like, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
     return p;
 }
 
 hattn_status hattn_fp8_prepass_validate(const hattn_fp8_prepass_params* params, char* msg, size_t msg_len) {
-    const Failure f = validate(params);
-    write_message(f, msg, msg_len);
-    return f.status;
+    return reported(validate(params), msg, msg_len);
 }
 
 hattn_status hattn_fp8_prepass(const hattn_fp8_prepass_params* params, cudaStream_t stream) {
     // Validation before any CUDA call: a bad call launches and writes nothing.
-    const Failure f = validate(params);
-    if (f.failed()) return f.status;
-
-    const hattn_status device_status = check_device();
-    if (device_status != HATTN_SUCCESS) return device_status;
+    const hattn_status ready = ready_to_launch(validate(params));
+    if (ready != HATTN_SUCCESS) return ready;
 
     const hattn::fp8::Fp8PrepassArgs args = make_args(*params);
     std::string error;

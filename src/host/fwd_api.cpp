@@ -94,19 +94,14 @@ hattn_fwd_params hattn_fwd_params_contiguous(const void* q, const void* k, const
 }
 
 hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_t msg_len) {
-    const Failure f = validate(params);
-    write_message(f, msg, msg_len);
-    return f.status;
+    return reported(validate(params), msg, msg_len);
 }
 
 hattn_status hattn_fwd(const hattn_fwd_params* params, cudaStream_t stream) {
     // Validation before any CUDA call: a bad call returns its validation status even where
     // there is no GPU, and launches nothing.
-    const Failure f = validate(params);
-    if (f.failed()) return f.status;
-
-    const hattn_status device_status = check_device();
-    if (device_status != HATTN_SUCCESS) return device_status;
+    const hattn_status ready = ready_to_launch(validate(params));
+    if (ready != HATTN_SUCCESS) return ready;
 
     const hattn::fwd::FwdArgs args = make_args(*params);
     std::string error;

@@ -30,12 +30,9 @@ static_assert(HATTN_FP8_BLOCK_ROWS == fp8::kDescaleRows, "the header's block siz
 
 constexpr unsigned kKnownFlags = 0;
 constexpr int kRowsPerTile = 128;  // the kernel's query tile
-constexpr int64_t kAlignBytes = 16;
 constexpr uintptr_t kWorkspaceAlign = 256;
 constexpr int kMaxGridYZ = 65535;  // the V transpose's grid: (key tiles, heads_kv, batch)
 constexpr Int128 kTmaMaxStrideBytes = Int128{1} << 40;
-
-int64_t blocks_of(int seqlen) { return (static_cast<int64_t>(seqlen) + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS; }
 
 struct Views {
     TensorView in[3];  // e4m3 q, k, v (strides in bytes)
@@ -53,26 +50,6 @@ Views views_of(const hattn_fwd_fp8_params& p) {
                  {"q_descale", "k_descale", "v_descale"},
                  {p.heads_q, p.heads_kv, p.heads_kv},
                  {p.seqlen_q, p.seqlen_k, p.seqlen_k}};
-}
-
-// The shape with o_dtype as its dtype, for the shared 16-bit checks.
-Shape shape_with_o_dtype(const hattn_fwd_fp8_params& p) {
-    Shape s;
-    s.batch = p.batch;
-    s.heads_q = p.heads_q;
-    s.heads_kv = p.heads_kv;
-    s.seqlen_q = p.seqlen_q;
-    s.seqlen_k = p.seqlen_k;
-    s.head_dim = p.head_dim;
-    s.dtype = enum_value(p.o_dtype);
-    return s;
-}
-
-Failure check_descales_not_null(const Views& v) {
-    for (int i = 0; i < 3; ++i) {
-        if (v.descale[i] == nullptr) return fail(HATTN_ERROR_NULL_POINTER, format("%s is NULL", v.descale_name[i]));
-    }
-    return {};
 }
 
 // o_dtype, then head_dim (64, 128, 256).
@@ -93,36 +70,14 @@ struct StrideField {
     int64_t stride;
 };
 
-// Positive strides, then 16-byte aligned bases and byte strides, of the e4m3 inputs.
+// Positive strides (all inputs first), then 16-byte aligned bases and byte strides, of the e4m3 inputs.
 Failure check_fp8_strides_and_alignment(const Views& v) {
     for (const TensorView& t : v.in) {
-        const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
-        for (const auto& s : strides) {
-            if (s.stride <= 0) {
-                return fail(HATTN_ERROR_INVALID_STRIDE, format("%s%s = %lld must be positive", t.stride_prefix,
-                                                               s.suffix, static_cast<long long>(s.stride)));
-            }
-        }
+        Failure f = check_positive_strides(t);
+        if (f.failed()) return f;
     }
     for (const TensorView& t : v.in) {
-        if (reinterpret_cast<uintptr_t>(t.ptr) % kAlignBytes != 0) {
-            return fail(HATTN_ERROR_MISALIGNED, format("%s = %p is not 16-byte aligned", t.name, t.ptr));
-        }
-        const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
-        for (const auto& s : strides) {
-            if (s.stride % kAlignBytes != 0) {
-                return fail(HATTN_ERROR_MISALIGNED,
-                            format("%s%s = %lld bytes is not a multiple of 16 bytes (e4m3: one byte per element)",
-                                   t.stride_prefix, s.suffix, static_cast<long long>(s.stride)));
-            }
-        }
-    }
-    return {};
-}
-
-Failure check_descale_alignment(const Views& v) {
-    for (int i = 0; i < 3; ++i) {
-        Failure f = check_fp32_alignment(v.descale_name[i], v.descale[i]);
+        Failure f = check_e4m3_alignment(t);
         if (f.failed()) return f;
     }
     return {};
@@ -153,7 +108,7 @@ Failure check_fp8_extents(const Shape& s, const Views& v) {
         if (f.failed()) return f;
     }
     for (int i = 0; i < 3; ++i) {
-        const Int128 bytes = static_cast<Int128>(blocks_of(v.descale_seqlen[i])) * v.descale_heads[i] * s.batch *
+        const Int128 bytes = static_cast<Int128>(fp8_blocks_of(v.descale_seqlen[i])) * v.descale_heads[i] * s.batch *
                              static_cast<int64_t>(sizeof(float));
         Failure f = check_byte_extent(v.descale_name[i], v.descale[i], bytes);
         if (f.failed()) return f;
@@ -188,7 +143,7 @@ Failure check_workspace(const hattn_fwd_fp8_params& p) {
 Failure validate(const hattn_fwd_fp8_params* params) {
     if (params == nullptr) return fail(HATTN_ERROR_NULL_PARAMS, "params is NULL");
     const hattn_fwd_fp8_params& p = *params;
-    const Shape s = shape_with_o_dtype(p);
+    const Shape s = shape_of(p, enum_value(p.o_dtype));
     const Views v = views_of(p);
     const TensorView out[] = {v.out};
     const TensorView all[] = {v.in[0], v.in[1], v.in[2], v.out};
@@ -223,24 +178,7 @@ fp8::Fp8FwdArgs make_args(const hattn_fwd_fp8_params& p) {
     a.k_descale = p.k_descale;
     a.v_descale = p.v_descale;
     a.vt = p.workspace;
-    a.batch = p.batch;
-    a.heads_q = p.heads_q;
-    a.heads_kv = p.heads_kv;
-    a.seqlen_q = p.seqlen_q;
-    a.seqlen_k = p.seqlen_k;
-    a.head_dim = p.head_dim;
-    a.q_batch_stride = p.q_batch_stride;
-    a.q_seq_stride = p.q_seq_stride;
-    a.q_head_stride = p.q_head_stride;
-    a.k_batch_stride = p.k_batch_stride;
-    a.k_seq_stride = p.k_seq_stride;
-    a.k_head_stride = p.k_head_stride;
-    a.v_batch_stride = p.v_batch_stride;
-    a.v_seq_stride = p.v_seq_stride;
-    a.v_head_stride = p.v_head_stride;
-    a.o_batch_stride = p.o_batch_stride;
-    a.o_seq_stride = p.o_seq_stride;
-    a.o_head_stride = p.o_head_stride;
+    copy_sizes_and_strides(p, a);
     a.o_dtype = p.o_dtype == HATTN_DTYPE_BF16 ? hattn::fwd::Dtype::kBf16 : hattn::fwd::Dtype::kFp16;
     a.softmax_scale = resolved_scale(p.softmax_scale, p.head_dim);
     a.causal = p.causal != 0;
@@ -271,35 +209,21 @@ hattn_fwd_fp8_params hattn_fwd_fp8_params_contiguous(const void* q, const void* 
     p.q_descale = q_descale;
     p.k_descale = k_descale;
     p.v_descale = v_descale;
-    p.batch = batch;
-    p.heads_q = heads_q;
-    p.heads_kv = heads_kv;
-    p.seqlen_q = seqlen_q;
-    p.seqlen_k = seqlen_k;
-    p.head_dim = head_dim;
     std::memcpy(&p.o_dtype, &o_dtype, sizeof(p.o_dtype));  // as given, even a value no enumerator names
     // One byte per e4m3 element: the element strides are the byte strides.
-    const Strides q_like = contiguous_strides(seqlen_q, heads_q, head_dim);
-    const Strides kv_like = contiguous_strides(seqlen_k, heads_kv, head_dim);
-    set_strides(q_like, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    set_strides(kv_like, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    set_strides(kv_like, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    set_strides(q_like, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
+    const ContiguousLayout l =
+        set_contiguous_sizes_and_qkv_strides(p, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim);
+    set_strides(l.q_like, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
     return p;
 }
 
 hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params, char* msg, size_t msg_len) {
-    const Failure f = validate(params);
-    write_message(f, msg, msg_len);
-    return f.status;
+    return reported(validate(params), msg, msg_len);
 }
 
 hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stream) {
-    const Failure f = validate(params);
-    if (f.failed()) return f.status;
-
-    const hattn_status device_status = check_device();
-    if (device_status != HATTN_SUCCESS) return device_status;
+    const hattn_status ready = ready_to_launch(validate(params));
+    if (ready != HATTN_SUCCESS) return ready;
 
     const fp8::Fp8FwdArgs args = make_args(*params);
     std::string error;

@@ -149,6 +149,39 @@ Failure check_strides_and_alignment(const Shape& s, Tensors views) {
     return {};
 }
 
+namespace {
+struct StrideField {
+    const char* suffix;
+    int64_t stride;
+};
+}  // namespace
+
+Failure check_positive_strides(const TensorView& t) {
+    const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
+    for (const auto& s : strides) {
+        if (s.stride <= 0) {
+            return fail(HATTN_ERROR_INVALID_STRIDE, format("%s%s = %lld must be positive", t.stride_prefix, s.suffix,
+                                                           static_cast<long long>(s.stride)));
+        }
+    }
+    return {};
+}
+
+Failure check_e4m3_alignment(const TensorView& t) {
+    if (reinterpret_cast<uintptr_t>(t.ptr) % kTmaAlignBytes != 0) {
+        return fail(HATTN_ERROR_MISALIGNED, format("%s = %p is not 16-byte aligned", t.name, t.ptr));
+    }
+    const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
+    for (const auto& s : strides) {
+        if (s.stride % kTmaAlignBytes != 0) {
+            return fail(HATTN_ERROR_MISALIGNED,
+                        format("%s%s = %lld bytes is not a multiple of 16 bytes (e4m3: one byte per element)",
+                               t.stride_prefix, s.suffix, static_cast<long long>(s.stride)));
+        }
+    }
+    return {};
+}
+
 Failure check_fp32_alignment(const char* name, const float* ptr) {
     if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % kFp32AlignBytes != 0) {
         return fail(HATTN_ERROR_MISALIGNED, format("%s = %p is not %zu-byte aligned (fp32)", name,

@@ -90,6 +90,10 @@ Failure check_sizes(const Shape& s);
 // Positive strides (all tensors first: a zero or negative stride is a layout error, not an
 // alignment one), then 16-byte aligned base addresses and stride bytes (TMA).
 Failure check_strides_and_alignment(const Shape& s, Tensors views);
+// An e4m3 tensor (one byte per element, strides in bytes): its strides positive; then its base
+// address and strides 16-byte aligned (TMA, 16-byte vectors). Callers order them across tensors.
+Failure check_positive_strides(const TensorView& t);
+Failure check_e4m3_alignment(const TensorView& t);
 // An fp32 array read or written with plain 4-byte accesses (NULL passes: optional arrays).
 Failure check_fp32_alignment(const char* name, const float* ptr);
 // batch * heads_q fits in int32 (the kernels linearize (batch, head) into an int).
@@ -121,11 +125,22 @@ Failure first_failure(const Checks&... checks) {
 // "ok" or the failure's message into msg (if msg != NULL and msg_len > 0), always NUL-terminated.
 void write_message(const Failure& f, char* msg, size_t msg_len);
 
+// What a hattn_*_validate entry point returns: the failure's status, its message written to msg.
+inline hattn_status reported(const Failure& f, char* msg, size_t msg_len) {
+    write_message(f, msg, msg_len);
+    return f.status;
+}
+
 // ---- After validation -----------------------------------------------------------------------------
 
 // HATTN_SUCCESS when the current device is compute capability 9.0 (Hopper); otherwise
 // HATTN_ERROR_UNSUPPORTED_DEVICE, or HATTN_ERROR_CUDA when the device cannot be queried.
 hattn_status check_device();
+
+// Before a launch: the validation status if validation failed, else the device check's.
+inline hattn_status ready_to_launch(const Failure& validation) {
+    return validation.failed() ? validation.status : check_device();
+}
 
 // The status for a launcher's result: HATTN_SUCCESS, or HATTN_ERROR_CUDA after printing
 // "<api>: <error> (<CUDA error>)" to stderr when HATTN_LOG_ERRORS is set to a non-zero value.

@@ -87,10 +87,8 @@ struct Config {
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    // Register split of the SM's 64K: the producer only computes coordinates, the consumers hold
-    // O, S and P. 2 consumers: 128 x 24 + 256 x 240 = 64512; 3: 128 x 32 + 384 x 160 = 65536.
-    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
-    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
+    static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
+    static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
 
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
@@ -169,23 +167,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the consumers' last QK^T when O has its own staging buffer (one lane per warp), else once
     // the O store that reuses Q's buffer has been read out (one thread per consumer).
     init_barriers([&] {
-        ptx::prefetch_tensormap(&tmap_q);
-        ptx::prefetch_tensormap(&tmap_k);
-        ptx::prefetch_tensormap(&tmap_v);
-        ptx::prefetch_tensormap(&tmap_o);
+        prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_v, &tmap_o);
         smem.q_ring.init(Cfg::kSeparateO ? kConsumerWarps : Cfg::kConsumers);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
     });
-
-    // This CTA's tile on pass `pass` of its walk, its first query row and the number of KV blocks
-    // its rows see; false once the walk is over.
-    auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
-        if (!p.scheduler.tile_for_pass(pass, t)) return false;
-        m0 = t.m_block * kBlockM;
-        n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
-        return true;
-    };
 
     // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
     // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
@@ -197,14 +183,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
-            for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+            for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+                 ++pass) {
                 // Q is loaded for every tile, even one with nothing to attend to, so that Q's
                 // phases never depend on the mask.
                 smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
                                            t.batch);
                 q_state.advance();
-                // K runs one block ahead of V, the consumers' order: they need K_it and V_{it-1}
-                // together (S_it and P_{it-1} V_{it-1} are issued back to back).
+                // KV block `it` counts from the last block (load_kv_blocks orders K before V).
                 auto load_k = [&](int it) {
                     uint64_t* full = smem.k_ring.producer_acquire(k_state, Cfg::KvTile::kTxBytes);
                     smem.k[k_state.stage].load(&tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -215,14 +201,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     smem.v[v_state.stage].load(&tmap_v, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
                     v_state.advance();
                 };
-                if (n_blocks > 0) {
-                    load_k(0);
-                    for (int it = 1; it < n_blocks; ++it) {
-                        load_k(it);
-                        load_v(it - 1);
-                    }
-                    load_v(n_blocks - 1);
-                }
+                load_kv_blocks(n_blocks, load_k, load_v);
             }
         }
     } else {
@@ -289,7 +268,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // that arrival after the walk so every barrier is left balanced.
         if (Cfg::kPingPong && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
 
-        for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+        for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+             ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
@@ -313,8 +293,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 v_state.advance();
             };
 
-#pragma unroll
-            for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+            zero_fill(o);
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
 
@@ -341,14 +320,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         }
                         rescale_rows(o, o_scale);
                         acc_to_a_fragment<Elem, kBlockN>(s, pf);
-                        take_turn();
-                        ptx::wgmma_fence();
-                        gemm_qk(k_state.stage);
-                        ptx::wgmma_commit_group();
-                        ptx::wgmma_fence();
-                        gemm_pv(v_state.stage);
-                        ptx::wgmma_commit_group();
-                        pass_turn();
+                        issue_qk_then_pv(
+                            take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
                         ptx::wgmma_wait_group<1>();  // S_it is ready; PV may still run
                         ptx::wgmma_fence_operand(s);
                         release(smem.k_ring, k_state);
@@ -450,15 +423,12 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         !make_bshd_map(&to, o, Elem::kTmaType, kBoxCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
-    const int num_m_blocks = (a.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * a.heads_q * a.batch;
-    if (num_tiles > INT32_MAX) {
-        if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
+    TileScheduler scheduler;
+    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, scheduler, error)) {
         return cudaErrorInvalidValue;
     }
-    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal},
-                         TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal},
-                         a.softmax_scale, a.softmax_scale * kLog2e};
+    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
+                         a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");

@@ -82,10 +82,8 @@ struct Config {
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kStages = kStages_;
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    // Register split as the 16-bit forward: 2 consumers 128 x 24 + 256 x 240 = 64512 of the SM's
-    // 64K; 3 consumers 128 x 32 + 384 x 160 = 65536.
-    static constexpr uint32_t kProducerRegs = kConsumers == 2 ? 24 : 32;
-    static constexpr uint32_t kConsumerRegs = kConsumers == 2 ? 240 : 160;
+    static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
+    static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
     static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
 
     // 8-bit rows are head_dim (Q, K) or kBlockN (V^T) bytes: 64-byte rows take the 64-byte swizzle.
@@ -205,21 +203,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // O has its own staging buffer, so Q is free after the last QK^T (one lane per warp).
     init_barriers([&] {
-        ptx::prefetch_tensormap(&tmap_q);
-        ptx::prefetch_tensormap(&tmap_k);
-        ptx::prefetch_tensormap(&tmap_vt);
-        ptx::prefetch_tensormap(&tmap_o);
+        prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_vt, &tmap_o);
         smem.q_ring.init(kConsumerWarps);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
     });
-
-    auto next_tile = [&](int pass, Tile& t, int& m0, int& n_blocks) {
-        if (!p.scheduler.tile_for_pass(pass, t)) return false;
-        m0 = t.m_block * kBlockM;
-        n_blocks = p.mask.n_blocks(m0, kBlockM, kBlockN);
-        return true;
-    };
 
     if (warpgroup == 0) {
         // ================================ producer ================================
@@ -229,10 +217,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
-            for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+            for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+                 ++pass) {
                 smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
                 q_state.advance();
-                // K one block ahead of V^T: the consumers issue S_it with P_{it-1} V_{it-1}.
+                // KV block `it` counts from the last block (load_kv_blocks orders K before V^T).
                 auto load_k = [&](int it) {
                     uint64_t* full = smem.k_ring.producer_acquire(k_state, Cfg::KTile::kTxBytes);
                     smem.k[k_state.stage].load(&tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -243,14 +232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     smem.vt[v_state.stage].load_at(&tmap_vt, full, (n_blocks - 1 - it) * kBlockN, 0, t.kv_head, t.batch);
                     v_state.advance();
                 };
-                if (n_blocks > 0) {
-                    load_k(0);
-                    for (int it = 1; it < n_blocks; ++it) {
-                        load_k(it);
-                        load_v(it - 1);
-                    }
-                    load_v(n_blocks - 1);
-                }
+                load_kv_blocks(n_blocks, load_k, load_v);
             }
         }
     } else {
@@ -290,7 +272,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         typename Ring<Cfg::kStages>::State k_state, v_state;
         Tile t;
         int m0, n_blocks;
-        for (int pass = 0; next_tile(pass, t, m0, n_blocks); ++pass) {
+        for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
+             ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             // Descales of this slice of Q and of the KV blocks of this head.
@@ -319,8 +302,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 rescale_rows(o, o_scale);
             };
 
-#pragma unroll
-            for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+            zero_fill(o);
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
 
@@ -359,14 +341,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     }
                     rescale_o(v_ds);
                     acc_to_a_fragment_e4m3<kBlockN>(s, pf);
-                    take_turn();
-                    ptx::wgmma_fence();
-                    gemm_qk(k_state.stage);
-                    ptx::wgmma_commit_group();
-                    ptx::wgmma_fence();
-                    gemm_pv(v_state.stage);
-                    ptx::wgmma_commit_group();
-                    pass_turn();
+                    issue_qk_then_pv(
+                        take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
                     ptx::wgmma_wait_group<1>();
                     ptx::wgmma_fence_operand(s);
                     release(smem.k_ring, k_state);
@@ -498,13 +474,9 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     p.q_descale_blocks = (a.seqlen_q + kDescaleRows - 1) / kDescaleRows;
     p.kv_descale_blocks = (a.seqlen_k + kDescaleRows - 1) / kDescaleRows;
     p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
-    const int num_m_blocks = (a.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * a.heads_q * a.batch;
-    if (num_tiles > INT32_MAX) {
-        if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
+    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, p.scheduler, error)) {
         return cudaErrorInvalidValue;
     }
-    p.scheduler = TileScheduler{num_m_blocks, a.heads_q, a.heads_q / a.heads_kv, static_cast<int>(num_tiles), a.causal};
     p.scale = a.softmax_scale;
 
     constexpr int kSmem = shared_bytes<Cfg>();

@@ -47,6 +47,13 @@ __device__ __forceinline__ int acc_row_in_warpgroup(int tid) { return 16 * (tid 
 __host__ __device__ constexpr int acc_row_half(int i) { return (i / 2) % 2; }  // 0: row r0, 1: r0 + 8
 __host__ __device__ constexpr int acc_col(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
 
+// An accumulator fragment cleared before its first GEMM (unrolled: it stays in registers).
+template <int N>
+__device__ __forceinline__ void zero_fill(float (&acc)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] = 0.f;
+}
+
 __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

@@ -13,7 +13,9 @@
 #include "ptx/barrier.cuh"
 #include "ptx/fence.cuh"
 #include "ptx/mbarrier.cuh"
+#include "ptx/tma.cuh"
 #include "ptx/warp.cuh"
+#include "ptx/wgmma.cuh"
 
 namespace hattn::sm90 {
 
@@ -63,6 +65,18 @@ struct Ring {
     __device__ __forceinline__ void consumer_release(const State& st) { ptx::mbarrier_arrive(&empty[st.stage]); }
 };
 
+// setmaxnreg's split of the SM's 64K registers between one producer warpgroup, which only
+// computes coordinates, and `consumers` (2 or 3) consumer warpgroups, which hold O, S and P:
+// 2 consumers 128 x 24 + 256 x 240 = 64512; 3 consumers 128 x 32 + 384 x 160 = 65536.
+constexpr uint32_t producer_regs(int consumers) { return consumers == 2 ? 24 : 32; }
+constexpr uint32_t consumer_regs(int consumers) { return consumers == 2 ? 240 : 160; }
+
+// The kernel's tensor maps into the descriptor cache before their first TMA use (one thread).
+template <class... Maps>
+__device__ __forceinline__ void prefetch_tensormaps(const Maps*... tmaps) {
+    (ptx::prefetch_tensormap(tmaps), ...);
+}
+
 // Barrier setup by one thread (`init` runs in thread 0), published to the async proxy (TMA
 // completes on these barriers) and to every thread of the CTA before anyone touches them.
 template <class Init>
@@ -76,6 +90,35 @@ __device__ __forceinline__ void init_barriers(Init init) {
 
 // The one thread of a producer warpgroup that issues its TMA loads: an elected lane of warp 0.
 __device__ __forceinline__ bool is_tma_issuer() { return threadIdx.x / 32 == 0 && ptx::elect_one_sync(); }
+
+// A producer's K and V loads for one tile's n_blocks KV blocks, K one block ahead of V: the
+// consumers need K_it and V_{it-1} together (S_it and P_{it-1} V_{it-1} are issued back to back).
+template <class LoadK, class LoadV>
+__device__ __forceinline__ void load_kv_blocks(int n_blocks, LoadK&& load_k, LoadV&& load_v) {
+    if (n_blocks <= 0) return;
+    load_k(0);
+    for (int it = 1; it < n_blocks; ++it) {
+        load_k(it);
+        load_v(it - 1);
+    }
+    load_v(n_blocks - 1);
+}
+
+// The consumers' side of that order: S_it = Q K_it^T and P_{it-1} V_{it-1} issued back to back
+// as two wgmma groups within one turn of the tensor cores, so the caller can wait for S alone
+// (wgmma_wait_group<1>) and run its softmax while the PV GEMM still runs.
+template <class TakeTurn, class GemmQk, class GemmPv, class PassTurn>
+__device__ __forceinline__ void issue_qk_then_pv(TakeTurn&& take_turn, GemmQk&& gemm_qk, GemmPv&& gemm_pv,
+                                                 PassTurn&& pass_turn) {
+    take_turn();
+    ptx::wgmma_fence();
+    gemm_qk();
+    ptx::wgmma_commit_group();
+    ptx::wgmma_fence();
+    gemm_pv();
+    ptx::wgmma_commit_group();
+    pass_turn();
+}
 
 // A named barrier (bar.sync / bar.arrive id, count) whose thread count is part of its type, so
 // every use of one barrier agrees on it. Ids come from one enum per kernel; 0 is __syncthreads.

@@ -12,6 +12,10 @@
 // same cost, on every pass; the back-and-forth pairs a long position with a short one.
 #pragma once
 
+#include <climits>
+#include <cstdint>
+#include <string>
+
 namespace hattn::sm90 {
 
 struct Tile {
@@ -41,6 +45,30 @@ struct TileScheduler {
         const int index = walk(pass, blockIdx.x, gridDim.x);
         if (index >= num_tiles) return false;
         t = tile_at(index);
+        return true;
+    }
+
+    // As above, with the tile's first query row m0 and how many kBlockN-wide KV blocks its rows
+    // see under `mask` (a Mask: n_blocks(m0, rows, block_n)).
+    template <int kBlockM, int kBlockN, class MaskT>
+    __device__ __forceinline__ bool tile_for_pass(int pass, const MaskT& mask, Tile& t, int& m0, int& n_blocks) const {
+        if (!tile_for_pass(pass, t)) return false;
+        m0 = t.m_block * kBlockM;
+        n_blocks = mask.n_blocks(m0, kBlockM, kBlockN);
+        return true;
+    }
+
+    // The walk over the ceil(seqlen_q / block_m) query blocks of every (head, batch); false, with
+    // *error, when the tiles outnumber int32 (tile indices are ints).
+    static bool make(int block_m, int seqlen_q, int heads_q, int heads_kv, int batch, bool causal, TileScheduler& s,
+                     std::string* error) {
+        const int num_m_blocks = (seqlen_q + block_m - 1) / block_m;
+        const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * heads_q * batch;
+        if (num_tiles > INT32_MAX) {
+            if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
+            return false;
+        }
+        s = TileScheduler{num_m_blocks, heads_q, heads_q / heads_kv, static_cast<int>(num_tiles), causal};
         return true;
     }
 
