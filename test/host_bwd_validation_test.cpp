@@ -29,6 +29,8 @@ using hattn::test::expect_rejected;
 using hattn::test::fake_pointer;
 using hattn::test::kFakeDeviceBase;
 using hattn::test::kFakeTensorGap;
+using hattn::test::kTopOfAddressSpace;
+using hattn::test::kTwoPow39;
 using hattn::test::SentinelBuffer;
 using hattn::test::validate_message;
 
@@ -52,10 +54,7 @@ struct Problem {
         return p;
     }
     bool untouched() const {
-        for (const SentinelBuffer* b : {&q, &k, &v, &o, &dout, &lse, &dq, &dk, &dv, &workspace}) {
-            if (!b->intact()) return false;
-        }
-        return true;
+        return hattn::test::all_intact({&q, &k, &v, &o, &dout, &lse, &dq, &dk, &dv, &workspace});
     }
 };
 
@@ -114,8 +113,6 @@ std::string stride_name(const TensorFields& t, const char* which) {
     return std::string(t.stride_prefix) + "_" + which + "_stride";
 }
 
-constexpr int64_t kTwoPow39 = int64_t{1} << 39;  // elements: 2^40 bytes at 2 bytes each
-constexpr uintptr_t kTopOfAddressSpace = std::numeric_limits<uintptr_t>::max() & ~uintptr_t{0xFF};
 
 // Per tensor: NULL, a misaligned base, a non-positive stride and a stride that is not a multiple
 // of 16 bytes (the stride kind rotates so that every kind is covered several times).

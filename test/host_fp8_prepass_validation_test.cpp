@@ -26,6 +26,8 @@ using hattn::test::expect_rejected;
 using hattn::test::fake_pointer;
 using hattn::test::kFakeDeviceBase;
 using hattn::test::kFakeTensorGap;
+using hattn::test::kTopOfAddressSpace;
+using hattn::test::kTwoPow39;
 using hattn::test::SentinelBuffer;
 
 // A small valid problem: batch 2, 8 query heads on 2 KV heads, sq 33, sk 47 (blocks: 1 each),
@@ -61,10 +63,7 @@ struct Problem {
         return p;
     }
     bool untouched() const {
-        for (const SentinelBuffer* b : {&q, &k, &v, &q8, &k8, &v8, &qs, &ks, &vs, &cos, &sin}) {
-            if (!b->intact()) return false;
-        }
-        return true;
+        return hattn::test::all_intact({&q, &k, &v, &q8, &k8, &v8, &qs, &ks, &vs, &cos, &sin});
     }
 };
 
@@ -72,8 +71,6 @@ using P = hattn_fp8_prepass_params;
 using S = const Problem&;
 using RejectCase = hattn::test::RejectCase<P, Problem>;
 
-constexpr int64_t kTwoPow39 = int64_t{1} << 39;
-constexpr uintptr_t kTopOfAddressSpace = std::numeric_limits<uintptr_t>::max() & ~uintptr_t{0xFF};
 
 std::vector<RejectCase> reject_cases() {
     const int d = Problem::kDim;

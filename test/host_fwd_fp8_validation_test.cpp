@@ -26,6 +26,9 @@ using hattn::test::expect_rejected;
 using hattn::test::fake_pointer;
 using hattn::test::kFakeDeviceBase;
 using hattn::test::kFakeTensorGap;
+using hattn::test::kTopOfAddressSpace;
+using hattn::test::kTwoPow40;
+using hattn::test::kTwoPow39;
 using hattn::test::SentinelBuffer;
 
 // A small valid problem: batch 2, 8 query heads on 2 KV heads, sq 33, sk 47, d 128, bf16 O.
@@ -52,21 +55,13 @@ struct Problem {
         p.causal = 1;
         return p;
     }
-    bool untouched() const {
-        for (const SentinelBuffer* b : {&q, &k, &v, &o, &lse, &qs, &ks, &vs, &ws}) {
-            if (!b->intact()) return false;
-        }
-        return true;
-    }
+    bool untouched() const { return hattn::test::all_intact({&q, &k, &v, &o, &lse, &qs, &ks, &vs, &ws}); }
 };
 
 using P = hattn_fwd_fp8_params;
 using S = const Problem&;
 using RejectCase = hattn::test::RejectCase<P, Problem>;
 
-constexpr int64_t kTwoPow39 = int64_t{1} << 39;
-constexpr int64_t kTwoPow40 = int64_t{1} << 40;
-constexpr uintptr_t kTopOfAddressSpace = std::numeric_limits<uintptr_t>::max() & ~uintptr_t{0xFF};
 
 std::vector<RejectCase> reject_cases() {
     const int d = Problem::kDim;

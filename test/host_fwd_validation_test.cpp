@@ -31,6 +31,8 @@ using hattn::test::expect_rejected;
 using hattn::test::fake_pointer;
 using hattn::test::kFakeDeviceBase;
 using hattn::test::kFakeTensorGap;
+using hattn::test::kTopOfAddressSpace;
+using hattn::test::kTwoPow39;
 using hattn::test::SentinelBuffer;
 using hattn::test::validate_message;
 
@@ -69,8 +71,6 @@ void set_head_dim(hattn_fwd_params& p, int head_dim) {
     p.head_dim = head_dim;
 }
 
-constexpr int64_t kTwoPow39 = int64_t{1} << 39;  // elements: 2^40 bytes at 2 bytes each
-constexpr uintptr_t kTopOfAddressSpace = std::numeric_limits<uintptr_t>::max() & ~uintptr_t{0xFF};
 
 std::vector<RejectCase> reject_cases() {
     const int d = Problem::kDim;

@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -57,6 +59,14 @@ private:
     std::unique_ptr<uint8_t[], Free> data_;
 };
 
+// Whether every buffer still holds only the sentinel (nothing wrote through its pointer).
+inline bool all_intact(std::initializer_list<const SentinelBuffer*> buffers) {
+    for (const SentinelBuffer* b : buffers) {
+        if (!b->intact()) return false;
+    }
+    return true;
+}
+
 // A pointer value that is never dereferenced: validation only does arithmetic on it.
 template <class T>
 T* fake_pointer(uintptr_t value) {
@@ -76,6 +86,11 @@ Enum enum_from_int(int value) {
 // Shapes are checked without data: any 256-byte aligned address stands in for a device pointer.
 constexpr uintptr_t kFakeDeviceBase = 0x7f0000000000ull;
 constexpr uintptr_t kFakeTensorGap = uintptr_t{1} << 36;  // 64 GB apart: no two tensors overlap
+// Stride limits (TMA: a byte stride below 2^40, i.e. 2^39 16-bit or 2^40 8-bit elements) and an
+// address whose tensor would run past the end of the address space.
+constexpr int64_t kTwoPow39 = int64_t{1} << 39;
+constexpr int64_t kTwoPow40 = int64_t{1} << 40;
+constexpr uintptr_t kTopOfAddressSpace = std::numeric_limits<uintptr_t>::max() & ~uintptr_t{0xFF};
 
 // Any stream handle will do for a rejected call: it must never be used (a bogus one would make a
 // CUDA call fail).
