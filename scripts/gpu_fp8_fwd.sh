@@ -37,31 +37,11 @@ SECONDS=0
 SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq1_hkv1_sq17_sk17_d128_causal_bf16:Cases/Fp8Kernel.*/b2_hq2_hkv1_sq333_sk444_d128_full_strided_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d64_full_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d256_full_bf16'
 RACE_FILTER='Cases/Fp8Kernel.*/b1_hq1_hkv1_sq17_sk1000_d128_causal_bf16'
 
-limit() {
-  local left=$((BUDGET_S - SECONDS - RESERVE_S))
-  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
-}
-record() { printf '%-30s %s (%d s)\n' "$1" "$2" "$3" >>"$STATUS"; }
-
-run() {
-  local name=$1 own=$2; shift 2
-  local t0=$SECONDS lim rc=0
-  lim=$(limit "$own")
-  if [ "$lim" -lt 5 ]; then record "$name" "SKIPPED (out of time)" 0; return 0; fi
-  timeout -k 5 "$lim" "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
-  if [ "$rc" -eq 0 ]; then record "$name" "PASS" $((SECONDS - t0))
-  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then record "$name" "TIMEOUT after ${lim} s" $((SECONDS - t0))
-  else record "$name" "FAIL (rc $rc)" $((SECONDS - t0)); fi
-  return 0
-}
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh  # limit, record, run, select_generator
 
 # ---- build ------------------------------------------------------------------------------------
-gen=()
-command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-if [ -f "$BUILD_DIR/CMakeCache.txt" ] && [ ${#gen[@]} -gt 0 ] &&
-   ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD_DIR/CMakeCache.txt"; then
-  rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
-fi
+select_generator "$BUILD_DIR"
 TARGETS=(hattn_static host_fp8_fragment_test host_fwd_fp8_validation_test fwd_fp8_test fwd_fp8_bench)
 run build 190 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
   -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target ${TARGETS[*]}"

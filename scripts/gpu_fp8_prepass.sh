@@ -44,32 +44,11 @@ SECONDS=0
 # A few small cases for the sanitizers (gtest filter).
 SANITIZE_FILTER='*sq17_sk17_d256_bf16_norope_hadamard:*sq17_sk17_d128_fp16_interleaved_hadamard_strided:*sq17_sk17_d64_fp16_half_hadamard:*b1_hq4_hkv2_sq1000_sk17_d128_bf16_half_hadamard_strided'
 
-limit() {  # limit OWN_SECONDS: the step's timeout, clipped to the budget left
-  local left=$((BUDGET_S - SECONDS - RESERVE_S))
-  [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
-}
-record() { printf '%-34s %s (%d s)\n' "$1" "$2" "$3" >>"$STATUS"; }
-
-# run NAME TIMEOUT CMD...: runs CMD into $LOGS/NAME.log, records PASS / FAIL rc / TIMEOUT / SKIPPED.
-run() {
-  local name=$1 own=$2; shift 2
-  local t0=$SECONDS lim rc=0
-  lim=$(limit "$own")
-  if [ "$lim" -lt 5 ]; then record "$name" "SKIPPED (out of time)" 0; return 0; fi
-  timeout -k 5 "$lim" "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
-  if [ "$rc" -eq 0 ]; then record "$name" "PASS" $((SECONDS - t0))
-  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then record "$name" "TIMEOUT after ${lim} s" $((SECONDS - t0))
-  else record "$name" "FAIL (rc $rc)" $((SECONDS - t0)); fi
-  return 0
-}
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh  # limit, record, run, select_generator
 
 # ---- build ------------------------------------------------------------------------------------
-gen=()
-command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-if [ -f "$BUILD_DIR/CMakeCache.txt" ] && [ ${#gen[@]} -gt 0 ] &&
-   ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD_DIR/CMakeCache.txt"; then
-  rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles"
-fi
+select_generator "$BUILD_DIR"
 TARGETS=(hattn_shared hattn_static reference_fp8_test host_fp8_prepass_validation_test ptx_fp8_prepass_wrappers_test
          fp8_prepass_test fp8_prepass_bench)
 # (timeout runs programs, not shell functions: the two steps go through bash -c.)
