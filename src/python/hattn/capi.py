@@ -112,6 +112,17 @@ class HattnFwdParams(ctypes.Structure):
     ]
 
 
+def _shape_and_stride_offsets(shape_at: int, *tensors: str) -> dict:
+    """x86-64 offsets of the six int sizes from shape_at and, right after them (8-aligned), each
+    tensor's int64 batch/seq/head strides in order: the layout every params struct shares."""
+    sizes = {name: shape_at + 4 * i for i, name in enumerate(
+        ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"))}
+    strides_at = (shape_at + 24 + 7) // 8 * 8
+    strides = {f"{t}_{dim}_stride": strides_at + 24 * i + 8 * j
+               for i, t in enumerate(tensors) for j, dim in enumerate(("batch", "seq", "head"))}
+    return {**sizes, **strides}
+
+
 # x86-64 (LP64, System V) layout, worked out by hand: five 8-byte pointers (0..39), six ints
 # (40..63; 64 is 8-aligned, so no padding before the strides), twelve int64 strides (64..159),
 # then dtype/scale/causal/flags, 4 bytes each (160..175). Size 176 = a multiple of the 8-byte
@@ -119,11 +130,7 @@ class HattnFwdParams(ctypes.Structure):
 EXPECTED_SIZE = 176
 EXPECTED_OFFSETS = {
     "q": 0, "k": 8, "v": 16, "o": 24, "lse": 32,
-    "batch": 40, "heads_q": 44, "heads_kv": 48, "seqlen_q": 52, "seqlen_k": 56, "head_dim": 60,
-    "q_batch_stride": 64, "q_seq_stride": 72, "q_head_stride": 80,
-    "k_batch_stride": 88, "k_seq_stride": 96, "k_head_stride": 104,
-    "v_batch_stride": 112, "v_seq_stride": 120, "v_head_stride": 128,
-    "o_batch_stride": 136, "o_seq_stride": 144, "o_head_stride": 152,
+    **_shape_and_stride_offsets(40, "q", "k", "v", "o"),
     "dtype": 160, "softmax_scale": 164, "causal": 168, "flags": 172,
 }
 
@@ -155,10 +162,7 @@ EXPECTED_BWD_SIZE = 320
 EXPECTED_BWD_OFFSETS = {
     "q": 0, "k": 8, "v": 16, "o": 24, "dout": 32, "lse": 40, "dq": 48, "dk": 56, "dv": 64, "workspace": 72,
     "workspace_size": 80,
-    "batch": 88, "heads_q": 92, "heads_kv": 96, "seqlen_q": 100, "seqlen_k": 104, "head_dim": 108,
-    **{f"{t}_{dim}_stride": 112 + 24 * i + 8 * j
-       for i, t in enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv"))
-       for j, dim in enumerate(("batch", "seq", "head"))},
+    **_shape_and_stride_offsets(88, "q", "k", "v", "o", "do", "dq", "dk", "dv"),
     "dtype": 304, "softmax_scale": 308, "causal": 312, "flags": 316,
 }
 
@@ -198,10 +202,7 @@ EXPECTED_FP8_PREPASS_OFFSETS = {
     **{name: 8 * i for i, name in enumerate(("q", "k", "v", "q_fp8", "k_fp8", "v_fp8", "q_descale", "k_descale",
                                              "v_descale", "rope_cos", "rope_sin"))},
     "rope_rows": 88, "rope_q_offset": 92,
-    "batch": 96, "heads_q": 100, "heads_kv": 104, "seqlen_q": 108, "seqlen_k": 112, "head_dim": 116,
-    **{f"{t}_{dim}_stride": 120 + 24 * i + 8 * j
-       for i, t in enumerate(("q", "k", "v", "q_fp8", "k_fp8", "v_fp8"))
-       for j, dim in enumerate(("batch", "seq", "head"))},
+    **_shape_and_stride_offsets(96, "q", "k", "v", "q_fp8", "k_fp8", "v_fp8"),
     "dtype": 264, "rope": 268, "hadamard": 272, "hadamard_seed": 280, "flags": 288,
 }
 
@@ -235,10 +236,7 @@ EXPECTED_FWD_FP8_SIZE = 216
 EXPECTED_FWD_FP8_OFFSETS = {
     **{name: 8 * i for i, name in enumerate(("q", "k", "v", "o", "lse", "q_descale", "k_descale", "v_descale",
                                              "workspace", "workspace_size"))},
-    "batch": 80, "heads_q": 84, "heads_kv": 88, "seqlen_q": 92, "seqlen_k": 96, "head_dim": 100,
-    **{f"{t}_{dim}_stride": 104 + 24 * i + 8 * j
-       for i, t in enumerate(("q", "k", "v", "o"))
-       for j, dim in enumerate(("batch", "seq", "head"))},
+    **_shape_and_stride_offsets(80, "q", "k", "v", "o"),
     "o_dtype": 200, "softmax_scale": 204, "causal": 208, "flags": 212,
 }
 
