@@ -41,10 +41,12 @@ readonly SANITIZER_ERROR_RC=86
 # kernel's ping-pong passes no data through bar.arrive and runs under racecheck in full.
 readonly RACECHECK_EXCLUDED='PtxBarrier.NamedBarrierPingPongStrictAlternation'
 # The bulk-copy ring of ptx_bulk_test is the smallest form of the LSE/D ring on which racecheck
-# reports a hazard in the backward kernel, once with the consumer warps' reads ordered before
-# their release (__syncwarp) and once without, as bwd.cuh releases at head_dim 128: each runs
-# under racecheck alone, so its summary line says which of the two racecheck flags.
-readonly RACECHECK_OWN_LINE_TESTS=(PtxBulk.LoadRingOfTwo PtxBulk.LoadRingOfTwoLaneZeroReleasesAlone)
+# reports a hazard in the backward kernel, with the consumer warps' reads ordered before their
+# release (__syncwarp), without (as bwd.cuh releases at head_dim 128), and with a proxy fence on
+# the reading or on the producing side: each runs under racecheck alone, so its summary line says
+# which of them racecheck flags.
+readonly RACECHECK_OWN_LINE_TESTS=(PtxBulk.LoadRingOfTwo PtxBulk.LoadRingOfTwoLaneZeroReleasesAlone
+                                   PtxBulk.LoadRingOfTwoReaderProxyFence PtxBulk.LoadRingOfTwoProducerProxyFence)
 own_line_filter=$(IFS=:; echo "${RACECHECK_OWN_LINE_TESTS[*]}")
 readonly RACECHECK_GTEST_FILTER="-$RACECHECK_EXCLUDED:$own_line_filter"
 log_dir=$(mktemp -d)

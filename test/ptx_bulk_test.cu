@@ -24,8 +24,12 @@
 //       0's arrive by nothing in the memory model, as in bwd.cuh where only .sync.aligned wgmma
 //       instructions (no memory ordering) lie between a warp's load_columns() and its lane 0's
 //       release_stage() (head_dim 128, which delays dQ, and head_dim 256's dV kernel; at 64 and
-//       in 256's dK/dQ kernel a named barrier does). scripts/sanitize_ptx_tests.sh runs each of the
-//       two under racecheck on its own line, so which of them racecheck flags is visible.
+//       in 256's dK/dQ kernel a named barrier does). Two more forms add a proxy fence, since the
+//       reads are generic-proxy accesses and the next copy into the slot is an async-proxy write:
+//       LoadRingOfTwoReaderProxyFence (every reading lane fences before the __syncwarp and the
+//       release) and LoadRingOfTwoProducerProxyFence (the producer fences once after it acquires the
+//       empty slot, before the copy). scripts/sanitize_ptx_tests.sh runs each of the four under
+//       racecheck on its own line, so which of them racecheck flags is visible.
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
@@ -63,8 +67,15 @@ struct RingResult {
 // Column of the fragment pair j of `lane` (bwd.cuh: acc_col(4 j, lane)).
 __host__ __device__ constexpr int pair_column(int j, int lane) { return 8 * j + 2 * (lane % 4); }
 
-// kWarpSyncBeforeRelease: the warp's reads are ordered before lane 0's arrival on "empty".
-template <bool kWarpSyncBeforeRelease>
+// How a consumer warp hands its slot back (see the NOTE at the top).
+enum class Release {
+    kWarpSync,           // __syncwarp, then lane 0 arrives on "empty"
+    kLaneZeroAlone,      // lane 0 arrives; lanes 1-31's reads are ordered before it by nothing
+    kReaderProxyFence,   // each lane fence.proxy.async, __syncwarp, lane 0 arrives
+    kProducerProxyFence, // as kWarpSync; the producer fences after acquiring the slot
+};
+
+template <Release kRelease>
 __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* rows, float* sums, RingResult* result) {
     __shared__ alignas(16) float slot[kStages][kRowFloats];
     __shared__ uint64_t full[kStages];
@@ -87,6 +98,7 @@ __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* row
         if (hattn::ptx::elect_one_sync()) {
             for (int i = 0; i < kRows; ++i) {
                 hattn::ptx::mbarrier_wait(&empty[stage], phase ^ 1u);  // a fresh slot counts as empty
+                if constexpr (kRelease == Release::kProducerProxyFence) hattn::ptx::fence_proxy_async_shared_cta();
                 hattn::ptx::mbarrier_arrive_expect_tx(&full[stage], kRowBytes);
                 hattn::ptx::bulk_load(slot[stage], rows + static_cast<size_t>(i) * kRowFloats, kRowBytes, &full[stage]);
                 if (++stage == kStages) {
@@ -116,7 +128,8 @@ __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* row
                 mismatches += row_bad;
                 first_bad = min(first_bad, i);
             }
-            if constexpr (kWarpSyncBeforeRelease) __syncwarp();
+            if constexpr (kRelease == Release::kReaderProxyFence) hattn::ptx::fence_proxy_async_shared_cta();
+            if constexpr (kRelease != Release::kLaneZeroAlone) __syncwarp();
             if (lane == 0) hattn::ptx::mbarrier_arrive(&empty[stage]);
             if (++stage == kStages) {
                 stage = 0;
@@ -133,7 +146,7 @@ __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* row
     }
 }
 
-template <bool kWarpSyncBeforeRelease>
+template <Release kRelease>
 void check_row_ring(uint64_t seed) {
     std::vector<float> rows(static_cast<size_t>(kRows) * kRowFloats);
     std::mt19937 rng(static_cast<uint32_t>(seed));
@@ -162,7 +175,7 @@ void check_row_ring(uint64_t seed) {
     const RingResult init{0, INT_MAX};
     HATTN_CUDA_CHECK(cudaMemcpy(d_result.ptr, &init, sizeof(init), cudaMemcpyHostToDevice));
 
-    row_ring_kernel<kWarpSyncBeforeRelease><<<1, kRingThreads>>>(d_rows.ptr, d_sums.ptr, d_result.ptr);
+    row_ring_kernel<kRelease><<<1, kRingThreads>>>(d_rows.ptr, d_sums.ptr, d_result.ptr);
     HATTN_CUDA_CHECK(cudaGetLastError());
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -233,12 +246,22 @@ __global__ void __launch_bounds__(kReduceThreads) bulk_reduce_kernel(float* dst)
 
 TEST(PtxBulk, LoadRingOfTwo) {
     HATTN_REQUIRE_HOPPER();
-    check_row_ring<true>(0xb10c);
+    check_row_ring<Release::kWarpSync>(0xb10c);
 }
 
 TEST(PtxBulk, LoadRingOfTwoLaneZeroReleasesAlone) {
     HATTN_REQUIRE_HOPPER();
-    check_row_ring<false>(0xb10d);
+    check_row_ring<Release::kLaneZeroAlone>(0xb10d);
+}
+
+TEST(PtxBulk, LoadRingOfTwoReaderProxyFence) {
+    HATTN_REQUIRE_HOPPER();
+    check_row_ring<Release::kReaderProxyFence>(0xb10e);
+}
+
+TEST(PtxBulk, LoadRingOfTwoProducerProxyFence) {
+    HATTN_REQUIRE_HOPPER();
+    check_row_ring<Release::kProducerProxyFence>(0xb10f);
 }
 
 TEST(PtxBulk, ReduceAddF32FromSeveralCtas) {
