@@ -21,8 +21,8 @@
 #             (SANITIZE_JOBS runs at a time)
 #   robust    build/test/stress_test (threads, 100k calls, >2^31 elements, NaN/Inf inputs),
 #             build/test/hang_guard_test (the debug hang guard traps) and
-#             test/python/bad_input_torch.py (every validation failure of the forward and the
-#             backward, from PyTorch processes)
+#             test/python/bad_input_torch.py (every validation failure of the forward, the
+#             backward, the FP8 pre-pass and the FP8 forward, from PyTorch processes)
 #   maxlen    scripts/max_seqlen.py: the longest causal d128 bf16 forward that fits in memory (and in
 #             the phase's time), checked against cuDNN and float64 (JSON in logs.tgz, table in the summary)
 #   python    scripts/gpu_python.sh: pip-installs the Python package from this tree (its own build,

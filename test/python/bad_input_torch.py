@@ -23,6 +23,14 @@ against a float32 autograd reference (and HATTN_BWD_DETERMINISTIC for bit-identi
 Where the header leaves the order of two checks open, a case accepts either status. A library
 without the backward entry points (built before the backward API) skips the bwd_* cases.
 
+The FP8 cases do the same for the pre-pass (fp8_prepass_*: hattn_fp8_prepass_validate /
+hattn_fp8_prepass; the e4m3 outputs are filled with a byte sentinel and the descales with the LSE
+sentinel) and the FP8 forward (fwd_fp8_*: hattn_fwd_fp8_validate / hattn_fwd_fp8 on e4m3 inputs
+with descales; O, LSE and the V^T workspace are filled with sentinels). A rejected call must leave
+every output and the workspace untouched; the positive controls check the pre-pass's
+dequantized V against the input and the FP8 forward's O against a float32 attention of the
+dequantized inputs. A library without the FP8 entry points skips these cases.
+
 Before any child starts, the parent checks the same case table on the CPU (hattn_fwd_validate
 with placeholder addresses, which validation never dereferences) together with the ctypes
 struct layout, so a wrong expectation shows up even on a machine without a GPU.
@@ -67,6 +75,10 @@ MSG_FILL = 0x7F          # fills the 1-byte message buffer test's guard bytes
 WORKSPACE_SENTINEL = 0xA5  # every byte of the backward's workspace before the call
 WORKSPACE_SLACK = 1024     # bytes past what the shape needs: room for the misaligned-workspace cases
 BWD_REL_L2_LIMIT = 2e-2    # bf16 gradients against a float32 reference (positive controls)
+FP8_BYTE_SENTINEL = 0x7F   # e4m3 NaN: never what the pre-pass writes (it saturates to +-448)
+FP8_DEQUANT_REL_L2_LIMIT = 5e-2  # e4m3 keeps 3 mantissa bits: ~2.5e-2 relative L2 for N(0,1) rows
+FWD_FP8_REL_L2_LIMIT = 6e-2      # O of e4m3 inputs (P rounded to e4m3) against float32 attention of them
+FP8_DESCALE = 1.0 / 64           # the FP8 forward cases' descales (e4m3 inputs of magnitude < 448)
 
 INT32_MAX = 2**31 - 1
 TMA_STRIDE_LIMIT_ELEMS = 2**39  # 2^40 bytes of 2-byte elements
@@ -112,6 +124,27 @@ class BwdBases:
     workspace_size: int
 
 
+@dataclass
+class Fp8Bases:
+    """The pre-pass's and the FP8 forward's buffers (a case uses the ones its entry point names).
+    q, k, v are the 16-bit inputs for the pre-pass and the e4m3 inputs for the FP8 forward."""
+    q: int
+    k: int
+    v: int
+    q_fp8: int
+    k_fp8: int
+    v_fp8: int
+    q_descale: int
+    k_descale: int
+    v_descale: int
+    rope_cos: int
+    rope_sin: int
+    o: int
+    lse: int
+    workspace: int
+    workspace_size: int
+
+
 # A defect: takes the library, valid params for the case's shape and the buffer addresses,
 # returns the params to pass (None = a NULL params pointer). Backward cases get HattnBwdParams
 # and BwdBases.
@@ -125,7 +158,7 @@ class Case:
     expect: tuple[int, ...]   # acceptable statuses (one, except where noted)
     field_re: str             # the validation message must match this (the offending field)
     shape: Shape = field(default_factory=Shape)
-    kind: str = "fwd"         # "fwd": hattn_fwd*; "bwd": hattn_bwd*
+    kind: str = "fwd"         # "fwd": hattn_fwd*; "bwd": hattn_bwd*; "fp8_prepass", "fwd_fp8"
     claim_workspace: bool = True  # bwd: set workspace_size to what the mutated sizes need
 
     @property
@@ -447,13 +480,217 @@ def _contiguous_bare(lib, bases, shape):
                                      shape.head_dim, shape.dtype)
 
 
-CASES = {c.name: c for c in build_cases() + build_bwd_cases()}
-assert len(CASES) == len(build_cases()) + len(build_bwd_cases()), "duplicate case names"
+# ---- FP8: the pre-pass and the FP8 forward ------------------------------------------------------
+FP8_TENSORS_16BIT = ("q", "k", "v")            # the pre-pass's inputs (strides in elements)
+FP8_TENSORS_E4M3 = ("q_fp8", "k_fp8", "v_fp8")  # its outputs (strides in bytes)
+DESCALES = ("q_descale", "k_descale", "v_descale")
+
+
+def _prepass_bare(lib, b: Fp8Bases, s: Shape):
+    return lib.fp8_prepass_params_contiguous(b.q, b.k, b.v, b.q_fp8, b.k_fp8, b.v_fp8, b.q_descale, b.k_descale,
+                                             b.v_descale, s.batch, s.heads, s.kv, s.seqlen, s.seqlen, s.head_dim,
+                                             s.dtype)
+
+
+def _fwd_fp8_bare(lib, b: Fp8Bases, s: Shape):
+    """Valid FP8-forward params on the e4m3 buffers (q_fp8, k_fp8, v_fp8), with LSE and workspace."""
+    p = lib.fwd_fp8_params_contiguous(b.q_fp8, b.k_fp8, b.v_fp8, b.o, b.q_descale, b.k_descale, b.v_descale, s.batch,
+                                      s.heads, s.kv, s.seqlen, s.seqlen, s.head_dim, s.dtype)
+    p.lse, p.workspace, p.workspace_size = b.lse, b.workspace, b.workspace_size
+    return p
+
+
+def with_rope(rope: int, **values) -> Mutate:
+    """RoPE on (tables of seqlen rows), then some fields replaced."""
+    def mutate(lib, p, bases, shape):
+        p.rope, p.rope_cos, p.rope_sin, p.rope_rows = rope, bases.rope_cos, bases.rope_sin, shape.seqlen
+        for name, value in values.items():
+            setattr(p, name, value)
+        return p
+    return mutate
+
+
+def offset_field(name: str, base: str, delta: int) -> Mutate:
+    """Field `name` set to buffer `base` + delta bytes (the FP8 forward's q is the q_fp8 buffer)."""
+    def mutate(lib, p, bases, shape):
+        setattr(p, name, getattr(bases, base) + delta)
+        return p
+    return mutate
+
+
+def stride_cases(add, E, tensors, misaligned_extra: dict):
+    """Zero and negative strides, and strides one step short of 16 bytes (misaligned_extra[t] is
+    that step in the tensor's stride unit), for every stride of every tensor named."""
+    for t in tensors:
+        for dim in ("batch", "seq", "head"):
+            name = f"{t}_{dim}_stride"
+
+            def scaled(factor, extra, name=name):
+                def mutate(lib, p, bases, shape):
+                    setattr(p, name, getattr(p, name) * factor + extra)
+                    return p
+                return mutate
+            add(f"{name}_zero", scaled(0, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_negative", scaled(-1, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_not_16_bytes", scaled(1, misaligned_extra[t]), E.HATTN_ERROR_MISALIGNED, field_word(name))
+
+
+def build_fp8_prepass_cases() -> list[Case]:
+    E = hc
+    cases: list[Case] = []
+
+    def add(name, mutate, expect, field_re, shape=Shape()):
+        cases.append(Case(f"fp8_prepass_{name}", mutate, expect if isinstance(expect, tuple) else (expect,),
+                          field_re, shape, kind="fp8_prepass"))
+
+    # ---- positive controls ----
+    add("control_valid", setter(), E.HATTN_SUCCESS, r"^ok$")
+    add("control_valid_rope_interleaved_hadamard", with_rope(E.HATTN_ROPE_INTERLEAVED, hadamard=1, hadamard_seed=7),
+        E.HATTN_SUCCESS, r"^ok$")
+    add("control_valid_rope_half_gqa_d128_fp16", with_rope(E.HATTN_ROPE_HALF, hadamard=1), E.HATTN_SUCCESS, r"^ok$",
+        Shape(seqlen=200, heads=4, heads_kv=2, head_dim=128, dtype=E.HATTN_DTYPE_FP16))
+
+    # ---- NULL pointers ----
+    add("null_params", lambda lib, p, b, s: None, E.HATTN_ERROR_NULL_PARAMS, field_word("params"))
+    for t in FP8_TENSORS_16BIT + FP8_TENSORS_E4M3 + DESCALES:
+        add(f"null_{t}", setter(**{t: None}), E.HATTN_ERROR_NULL_POINTER, field_word(t))
+    add("null_rope_cos", with_rope(E.HATTN_ROPE_INTERLEAVED, rope_cos=None), E.HATTN_ERROR_NULL_POINTER,
+        field_word("rope_cos"))
+    add("null_rope_sin", with_rope(E.HATTN_ROPE_HALF, rope_sin=None), E.HATTN_ERROR_NULL_POINTER,
+        field_word("rope_sin"))
+
+    # ---- dtype, head_dim, sizes ----
+    add_dtype_and_head_dim_cases(add, setter)
+    add_size_cases(add, setter)
+
+    # ---- RoPE and flags ----
+    for rope in (3, -1):
+        add(f"rope_{rope}", setter(rope=rope), E.HATTN_ERROR_INVALID_FLAGS, field_word("rope"))
+    for bits in (1, 1 << 31):
+        add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
+    add("rope_q_offset_negative", with_rope(E.HATTN_ROPE_INTERLEAVED, rope_q_offset=-1), E.HATTN_ERROR_INVALID_SIZE,
+        field_word("rope_q_offset"))
+    add("rope_rows_below_seqlen", with_rope(E.HATTN_ROPE_HALF, rope_rows=127), E.HATTN_ERROR_INVALID_SIZE,
+        field_word("rope_rows"))
+    add("rope_rows_below_query_rows", with_rope(E.HATTN_ROPE_HALF, rope_q_offset=1), E.HATTN_ERROR_INVALID_SIZE,
+        field_word("rope_rows"))
+
+    # ---- alignment: 16 bytes for the tensors and the rope tables, 4 for the descales ----
+    for t, delta in (("q", 2), ("k", 8), ("v", 2), ("q_fp8", 8), ("k_fp8", 1), ("v_fp8", 4)):
+        add(f"misaligned_{t}_by_{delta}", offset_pointer(t, delta), E.HATTN_ERROR_MISALIGNED, field_word(t))
+    for t in DESCALES:
+        add(f"misaligned_{t}_by_2", offset_pointer(t, 2), E.HATTN_ERROR_MISALIGNED, field_word(t))
+
+    def rope_cos_misaligned(lib, p, bases, shape):
+        p = with_rope(E.HATTN_ROPE_INTERLEAVED)(lib, p, bases, shape)
+        p.rope_cos = bases.rope_cos + 4
+        return p
+    add("misaligned_rope_cos_by_4", rope_cos_misaligned, E.HATTN_ERROR_MISALIGNED, field_word("rope_cos"))
+
+    # ---- strides ----
+    stride_cases(add, E, FP8_TENSORS_16BIT + FP8_TENSORS_E4M3,
+                 {**{t: 4 for t in FP8_TENSORS_16BIT}, **{t: 8 for t in FP8_TENSORS_E4M3}})
+    add("q_fp8_heads_overlap", setter(q_fp8_head_stride=32), E.HATTN_ERROR_INVALID_STRIDE,
+        r"q_fp8_(batch|seq|head)_stride")
+    add("k_fp8_rows_overlap", setter(k_fp8_seq_stride=64), E.HATTN_ERROR_INVALID_STRIDE,
+        r"k_fp8_(batch|seq|head)_stride")
+
+    # ---- beyond int32, TMA, int64 and the address space ----
+    add("batch_times_heads_over_int32", setter(batch=2**20, heads_q=2**12), E.HATTN_ERROR_SIZE_OVERFLOW,
+        field_word("batch") + "|" + field_word("heads_q"))
+    add("q_batch_stride_2pow40_bytes", setter(q_batch_stride=TMA_STRIDE_LIMIT_ELEMS), E.HATTN_ERROR_SIZE_OVERFLOW,
+        field_word("q_batch_stride"))
+    add("q_fp8_past_address_space", setter(q_fp8=2**64 - 4096), E.HATTN_ERROR_SIZE_OVERFLOW, r"^q_fp8:")
+    add("v_descale_past_address_space", setter(v_descale=2**64 - 4), E.HATTN_ERROR_SIZE_OVERFLOW, r"^v_descale:")
+    return cases
+
+
+def build_fwd_fp8_cases() -> list[Case]:
+    E = hc
+    cases: list[Case] = []
+
+    def add(name, mutate, expect, field_re, shape=Shape(), claim_workspace=True):
+        cases.append(Case(f"fwd_fp8_{name}", mutate, expect if isinstance(expect, tuple) else (expect,), field_re,
+                          shape, kind="fwd_fp8", claim_workspace=claim_workspace))
+
+    # ---- positive controls ----
+    add("control_valid", setter(), E.HATTN_SUCCESS, r"^ok$")
+    add("control_valid_without_lse", setter(lse=None), E.HATTN_SUCCESS, r"^ok$")
+    add("control_valid_causal_gqa_odd_seqlen", setter(causal=1), E.HATTN_SUCCESS, r"^ok$",
+        Shape(seqlen=200, heads=4, heads_kv=2))
+    add("control_valid_d256_fp16", setter(), E.HATTN_SUCCESS, r"^ok$", Shape(head_dim=256, dtype=E.HATTN_DTYPE_FP16))
+
+    # ---- NULL pointers ----
+    add("null_params", lambda lib, p, b, s: None, E.HATTN_ERROR_NULL_PARAMS, field_word("params"))
+    for t in ("q", "k", "v", "o") + DESCALES:
+        add(f"null_{t}", setter(**{t: None}), E.HATTN_ERROR_NULL_POINTER, field_word(t))
+
+    # ---- o_dtype, head_dim, sizes ----
+    for dtype in (2, -1, INT32_MAX):
+        add(f"o_dtype_{dtype}", setter(o_dtype=dtype), E.HATTN_ERROR_UNSUPPORTED_DTYPE, field_word("o_dtype"))
+    for d in (96, 0, -1, 32, 512):
+        add(f"head_dim_{d}", setter(head_dim=d), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))
+    add_size_cases(add, setter)
+
+    # ---- alignment: 16 bytes for the TMA tensors, 4 for LSE and the descales ----
+    for t, base, delta in (("q", "q_fp8", 8), ("k", "k_fp8", 1), ("v", "v_fp8", 4), ("o", "o", 2)):
+        add(f"misaligned_{t}_by_{delta}", offset_field(t, base, delta), E.HATTN_ERROR_MISALIGNED, field_word(t))
+    for t in ("lse",) + DESCALES:
+        add(f"misaligned_{t}_by_2", offset_pointer(t, 2), E.HATTN_ERROR_MISALIGNED, field_word(t))
+
+    # ---- strides (bytes for the e4m3 inputs, elements for o) ----
+    stride_cases(add, E, ("q", "k", "v", "o"), {"q": 8, "k": 8, "v": 8, "o": 4})
+    o_stride = r"o_(batch|seq|head)_stride"
+    add("o_heads_overlap_head_stride_32", setter(o_head_stride=32), E.HATTN_ERROR_INVALID_STRIDE, o_stride)
+    add("o_rows_overlap_seq_stride_64", setter(o_seq_stride=64), E.HATTN_ERROR_INVALID_STRIDE, o_stride)
+
+    # ---- beyond int32, TMA, int64 and the address space ----
+    add("batch_times_heads_over_int32", setter(batch=2**20, heads_q=2**12), E.HATTN_ERROR_SIZE_OVERFLOW,
+        field_word("batch") + "|" + field_word("heads_q"))
+    add("k_seq_stride_2pow40_bytes", setter(k_seq_stride=2**40), E.HATTN_ERROR_SIZE_OVERFLOW, field_word("k_seq_stride"))
+    add("o_batch_stride_2pow40_bytes", setter(o_batch_stride=TMA_STRIDE_LIMIT_ELEMS), E.HATTN_ERROR_SIZE_OVERFLOW,
+        field_word("o_batch_stride"))
+    add("q_past_address_space", setter(q=2**64 - 4096), E.HATTN_ERROR_SIZE_OVERFLOW, r"^q:")
+    add("v_descale_past_address_space", setter(v_descale=2**64 - 4), E.HATTN_ERROR_SIZE_OVERFLOW, r"^v_descale:")
+
+    # ---- scale, flags ----
+    for label, value in (("nan", math.nan), ("inf", math.inf), ("minus_1", -1.0)):
+        add(f"softmax_scale_{label}", setter(softmax_scale=value), E.HATTN_ERROR_INVALID_SCALE,
+            field_word("softmax_scale"))
+    for bits in (1, 1 << 2, 0xFFFFFFFF):
+        add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
+
+    # ---- the V^T workspace: NULL, misaligned (256 bytes), too small ----
+    ws = field_word("workspace") + "|" + field_word("workspace_size")
+    add("null_workspace", setter(workspace=None), E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    add("workspace_misaligned_by_16", offset_pointer("workspace", 16), E.HATTN_ERROR_WORKSPACE, ws,
+        claim_workspace=False)
+
+    def workspace_short(lib, p, bases, shape):
+        p.workspace_size = bases.workspace_size - 1
+        return p
+    add("workspace_one_byte_short", workspace_short, E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    add("workspace_size_0", setter(workspace_size=0), E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+    return cases
+
+
+ALL_CASES = build_cases() + build_bwd_cases() + build_fp8_prepass_cases() + build_fwd_fp8_cases()
+CASES = {c.name: c for c in ALL_CASES}
+assert len(CASES) == len(ALL_CASES), "duplicate case names"
+FP8_KINDS = ("fp8_prepass", "fwd_fp8")
 
 
 def params_for(lib: hc.Hattn, case: Case, bases) -> Optional[object]:
     """Valid params for the case's shape on these buffers, with the case's one defect applied."""
     s = case.shape
+    if case.kind == "fp8_prepass":
+        return case.mutate(lib, _prepass_bare(lib, bases, s), bases, s)
+    if case.kind == "fwd_fp8":
+        p = case.mutate(lib, _fwd_fp8_bare(lib, bases, s), bases, s)
+        if p is not None and case.claim_workspace:
+            need = lib.fwd_fp8_workspace_size(p.batch, p.heads_kv, p.seqlen_k, p.head_dim)
+            p.workspace_size = max(p.workspace_size, need)
+        return p
     if case.kind == "bwd":
         p = _contiguous_bare(lib, bases, s)
         p.workspace, p.workspace_size = bases.workspace, bases.workspace_size
@@ -470,10 +707,11 @@ def params_for(lib: hc.Hattn, case: Case, bases) -> Optional[object]:
 
 
 def check_validate(lib: hc.Hattn, case: Case, params: Optional[object]) -> list[str]:
-    """hattn_{fwd,bwd}_validate: status, message, and the msg = NULL and 1-byte-buffer forms."""
+    """hattn_<kind>_validate: status, message, and the msg = NULL and 1-byte-buffer forms."""
     name = f"hattn_{case.kind}_validate"
-    validate, raw = (lib.bwd_validate, lib.lib.hattn_bwd_validate) if case.kind == "bwd" else \
-        (lib.validate, lib.lib.hattn_fwd_validate)
+    validate = {"fwd": lib.validate, "bwd": lib.bwd_validate, "fp8_prepass": lib.fp8_prepass_validate,
+                "fwd_fp8": lib.fwd_fp8_validate}[case.kind]
+    raw = getattr(lib.lib, name)
     problems = []
     status, msg = validate(params)
     if status not in case.expect:
@@ -513,6 +751,11 @@ def run_child(case_name: str, lib_path: Path) -> int:
             print(f"RESULT {case_name} SKIP: {lib_path} has no backward entry points")
             return EXIT_SKIP
         return run_child_bwd(case, lib)
+    if case.kind in FP8_KINDS:
+        if not lib.has_fp8:
+            print(f"RESULT {case_name} SKIP: {lib_path} has no FP8 entry points")
+            return EXIT_SKIP
+        return run_child_fp8_prepass(case, lib) if case.kind == "fp8_prepass" else run_child_fwd_fp8(case, lib)
     s = case.shape
     torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
     dev = torch.device("cuda")
@@ -569,22 +812,182 @@ def run_child(case_name: str, lib_path: Path) -> int:
     return EXIT_PASS if not problems else EXIT_FAIL
 
 
-def reference_grads(q, k, v, dout, causal: bool, scale: float):
-    """float32 autograd gradients of attention over [b, s, h, d] tensors (GQA: K/V heads repeated,
-    so dK and dV come out summed over each group); causal is bottom-right aligned, as hattn's."""
+def reference_attention(qf, kf, vf, causal: bool, scale: float):
+    """Attention of float32 [b, s, h, d] tensors (GQA: K/V heads repeated); causal is bottom-right
+    aligned, as hattn's."""
     import torch
 
-    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
-    group = q.shape[2] // k.shape[2]
+    group = qf.shape[2] // kf.shape[2]
     qh = qf.transpose(1, 2)
     kh, vh = (t.repeat_interleave(group, dim=2).transpose(1, 2) for t in (kf, vf))
     scores = (qh @ kh.transpose(-1, -2)) * scale
     if causal:
-        sq, sk = q.shape[1], k.shape[1]
-        visible = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril_(sk - sq)
+        sq, sk = qf.shape[1], kf.shape[1]
+        visible = torch.ones(sq, sk, dtype=torch.bool, device=qf.device).tril_(sk - sq)
         scores = scores.masked_fill(~visible, float("-inf"))
-    out = (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
-    return torch.autograd.grad(out, (qf, kf, vf), dout.float())
+    return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+
+
+def reference_grads(q, k, v, dout, causal: bool, scale: float):
+    """float32 autograd gradients of reference_attention (dK and dV summed over each GQA group)."""
+    import torch
+
+    qf, kf, vf = (t.float().requires_grad_() for t in (q, k, v))
+    return torch.autograd.grad(reference_attention(qf, kf, vf, causal, scale), (qf, kf, vf), dout.float())
+
+
+def relative_l2(got, ref) -> float:
+    return ((got.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def per_row_descale(descale, seqlen: int):
+    """[b, h, blocks] descales as [b, seqlen, h, 1], one per row, to multiply [b, s, h, d] tensors."""
+    return descale.repeat_interleave(hc.HATTN_FP8_BLOCK_ROWS, dim=2)[:, :, :seqlen].transpose(1, 2).unsqueeze(-1)
+
+
+def run_child_fp8_prepass(case: Case, lib: hc.Hattn) -> int:
+    import torch
+
+    s = case.shape
+    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(sum(map(ord, case.name)))
+    q = torch.randn((s.batch, s.seqlen, s.heads, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
+    k, v = (torch.randn((s.batch, s.seqlen, s.kv, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
+            for _ in range(2))
+    q8, k8, v8 = (torch.full(t.shape, FP8_BYTE_SENTINEL, dtype=torch.uint8, device=dev) for t in (q, k, v))
+    blocks = -(-s.seqlen // hc.HATTN_FP8_BLOCK_ROWS)
+    descales = [torch.empty((s.batch, heads, blocks), dtype=torch.float32, device=dev) for heads in (s.heads, s.kv, s.kv)]
+    for t in descales:
+        t.view(torch.int32).fill_(LSE_SENTINEL)
+    angles = torch.rand((s.seqlen, s.head_dim // 2), device=dev, generator=gen) * (2 * math.pi)
+    cos, sin = angles.cos().contiguous(), angles.sin().contiguous()
+    inputs = (q, k, v, cos, sin)
+    inputs_before = [t.clone() for t in inputs]
+    torch.cuda.synchronize()
+
+    bases = Fp8Bases(q.data_ptr(), k.data_ptr(), v.data_ptr(), q8.data_ptr(), k8.data_ptr(), v8.data_ptr(),
+                     *(t.data_ptr() for t in descales), cos.data_ptr(), sin.data_ptr(), o=0, lse=0, workspace=0,
+                     workspace_size=0)
+    params = params_for(lib, case, bases)
+    problems = check_validate(lib, case, params)
+    status = lib.fp8_prepass(params, torch.cuda.current_stream().cuda_stream)
+    if status not in case.expect:
+        problems.append(f"hattn_fp8_prepass returned {hc.status_name(status)}, expected "
+                        f"{' or '.join(map(hc.status_name, case.expect))}")
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as error:
+        problems.append(f"torch.cuda.synchronize() after hattn_fp8_prepass failed: {str(error).splitlines()[0]}")
+        print(f"RESULT {case.name} FAIL: " + "; ".join(problems))
+        return EXIT_FAIL
+
+    e4m3 = dict(zip(FP8_TENSORS_E4M3, (q8, k8, v8)))
+    kept = {name: int((t == FP8_BYTE_SENTINEL).sum().item()) for name, t in e4m3.items()}
+    kept.update({name: int((t.view(torch.int32) == LSE_SENTINEL).sum().item()) for name, t in zip(DESCALES, descales)})
+    sizes = {**{n: t.numel() for n, t in e4m3.items()}, **{n: t.numel() for n, t in zip(DESCALES, descales)}}
+    if case.positive and status == hc.HATTN_SUCCESS:
+        for name, left in kept.items():
+            if left:
+                problems.append(f"{left} of {sizes[name]} elements of {name} still hold the sentinel")
+        if not kept["v_fp8"] and not kept["v_descale"]:
+            # V is only quantized (no rotation): its dequantized copy must be close to the input.
+            dequant = v8.view(torch.float8_e4m3fn).float() * per_row_descale(descales[2], s.seqlen)
+            err = relative_l2(dequant, v.float())
+            if not err < FP8_DEQUANT_REL_L2_LIMIT:
+                problems.append(f"dequantized v_fp8: relative L2 error {err:.2e} (limit {FP8_DEQUANT_REL_L2_LIMIT})")
+    elif not case.positive:
+        for name, left in kept.items():
+            if left != sizes[name]:
+                problems.append(f"{sizes[name] - left} of {sizes[name]} elements of {name} were written by a "
+                                "rejected call")
+    for name, before, after in zip(("q", "k", "v", "rope_cos", "rope_sin"), inputs_before, inputs):
+        if not torch.equal(before.view(torch.uint8), after.view(torch.uint8)):
+            problems.append(f"input {name} changed")
+    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+    print(f"RESULT {case.name} {verdict}")
+    return EXIT_PASS if not problems else EXIT_FAIL
+
+
+def run_child_fwd_fp8(case: Case, lib: hc.Hattn) -> int:
+    import torch
+
+    s = case.shape
+    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(sum(map(ord, case.name)))
+    e4m3_max = 448.0
+
+    def e4m3(heads):  # dequantized (times FP8_DESCALE): ~N(0, 1)
+        x = torch.randn((s.batch, s.seqlen, heads, s.head_dim), device=dev, generator=gen) / FP8_DESCALE
+        return x.clamp_(-e4m3_max, e4m3_max).to(torch.float8_e4m3fn).view(torch.uint8)
+    q8, k8, v8 = e4m3(s.heads), e4m3(s.kv), e4m3(s.kv)
+    blocks = -(-s.seqlen // hc.HATTN_FP8_BLOCK_ROWS)
+    descales = [torch.full((s.batch, heads, blocks), FP8_DESCALE, dtype=torch.float32, device=dev)
+                for heads in (s.heads, s.kv, s.kv)]
+    o = torch.empty((s.batch, s.seqlen, s.heads, s.head_dim), dtype=torch_dtype, device=dev)
+    o.view(torch.int16).fill_(O_SENTINEL)
+    lse = torch.empty((s.batch, s.heads, s.seqlen), device=dev, dtype=torch.float32)
+    lse.view(torch.int32).fill_(LSE_SENTINEL)
+    need = lib.fwd_fp8_workspace_size(s.batch, s.kv, s.seqlen, s.head_dim)
+    workspace = torch.full((need + WORKSPACE_SLACK,), WORKSPACE_SENTINEL, dtype=torch.uint8, device=dev)
+    inputs = (q8, k8, v8, *descales)
+    inputs_before = [t.clone() for t in inputs]
+    torch.cuda.synchronize()
+
+    bases = Fp8Bases(q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), q8.data_ptr(), k8.data_ptr(), v8.data_ptr(),
+                     *(t.data_ptr() for t in descales), rope_cos=0, rope_sin=0, o=o.data_ptr(), lse=lse.data_ptr(),
+                     workspace=workspace.data_ptr(), workspace_size=need)
+    params = params_for(lib, case, bases)
+    problems = []
+    if need == 0 or workspace.data_ptr() % hc.FWD_FP8_WORKSPACE_ALIGN:
+        problems.append(f"setup: hattn_fwd_fp8_workspace_size = {need}, workspace at {workspace.data_ptr():#x}")
+    problems += check_validate(lib, case, params)
+    status = lib.fwd_fp8(params, torch.cuda.current_stream().cuda_stream)
+    if status not in case.expect:
+        problems.append(f"hattn_fwd_fp8 returned {hc.status_name(status)}, expected "
+                        f"{' or '.join(map(hc.status_name, case.expect))}")
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as error:
+        problems.append(f"torch.cuda.synchronize() after hattn_fwd_fp8 failed: {str(error).splitlines()[0]}")
+        print(f"RESULT {case.name} FAIL: " + "; ".join(problems))
+        return EXIT_FAIL
+
+    o_kept = int((o.view(torch.int16) == O_SENTINEL).sum().item())
+    lse_kept = int((lse.view(torch.int32) == LSE_SENTINEL).sum().item())
+    lse_requested = params is not None and params.lse == bases.lse
+    if case.positive and status == hc.HATTN_SUCCESS:
+        if o_kept:
+            problems.append(f"{o_kept} of {o.numel()} elements of O still hold the sentinel after hattn_fwd_fp8")
+        else:
+            dq, dk, dv = (t.view(torch.float8_e4m3fn).float() * per_row_descale(d, s.seqlen)
+                          for t, d in zip((q8, k8, v8), descales))
+            scale = params.softmax_scale or 1.0 / math.sqrt(s.head_dim)
+            err = relative_l2(o, reference_attention(dq, dk, dv, bool(params.causal), scale))
+            if not err < FWD_FP8_REL_L2_LIMIT:
+                problems.append(f"O: relative L2 error {err:.2e} against float32 attention of the dequantized "
+                                f"inputs (limit {FWD_FP8_REL_L2_LIMIT})")
+        if lse_requested and lse_kept:
+            problems.append(f"{lse_kept} of {lse.numel()} LSE elements still hold the sentinel")
+        if not lse_requested and lse_kept != lse.numel():
+            problems.append(f"LSE was not requested but {lse.numel() - lse_kept} of its elements changed")
+    elif not case.positive:
+        if o_kept != o.numel():
+            problems.append(f"{o.numel() - o_kept} of {o.numel()} elements of O were written by a rejected call")
+        if lse_kept != lse.numel():
+            problems.append(f"{lse.numel() - lse_kept} of {lse.numel()} LSE elements were written by a rejected call")
+        touched = int((workspace != WORKSPACE_SENTINEL).sum().item())
+        if touched:
+            problems.append(f"{touched} of {workspace.numel()} workspace bytes were written by a rejected call")
+    for name, before, after in zip(("q", "k", "v") + DESCALES, inputs_before, inputs):
+        if not torch.equal(before.view(torch.uint8), after.view(torch.uint8)):
+            problems.append(f"input {name} changed")
+    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+    print(f"RESULT {case.name} {verdict}")
+    return EXIT_PASS if not problems else EXIT_FAIL
 
 
 def run_child_bwd(case: Case, lib: hc.Hattn) -> int:
@@ -645,7 +1048,7 @@ def run_child_bwd(case: Case, lib: hc.Hattn) -> int:
                 problems.append(f"{name} has non-finite elements after hattn_bwd on N(0,1) inputs")
         scale = params.softmax_scale or 1.0 / math.sqrt(s.head_dim)
         for name, got, ref in zip(outputs, outputs.values(), reference_grads(q, k, v, dout, bool(params.causal), scale)):
-            err = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+            err = relative_l2(got, ref)
             if not err < BWD_REL_L2_LIMIT:
                 problems.append(f"{name}: relative L2 error {err:.2e} against a float32 reference (limit {BWD_REL_L2_LIMIT})")
         if params.flags & hc.HATTN_BWD_DETERMINISTIC:
@@ -700,11 +1103,28 @@ PLACEHOLDER_BWD = dict(q=0x10000, k=0x20000, v=0x30000, o=0x40000, dout=0x50000,
                        dv=0x90000, workspace=0x100000)  # 256-byte aligned, never dereferenced
 
 
+PLACEHOLDER_FP8 = dict(q=0x10000, k=0x20000, v=0x30000, q_fp8=0x40000, k_fp8=0x50000, v_fp8=0x60000,
+                       q_descale=0x70000, k_descale=0x80000, v_descale=0x90000, rope_cos=0xA0000, rope_sin=0xB0000,
+                       o=0xC0000, lse=0xD0000, workspace=0x100000)  # 256-byte aligned, never dereferenced
+
+
 def placeholder_bases(lib: hc.Hattn, case: Case):
     if case.kind == "fwd":
         return PLACEHOLDER
     s = case.shape
+    if case.kind in FP8_KINDS:
+        bases = Fp8Bases(**PLACEHOLDER_FP8, workspace_size=lib.fwd_fp8_workspace_size(s.batch, s.kv, s.seqlen,
+                                                                                      s.head_dim))
+        if case.kind == "fwd_fp8":  # its q, k, v are the e4m3 buffers
+            bases.q, bases.k, bases.v = bases.q_fp8, bases.k_fp8, bases.v_fp8
+        return bases
     return BwdBases(**PLACEHOLDER_BWD, workspace_size=lib.bwd_workspace_size(s.batch, s.heads, s.seqlen, s.head_dim))
+
+
+def available(lib: hc.Hattn, case: Case) -> bool:
+    """Does the library have the case's entry point (libraries built before the backward or FP8 API
+    do not)?"""
+    return (case.kind != "bwd" or lib.has_bwd) and (case.kind not in FP8_KINDS or lib.has_fp8)
 
 
 def cpu_checks(lib: hc.Hattn) -> list[str]:
@@ -717,6 +1137,8 @@ def cpu_checks(lib: hc.Hattn) -> list[str]:
         lib.check_contiguous_helper()
         if lib.has_bwd:
             lib.check_bwd_contiguous_helper()
+        if lib.has_fp8:
+            lib.check_fp8_contiguous_helpers()
     except SystemExit as error:
         problems.append(str(error))
     unknown = lib.status_string(max(hc.STATUS_NAMES) + 1)
@@ -727,7 +1149,7 @@ def cpu_checks(lib: hc.Hattn) -> list[str]:
             problems.append(f"hattn_status_string({status}) ({hc.status_name(status)}) is the unknown-status text: "
                             "the library or the ctypes enum mirror is out of date")
     for case in CASES.values():
-        if case.kind == "bwd" and not lib.has_bwd:
+        if not available(lib, case):
             continue
         for p in check_validate(lib, case, params_for(lib, case, placeholder_bases(lib, case))):
             problems.append(f"{case.name}: {p}")
@@ -799,16 +1221,16 @@ def main() -> int:
         print("0 passed, 0 failed")
         return 0
     lib = hc.Hattn(lib_path)
-    skipped = 0
-    if not lib.has_bwd:
-        skipped = sum(CASES[n].kind == "bwd" for n in names)
-        names = [n for n in names if CASES[n].kind != "bwd"]
-        print(f"SKIP bwd: {lib_path} has no backward entry points (built before the backward API): "
-              f"{skipped} bwd_* cases not run")
+    missing = [n for n in names if not available(lib, CASES[n])]
+    skipped = len(missing)
+    if missing:
+        names = [n for n in names if available(lib, CASES[n])]
+        print(f"SKIP: {lib_path} has no backward or no FP8 entry points (built before that API): "
+              f"{skipped} cases not run")
     cpu_problems = cpu_checks(lib)
     for p in cpu_problems:
         print(f"FAIL cpu_checks: {p}")
-    checked = sum(lib.has_bwd or c.kind == "fwd" for c in CASES.values())
+    checked = sum(available(lib, c) for c in CASES.values())
     cpu_line = (f"cpu checks ({checked} validation expectations, struct layouts, status strings): "
                 + ("ok" if not cpu_problems else f"{len(cpu_problems)} problems"))
     print(cpu_line, flush=True)
