@@ -43,10 +43,12 @@ readonly RACECHECK_EXCLUDED='PtxBarrier.NamedBarrierPingPongStrictAlternation'
 # The bulk-copy ring of ptx_bulk_test is the smallest form of the LSE/D ring on which racecheck
 # reports a hazard in the backward kernel, with the consumer warps' reads ordered before their
 # release (__syncwarp), without (as bwd.cuh releases at head_dim 128), and with a proxy fence on
-# the reading or on the producing side: each runs under racecheck alone, so its summary line says
-# which of them racecheck flags.
+# the reading or on the producing side, and with no slot ever refilled (so only the copy -> read
+# order is left to judge): each runs under racecheck alone, so its summary line says which of
+# them racecheck flags.
 readonly RACECHECK_OWN_LINE_TESTS=(PtxBulk.LoadRingOfTwo PtxBulk.LoadRingOfTwoLaneZeroReleasesAlone
-                                   PtxBulk.LoadRingOfTwoReaderProxyFence PtxBulk.LoadRingOfTwoProducerProxyFence)
+                                   PtxBulk.LoadRingOfTwoReaderProxyFence PtxBulk.LoadRingOfTwoProducerProxyFence
+                                   PtxBulk.LoadWithoutSlotReuse)
 own_line_filter=$(IFS=:; echo "${RACECHECK_OWN_LINE_TESTS[*]}")
 readonly RACECHECK_GTEST_FILTER="-$RACECHECK_EXCLUDED:$own_line_filter"
 log_dir=$(mktemp -d)

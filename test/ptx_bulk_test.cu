@@ -28,8 +28,10 @@
 //       reads are generic-proxy accesses and the next copy into the slot is an async-proxy write:
 //       LoadRingOfTwoReaderProxyFence (every reading lane fences before the __syncwarp and the
 //       release) and LoadRingOfTwoProducerProxyFence (the producer fences once after it acquires the
-//       empty slot, before the copy). scripts/sanitize_ptx_tests.sh runs each of the four under
-//       racecheck on its own line, so which of them racecheck flags is visible.
+//       empty slot, before the copy). LoadWithoutSlotReuse fills 64 slots once each: no read is
+//       ever followed by a copy into its slot, so a report there is about the copy -> read order.
+//       scripts/sanitize_ptx_tests.sh runs each of the five under racecheck on its own line, so
+//       which of them racecheck flags is visible.
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
@@ -51,6 +53,7 @@ constexpr int kRowFloats = 64;  // one query block of the backward: 64 rows of L
 constexpr uint32_t kRowBytes = kRowFloats * sizeof(float);
 constexpr int kStages = 2;
 constexpr int kRows = 1024;  // kRows / kStages = 512 phase flips per barrier
+constexpr int kNoReuseRows = 64;  // LoadWithoutSlotReuse: 64 slots of 256 bytes, each filled once
 constexpr int kConsumerWarps = 4;
 constexpr int kConsumerThreads = kConsumerWarps * kWarpSize;
 constexpr int kRingThreads = kWarpSize + kConsumerThreads;  // warp 0 produces
@@ -75,14 +78,17 @@ enum class Release {
     kProducerProxyFence, // as kWarpSync; the producer fences after acquiring the slot
 };
 
-template <Release kRelease>
+// kSlots slots for kRingRows rows; kSlots == kRingRows (LoadWithoutSlotReuse) fills every slot
+// once, so no copy ever overwrites a slot that was read: what racecheck reports there is about the
+// copy -> read order, not the read -> next copy order.
+template <Release kRelease, int kSlots = kStages, int kRingRows = kRows>
 __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* rows, float* sums, RingResult* result) {
-    __shared__ alignas(16) float slot[kStages][kRowFloats];
-    __shared__ uint64_t full[kStages];
-    __shared__ uint64_t empty[kStages];
+    __shared__ alignas(16) float slot[kSlots][kRowFloats];
+    __shared__ uint64_t full[kSlots];
+    __shared__ uint64_t empty[kSlots];
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
+        for (int s = 0; s < kSlots; ++s) {
             hattn::ptx::mbarrier_init(&full[s], 1);                // the producer's arrive.expect_tx
             hattn::ptx::mbarrier_init(&empty[s], kConsumerWarps);  // lane 0 of each consumer warp
         }
@@ -96,12 +102,12 @@ __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* row
     if (warp == 0) {
         // ---- producer: one elected thread issues every copy -------------------------------------
         if (hattn::ptx::elect_one_sync()) {
-            for (int i = 0; i < kRows; ++i) {
+            for (int i = 0; i < kRingRows; ++i) {
                 hattn::ptx::mbarrier_wait(&empty[stage], phase ^ 1u);  // a fresh slot counts as empty
                 if constexpr (kRelease == Release::kProducerProxyFence) hattn::ptx::fence_proxy_async_shared_cta();
                 hattn::ptx::mbarrier_arrive_expect_tx(&full[stage], kRowBytes);
                 hattn::ptx::bulk_load(slot[stage], rows + static_cast<size_t>(i) * kRowFloats, kRowBytes, &full[stage]);
-                if (++stage == kStages) {
+                if (++stage == kSlots) {
                     stage = 0;
                     phase ^= 1u;
                 }
@@ -112,7 +118,7 @@ __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* row
         float acc[kSumsPerThread] = {};
         unsigned int mismatches = 0;
         int first_bad = INT_MAX;
-        for (int i = 0; i < kRows; ++i) {
+        for (int i = 0; i < kRingRows; ++i) {
             hattn::ptx::mbarrier_wait(&full[stage], phase);
             const float* expect = rows + static_cast<size_t>(i) * kRowFloats;
             unsigned int row_bad = 0;
@@ -131,7 +137,7 @@ __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* row
             if constexpr (kRelease == Release::kReaderProxyFence) hattn::ptx::fence_proxy_async_shared_cta();
             if constexpr (kRelease != Release::kLaneZeroAlone) __syncwarp();
             if (lane == 0) hattn::ptx::mbarrier_arrive(&empty[stage]);
-            if (++stage == kStages) {
+            if (++stage == kSlots) {
                 stage = 0;
                 phase ^= 1u;
             }
@@ -146,9 +152,9 @@ __global__ void __launch_bounds__(kRingThreads) row_ring_kernel(const float* row
     }
 }
 
-template <Release kRelease>
+template <Release kRelease, int kSlots = kStages, int kRingRows = kRows>
 void check_row_ring(uint64_t seed) {
-    std::vector<float> rows(static_cast<size_t>(kRows) * kRowFloats);
+    std::vector<float> rows(static_cast<size_t>(kRingRows) * kRowFloats);
     std::mt19937 rng(static_cast<uint32_t>(seed));
     for (auto& x : rows) x = static_cast<float>(static_cast<int>(rng() % kRowValueRange) - kRowValueRange / 2);
     // Consumer thread c (lane c % 32) sums column pair_column(j, lane) + h into k = 2 j + h.
@@ -157,7 +163,7 @@ void check_row_ring(uint64_t seed) {
         for (int j = 0; j < kPairsPerLane; ++j) {
             for (int h = 0; h < 2; ++h) {
                 double sum = 0.0;  // |sum| <= 64 * 1024: exact in fp32, whatever the order
-                for (int i = 0; i < kRows; ++i) {
+                for (int i = 0; i < kRingRows; ++i) {
                     sum += rows[static_cast<size_t>(i) * kRowFloats + pair_column(j, c) + h];
                 }
                 want[c * kSumsPerThread + 2 * j + h] = static_cast<float>(sum);
@@ -175,7 +181,7 @@ void check_row_ring(uint64_t seed) {
     const RingResult init{0, INT_MAX};
     HATTN_CUDA_CHECK(cudaMemcpy(d_result.ptr, &init, sizeof(init), cudaMemcpyHostToDevice));
 
-    row_ring_kernel<kRelease><<<1, kRingThreads>>>(d_rows.ptr, d_sums.ptr, d_result.ptr);
+    row_ring_kernel<kRelease, kSlots, kRingRows><<<1, kRingThreads>>>(d_rows.ptr, d_sums.ptr, d_result.ptr);
     HATTN_CUDA_CHECK(cudaGetLastError());
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -262,6 +268,11 @@ TEST(PtxBulk, LoadRingOfTwoReaderProxyFence) {
 TEST(PtxBulk, LoadRingOfTwoProducerProxyFence) {
     HATTN_REQUIRE_HOPPER();
     check_row_ring<Release::kProducerProxyFence>(0xb10f);
+}
+
+TEST(PtxBulk, LoadWithoutSlotReuse) {
+    HATTN_REQUIRE_HOPPER();
+    check_row_ring<Release::kWarpSync, kNoReuseRows, kNoReuseRows>(0xb110);
 }
 
 TEST(PtxBulk, ReduceAddF32FromSeveralCtas) {
