@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     using KvTile = typename Cfg::KvTile;
     using QTile = typename Cfg::QTile;
     constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
-    constexpr uint32_t kConsumerWarps = Cfg::kConsumers * kWarpgroupThreads / 32;
+    constexpr uint32_t kConsumerThreads = Cfg::kConsumers * kWarpgroupThreads;
     constexpr uint32_t kRowBytes = kBlockM * sizeof(float);
 
     extern __shared__ uint8_t smem_raw[];
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         ptx::prefetch_tensormap(&maps.v);
         ptx::prefetch_tensormap(&maps.dout);
         smem.kv_ring.init(1);
-        smem.q_ring.init(kConsumerWarps);
+        smem.q_ring.init(kConsumerThreads);  // every consumer thread frees each slot (release_stage)
     });
 
     if (warpgroup == 0) {
@@ -385,10 +385,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         auto release_stage = [&] {
             ptx::wgmma_fence_operand(dv);
             ptx::wgmma_fence_operand(dk);
-            // Lane 0 releases the slot for its warp: __syncwarp orders every lane's reads of LSE
-            // and D before that arrive (and so before the producer's next bulk copy into the slot).
-            __syncwarp();
-            if (lane == 0) smem.q_ring.consumer_release(release_st);
+            // Every thread releases the slot after its own reads of LSE and D, so program order puts
+            // each read before an arrive the producer's next bulk copy into the slot waits for.
+            // (One arrive per warp after __syncwarp is as correct by the memory model, but
+            // compute-sanitizer's racecheck then reports the refill as racing the other lanes'
+            // reads: test/ptx_bulk_test.cu's ring reproducers. One arrive per thread costs 256
+            // shared-memory arrivals per query block.)
+            smem.q_ring.consumer_release(release_st);
             release_st.advance();
         };
         // The dQ GEMM of query block m (head `head`) has completed: add it to the accumulator.
