@@ -697,8 +697,9 @@ class CudnnFp8Attention:
 
     def __init__(self, cudnn, torch, device):
         self.cudnn, self.torch, self.device = cudnn, torch, device
+        stream = torch.cuda.current_stream(device).cuda_stream  # PyTorch's context first
         self.handle = cudnn.create_handle()
-        cudnn.set_stream(self.handle, torch.cuda.current_stream(device).cuda_stream)
+        cudnn.set_stream(self.handle, stream)
         self.graphs: dict = {}  # (b, h, s, d, causal) -> entry dict, or the exception its build raised
         self.build_seconds: list[float] = []
 
@@ -754,11 +755,12 @@ class CudnnFp8Attention:
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([cudnn.heur_mode.A])
+        g.select_plan(0)  # strict: the first plan or nothing (never a later one quietly)
         g.check_support()
         g.build_plans()
         workspace = torch.empty(max(g.get_workspace_size(), 1), dtype=torch.uint8, device=self.device)
         try:
-            plan = g.get_plan_name_at_index(getattr(g, "_plan_index", 0))
+            plan = g.get_plan_name_at_index(0)
         except Exception:
             plan = "?"
         return {"graph": g, "tensors": tensors, "extras": extras, "workspace": workspace, "variant": variant,
@@ -1027,6 +1029,10 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
             row.e4m3_over_bf16 = row.hattn_e4m3_tflops / row.hattn_bf16_tflops
         rows.append(row)
         longest_case_s[0] = max(longest_case_s[0], time.monotonic() - case_start)
+        # The JSON after every shape, so a run killed outright (a hang in a library) keeps its rows.
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "compare_fp8.json").write_text(json.dumps(
+            {"meta": {**meta, "partial": True}, "rows": [asdict(r) for r in fp8_table_order(rows)]}, indent=1))
         print(f"    hattn bf16 {fmt(row.hattn_bf16_tflops)} e4m3 {fmt(row.hattn_e4m3_tflops)} (pre-pass "
               f"{fmt(row.prepass_ms, '.3f')} ms) cuDNN FP8 {fmt(row.cudnn_fp8_tflops)} TFLOPS; rel L2 vs SDPA: bf16 "
               f"{fmt(row.rel_l2_bf16, '.1e')} e4m3 {fmt(row.rel_l2_e4m3, '.1e')} cuDNN FP8 "
