@@ -115,8 +115,9 @@ if grep -q '^build .*PASS' "$STATUS" && [ -f "$LIB" ]; then
     # hattn alone in a new process (a new CUDA context), so its figures survive a faulting peer.
     done_list=$("$PY" -c 'import json, sys; print(" ".join("d%d s%d %s" % (r["head_dim"], r["seqlen"], "causal" if r["causal"] else "full") for r in json.load(open(sys.argv[1]))["rows"]))' "$OUT/compare_fp8.json" 2>/dev/null)
     echo "shapes measured before the fault: $done_list" >"$LOGS/rerun.out"
+    # shellcheck disable=SC2086  # FP8_ARGS is a list of words on purpose
     run rerun_without_cudnn "$COMPARE_BUDGET_S" "$PY" scripts/compare_torch.py --fp8 --lib "$LIB" \
-      --out "$LOGS/rerun" --no-cudnn-fp8 --budget-s "$((sweep / 2))" ${FP8_ARGS:-}  # shellcheck disable=SC2086
+      --out "$LOGS/rerun" --no-cudnn-fp8 --budget-s "$((sweep / 2))" ${FP8_ARGS:-}
   fi
 else
   record compare "NOT RUN (no library)" 0
