@@ -1119,7 +1119,7 @@ def plot_fp8(path: Path, rows: list[Fp8Row], meta: dict, plt) -> None:
     fig, axes = plt.subplots(max(len(head_dims), 1), 2, figsize=(12, 3.2 * max(len(head_dims), 1)), squeeze=False)
     series = [("hattn e4m3", "hattn_e4m3_tflops", "tab:red", "-"),
               ("hattn e4m3 + pre-pass", "hattn_e4m3_e2e_tflops", "tab:orange", ":"),
-              ("hattn bf16", "hattn_bf16_tflops", "tab:red", "--"),
+              ("hattn bf16", "hattn_bf16_tflops", "tab:gray", "--"),
               ("cuDNN FP8", "cudnn_fp8_tflops", "tab:blue", "-")]
     for i, d in enumerate(head_dims):
         for j, causal in enumerate((False, True)):
