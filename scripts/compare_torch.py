@@ -29,17 +29,35 @@ median of --bwd-reps calls with L2 flushed (a 2x-L2-sized memset, outside the ev
 each call and the host queued ahead behind a GPU sleep; each backend keeps its best round.
 Backward FLOPs = 2.5 x forward FLOPs (half for causal, as the forward).
 
+FP8 (--fp8): per shape, on the same bf16 Q, K, V: hattn's bf16 forward; hattn's FP8 path as two
+figures, the pre-pass (hattn_fp8_prepass: e4m3 per 128-row block, with the random-sign Hadamard
+unless --no-hadamard) and the e4m3 forward on its output (hattn_fwd_fp8, its V^T kernel included);
+and cuDNN's FP8 attention through cudnn-frontend's graph API (cudnn.pygraph().sdpa_fp8: e4m3 inputs
+quantized per tensor, descales and scales as device tensors, e4m3 output as Hopper requires; the
+heuristics' first plan; one graph per shape, built once, its build time reported). cuDNN's causal
+mask is top-left aligned, hattn's bottom-right: the same here, where seqlen_q == seqlen_k. Every
+output is checked against bf16 SDPA (relative L2: hattn bf16 < 1e-2, hattn e4m3 < 8e-2, cuDNN FP8,
+dequantized, < 0.15, so a broken peer call is caught and not timed); then interleaved rounds as in
+the backward, each round the median of --reps calls. A shape whose cuDNN graph does not build or
+run is reported and the sweep goes on; where cudnn-frontend does not import, that is said in
+capitals and hattn is timed alone. Shapes are visited 2k, 16k, 8k first and --budget-s stops
+starting new ones (the rest are listed as not run).
+
 Output (into --out): compare.json, compare.csv, compare.png (forward); compare_bwd.json,
-compare_bwd.csv, compare_bwd.png (backward); the markdown tables go to stdout.
+compare_bwd.csv, compare_bwd.png (backward); compare_fp8.json, compare_fp8.csv, compare_fp8.png
+(FP8); the markdown tables go to stdout.
 
   python3 scripts/compare_torch.py --out /tmp/cmp             # the forward sweep (FA3 paper grid + ablation)
   python3 scripts/compare_torch.py --out /tmp/cmp --bwd       # the backward sweep (same grid)
   python3 scripts/compare_torch.py --out /tmp/cmp --both --deterministic   # both, one process
   python3 scripts/compare_torch.py --out /tmp/cmp --quick     # two shapes, for a smoke test
+  python3 scripts/compare_torch.py --out /tmp/cmp --fp8 --cudnn-frontend-path DIR  # FP8 vs cuDNN FP8
   python3 scripts/compare_torch.py --dry-run                  # check the ctypes struct layouts only (no GPU, no torch)
 
 FlashAttention-4 installed into a folder (pip install --target DIR ...): --fa4-path DIR puts DIR
 and DIR/nvidia_cutlass_dsl/dsl_packages on the import path.
+nvidia-cudnn-frontend installed into a folder (pip install --no-deps --target DIR ...):
+--cudnn-frontend-path DIR puts DIR on the import path (scripts/gpu_fp8_compare.sh does all of it).
 """
 from __future__ import annotations
 
@@ -52,6 +70,7 @@ import math
 import signal
 import statistics
 import sys
+import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,8 +81,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hattn_ctypes import (EXPECTED_BWD_OFFSETS, EXPECTED_BWD_SIZE, EXPECTED_OFFSETS,  # noqa: E402
                           EXPECTED_SIZE, HATTN_BWD_DETERMINISTIC, HATTN_DTYPE_BF16, HATTN_DTYPE_FP16,
-                          HATTN_FWD_NO_INTRA_WG_OVERLAP, HATTN_FWD_NO_PINGPONG, HATTN_SUCCESS, Hattn,
-                          HattnError, HattnFwdParams, check_struct_layout, default_library_path)
+                          HATTN_FP8_BLOCK_ROWS, HATTN_FP8_E4M3_MAX, HATTN_FWD_NO_INTRA_WG_OVERLAP,
+                          HATTN_FWD_NO_PINGPONG, HATTN_SUCCESS, Hattn, HattnError, HattnFwdParams,
+                          check_struct_layout, default_library_path, fp8_prepass_outputs)
 
 FLAG_NAMES = {
     0: "default",
@@ -122,6 +142,9 @@ class Row:
 
 
 REL_L2_LIMIT = 1e-2
+# Exit status when a sweep stopped because the CUDA context broke (a fault in some kernel): what
+# ran is written; a caller may rerun the rest without the peer that faulted.
+CONTEXT_BROKEN_EXIT = 3
 
 
 @dataclass
@@ -171,13 +194,19 @@ def fill_tflops(row, prefixes: tuple[str, ...], flops: float) -> None:
         row.hattn_over_cudnn = row.hattn_tflops / row.cudnn_tflops
 
 
-def run_cases(cases: list[Case], rows: list, measure_case, tag: str, failed_row) -> None:
+def run_cases(cases: list[Case], rows: list, measure_case, tag: str, failed_row, skip_reason=None) -> None:
     """measure_case(case, index) for every case; one that raises becomes failed_row(case, note) and
-    the sweep goes on, unless the CUDA context is broken."""
+    the sweep goes on, unless the CUDA context is broken. skip_reason(case) (optional): a note when
+    the case must not start (a time budget spent), and the case becomes failed_row(case, note)."""
     import torch
 
     for case_index, case in enumerate(cases):
         print(f"[{tag}{case_index + 1}/{len(cases)}] {case.label()}", file=sys.stderr, flush=True)
+        reason = skip_reason(case) if skip_reason else None
+        if reason:
+            rows.append(failed_row(case, reason))
+            print(f"    skipped: {reason}", file=sys.stderr, flush=True)
+            continue
         try:
             measure_case(case, case_index)
         except (KeyboardInterrupt, SystemExit):
@@ -580,6 +609,536 @@ def run_bwd_sweep(args, hattn: Hattn, cases: list[Case], rows: list[BwdRow], met
         case.head_dim, case.seqlen, case.batch, case.heads, case.causal, "default", check="FAIL", notes=[note]))
 
 
+# ---- FP8: hattn's e4m3 forward beside cuDNN's FP8 attention (cudnn-frontend's graph API) ----------
+@dataclass
+class Fp8Row:
+    head_dim: int
+    seqlen: int
+    batch: int
+    heads: int
+    causal: bool
+    hattn_bf16_ms: float | None = None
+    hattn_bf16_tflops: float | None = None
+    hattn_e4m3_ms: float | None = None  # hattn_fwd_fp8 on inputs already in e4m3 (its V^T kernel included)
+    hattn_e4m3_tflops: float | None = None
+    prepass_ms: float | None = None  # hattn_fp8_prepass of q, k, v (bf16 -> e4m3 + block descales), alone
+    prepass_gbps: float | None = None  # bytes read + written by the pre-pass / its time
+    hattn_e4m3_e2e_tflops: float | None = None  # FLOPs / (pre-pass + FP8 forward)
+    cudnn_fp8_ms: float | None = None
+    cudnn_fp8_tflops: float | None = None
+    e4m3_over_cudnn_fp8: float | None = None
+    e4m3_over_bf16: float | None = None
+    rel_l2_bf16: float | None = None  # hattn bf16 O vs bf16 SDPA
+    rel_l2_e4m3: float | None = None  # hattn e4m3 O vs bf16 SDPA
+    rel_l2_cudnn_fp8: float | None = None  # cuDNN FP8 O, dequantized, vs bf16 SDPA
+    rel_l2_e4m3_vs_cudnn_fp8: float | None = None
+    check: str = "n/a"  # hattn's outputs vs SDPA: pass / FAIL / n/a
+    peer_check: str = "n/a"  # cuDNN FP8's output vs SDPA (a broken peer call shows here): pass / FAIL / n/a
+    cudnn_build_s: float | None = None  # graph build (validate .. build_plans) of this shape
+    cudnn_plan: str = ""
+    cudnn_host_us: float | None = None  # host time per cuDNN execute() call (Python graph API)
+    notes: list[str] = field(default_factory=list)
+
+
+# hattn bf16 against bf16 SDPA: two correct bf16 attentions differ by ~1e-3.
+FP8_BF16_REL_L2_LIMIT = 1e-2
+# hattn e4m3 against bf16 SDPA: every operand of both GEMMs rounded to e4m3 (test/python/test_gpu.py's
+# FP8_MAX_REL_L2).
+FP8_REL_L2_LIMIT = 8e-2
+# cuDNN FP8 against bf16 SDPA: per-tensor e4m3 inputs and, on Hopper, an e4m3 output (3 mantissa
+# bits: ~2.5% RMS rounding on its own). A broken call (wrong layout, scales, mask) gives ~1 or NaN.
+CUDNN_FP8_REL_L2_LIMIT = 0.15
+# cuDNN's O is e4m3: scale_o maps the bf16 reference's amax a little under the e4m3 maximum, so a
+# slightly larger FP8 output does not saturate.
+O_SCALE_HEADROOM = 0.9
+E4M3_NAN_BYTE = 0x7F  # float8_e4m3fn's NaN (S.1111.111): poisons an output before its check
+# Sequence lengths in the order the FP8 sweep visits them, so a sweep cut short by its time budget
+# has the columns that matter most (long sequences, where FP8 pays; 2k for the short end) first.
+FP8_SEQLEN_PRIORITY = (2048, 16384, 8192, 4096, 1024, 512)
+
+
+def import_cudnn_frontend(paths: list[Path]):
+    """(the cudnn module, "cudnn-frontend X, cuDNN Y") or (None, why not)."""
+    for folder in paths:
+        if folder.is_dir() and str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    try:
+        import cudnn
+    except Exception as error:  # ImportError, or a broken install raising anything at import
+        return None, f"cudnn-frontend does not import ({type(error).__name__}: {first_line(error)})"
+    try:
+        backend = cudnn.backend_version_string()
+    except Exception as error:
+        return None, f"cudnn-frontend imports but has no cuDNN library ({type(error).__name__}: {first_line(error)})"
+    if not hasattr(getattr(cudnn, "pygraph", None), "sdpa_fp8"):
+        return None, "this cudnn-frontend has no pygraph.sdpa_fp8"
+    return cudnn, f"cudnn-frontend {getattr(cudnn, '__version__', '?')}, cuDNN {backend}"
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else ""
+
+
+class CudnnFp8Attention:
+    """cuDNN's FP8 attention through cudnn-frontend's graph API (cudnn.pygraph().sdpa_fp8).
+
+    Inputs are e4m3 [b, s, h, d] tensors, declared to cuDNN as [b, h, s, d] with their strides, with
+    per-tensor fp32 descales as device tensors; the output is e4m3 (on Hopper cuDNN's FP8 SDPA writes
+    FP8 only) with its scale an input. cuDNN's causal mask is top-left aligned (the same as hattn's
+    bottom-right one only when seqlen_q == seqlen_k). One graph per shape, built on first use and
+    kept (builds take seconds); only the heuristics' first plan (mode A), since cuDNN's other FP8
+    plans have been seen to fault on Hopper. The graph variants are tried in order until one builds:
+    "inference" (no softmax stats; Amax_S left virtual, as the frontend deprecates it; causal as a
+    top-left band with right bound 0), then "classic" (stats, Amax_S an output, use_causal_mask)."""
+
+    VARIANTS = ("inference", "classic")
+    SCALARS = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+
+    def __init__(self, cudnn, torch, device):
+        self.cudnn, self.torch, self.device = cudnn, torch, device
+        stream = torch.cuda.current_stream(device).cuda_stream  # PyTorch's context first
+        self.handle = cudnn.create_handle()
+        cudnn.set_stream(self.handle, stream)
+        self.graphs: dict = {}  # (b, h, s, d, causal) -> entry dict, or the exception its build raised
+        self.build_seconds: list[float] = []
+
+    def entry(self, b: int, h: int, s: int, d: int, causal: bool) -> dict:
+        """The built graph of this shape (built now if new); raises the build's error, once per shape."""
+        key = (b, h, s, d, causal)
+        if key not in self.graphs:
+            start = time.perf_counter()
+            errors = []
+            for variant in self.VARIANTS:
+                try:
+                    self.graphs[key] = self._build(b, h, s, d, causal, variant)
+                    break
+                except Exception as error:  # cudnnGraphNotSupportedError, RuntimeError, ValueError, ...
+                    errors.append(f"{variant}: {type(error).__name__}: {first_line(error)}")
+            else:
+                self.graphs[key] = RuntimeError("graph not built (" + "; ".join(errors) + ")")
+            seconds = time.perf_counter() - start
+            self.build_seconds.append(seconds)
+            if isinstance(self.graphs[key], dict):
+                self.graphs[key].update(build_s=seconds, declined=errors)
+        found = self.graphs[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def _build(self, b: int, h: int, s: int, d: int, causal: bool, variant: str) -> dict:
+        cudnn, torch = self.cudnn, self.torch
+        fp8, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+        one = (1, 1, 1, 1)
+        g = cudnn.pygraph(io_data_type=fp8, intermediate_data_type=f32, compute_data_type=f32, handle=self.handle)
+        bshd = (s * h * d, d, h * d, 1)  # [b, s, h, d] memory seen as [b, h, s, d]
+        q, k, v = (g.tensor(name=name, dim=(b, h, s, d), stride=bshd, data_type=fp8) for name in ("q", "k", "v"))
+        scalars = {name: g.tensor(name=name, dim=one, stride=one, data_type=f32) for name in self.SCALARS}
+        options: dict = {"attn_scale": 1.0 / math.sqrt(d), "name": "sdpa_fp8"}
+        if variant == "inference":
+            options["generate_stats"] = False
+            if causal:
+                options.update(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, right_bound=0)
+        else:
+            options.update(generate_stats=True, use_causal_mask=causal)
+        o, stats, amax_s, amax_o = g.sdpa_fp8(q, k, v, *(scalars[name] for name in self.SCALARS), **options)
+        o.set_output(True).set_dim((b, h, s, d)).set_stride(bshd).set_data_type(fp8)
+        amax_o.set_output(True).set_dim(one).set_stride(one).set_data_type(f32)
+        tensors = {"q": q, "k": k, "v": v, "o": o, "amax_o": amax_o, **scalars}
+        extras = {"amax_o": torch.empty(one, dtype=torch.float32, device=self.device)}
+        if variant == "classic":
+            amax_s.set_output(True).set_dim(one).set_stride(one).set_data_type(f32)
+            stats.set_output(True).set_dim((b, h, s, 1)).set_stride((h * s, s, 1, 1)).set_data_type(f32)
+            tensors.update(amax_s=amax_s, stats=stats)
+            extras["amax_s"] = torch.empty(one, dtype=torch.float32, device=self.device)
+            extras["stats"] = torch.empty((b, h, s, 1), dtype=torch.float32, device=self.device)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A])
+        g.select_plan(0)  # strict: the first plan or nothing (never a later one quietly)
+        g.check_support()
+        g.build_plans()
+        workspace = torch.empty(max(g.get_workspace_size(), 1), dtype=torch.uint8, device=self.device)
+        try:
+            plan = g.get_plan_name_at_index(0)
+        except Exception:
+            plan = "?"
+        return {"graph": g, "tensors": tensors, "extras": extras, "workspace": workspace, "variant": variant,
+                "plan": plan}
+
+    def pack(self, entry: dict, **data) -> dict:
+        """The variant pack: graph tensor -> torch tensor (q, k, v, o and the six scalars by name)."""
+        named = {**entry["extras"], **data}
+        return {tensor: named[name] for name, tensor in entry["tensors"].items()}
+
+    def execute(self, entry: dict, pack: dict) -> None:
+        entry["graph"].execute(pack, entry["workspace"], handle=self.handle)
+
+
+def fp8_order(cases: list[Case]) -> list[Case]:
+    """The FP8 sweep's visiting order: FP8_SEQLEN_PRIORITY first, then head dim, then mask."""
+    rank = {s: i for i, s in enumerate(FP8_SEQLEN_PRIORITY)}
+    return sorted(cases, key=lambda c: (rank.get(c.seqlen, len(rank)), c.seqlen, c.head_dim, c.causal))
+
+
+def fp8_table_order(rows: list[Fp8Row]) -> list[Fp8Row]:
+    return sorted(rows, key=lambda r: (r.head_dim, r.causal, r.seqlen))
+
+
+def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], meta: dict) -> None:
+    """Per shape, on the same bf16 inputs: hattn bf16 forward, hattn's pre-pass and e4m3 forward, and
+    cuDNN's FP8 attention; checked against bf16 SDPA, then timed in interleaved rounds."""
+    import torch
+    import torch.nn.functional as F
+
+    if not torch.cuda.is_available():
+        raise SystemExit("compare_torch.py: no CUDA device visible to PyTorch")
+    device = torch.device("cuda")
+    props = torch.cuda.get_device_properties(device)
+    if not hattn.has_fp8:
+        print(f"compare_torch.py: WARNING: {hattn.path} has no FP8 entry points: the hattn e4m3 rows are n/a",
+              file=sys.stderr, flush=True)
+    peer, peer_status = None, "disabled (--no-cudnn-fp8)"
+    if not args.no_cudnn_fp8:
+        cudnn, peer_status = import_cudnn_frontend(args.cudnn_frontend_path)
+        if cudnn is not None:
+            try:
+                peer = CudnnFp8Attention(cudnn, torch, device)
+            except Exception as error:
+                peer_status = f"cuDNN handle not created ({type(error).__name__}: {first_line(error)})"
+    if peer is None:
+        banner = "=" * 100
+        print(f"{banner}\nCUDNN FP8 PEER SKIPPED: {peer_status}\nonly hattn is timed\n{banner}", file=sys.stderr, flush=True)
+    meta.update({
+        "direction": "fp8 forward", "device": props.name, "sms": props.multi_processor_count,
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cudnn_fp8_peer": peer_status if peer is not None else None,
+        "cudnn_fp8_peer_skipped": None if peer is not None else peer_status,
+        "hadamard": args.fp8_hadamard, "rounds": args.rounds, "reps": args.reps, "warmup": args.warmup,
+        "input_sets": args.sets, "budget_s": args.budget_s,
+        "timing": "best of interleaved rounds; each round the median of CUDA-event-timed calls, inputs rotated "
+                  "between sets, host queued ahead",
+        "hattn_e4m3": "hattn_fwd_fp8 alone on pre-quantized inputs (its V^T kernel included); the pre-pass timed "
+                      "separately",
+        "cudnn_fp8": "cudnn.pygraph().sdpa_fp8, e4m3 in (per-tensor scales) and out, heuristics mode A first plan",
+        "reference": "bf16 SDPA (PyTorch's backend choice) of the same bf16 inputs",
+        "limits": {"hattn_bf16": FP8_BF16_REL_L2_LIMIT, "hattn_e4m3": FP8_REL_L2_LIMIT,
+                   "cudnn_fp8": CUDNN_FP8_REL_L2_LIMIT},
+    })
+    sleep_cycles = int(args.queue_ahead_ms * 2e6)
+    e4m3 = torch.float8_e4m3fn
+
+    def timed(run, n_sets: int) -> tuple[float, float]:
+        """(median ms of args.reps calls after args.warmup, host microseconds per call to enqueue)."""
+        for i in range(args.warmup):
+            run(i % n_sets)
+        torch.cuda.synchronize()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(args.reps)]
+        if hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(sleep_cycles)
+        host_start = time.perf_counter()
+        for r, (start, end) in enumerate(events):
+            start.record()
+            run(r % n_sets)
+            end.record()
+        host_us = (time.perf_counter() - host_start) * 1e6 / args.reps
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in events), host_us
+
+    def rel_l2(out, ref) -> float:
+        diff = out.float() - ref.float()
+        return (diff.norm() / ref.float().norm().clamp_min(1e-30)).item()
+
+    def per_tensor_e4m3(x):
+        """x in e4m3 with one scale for the whole tensor (amax -> the e4m3 maximum): (x8, descale)."""
+        amax = x.abs().amax().float().clamp_min(1e-30)
+        x8 = (x.float() * (HATTN_FP8_E4M3_MAX / amax)).clamp_(-HATTN_FP8_E4M3_MAX, HATTN_FP8_E4M3_MAX).to(e4m3)
+        return x8, (amax / HATTN_FP8_E4M3_MAX).reshape(1, 1, 1, 1)
+
+    def launcher(entry_point, params: list, describe: str):
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+        def run(i: int) -> None:
+            status = entry_point(ctypes.byref(params[i]), stream)
+            if status != HATTN_SUCCESS:
+                raise HattnError(f"{describe}: status {status}: {hattn.status_string(status)}", status)
+        return run
+
+    sweep_start = time.monotonic()
+    longest_case_s = [0.0]
+
+    def skip_reason(case: Case) -> str | None:
+        if args.budget_s <= 0:
+            return None
+        left = args.budget_s - (time.monotonic() - sweep_start)
+        if left < 1.2 * longest_case_s[0] + 1.0:
+            return f"not run: the --budget-s {args.budget_s:.0f} s was spent ({left:.0f} s left)"
+        return None
+
+    def measure_case(case: Case, case_index: int) -> None:
+        case_start = time.monotonic()
+        b, s, h, d = case.batch, case.seqlen, case.heads, case.head_dim
+        # cuDNN's causal mask is top-left aligned, hattn's bottom-right: the same only when
+        # seqlen_q == seqlen_k, which holds for every shape here (self-attention).
+        seqlen_q = seqlen_k = s
+        assert seqlen_q == seqlen_k, "causal masks of cuDNN and hattn differ unless seqlen_q == seqlen_k"
+        row = Fp8Row(d, s, b, h, case.causal)
+        generator.manual_seed(args.seed + case_index)
+        sets = [[torch.randn((b, s, h, d), device=device, dtype=torch.bfloat16, generator=generator)
+                 for _ in range(3)] for _ in range(args.sets)]
+        runners: dict = {}
+        ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in sets[0]),
+                                             is_causal=case.causal).transpose(1, 2)
+
+        # --- hattn bf16 ---
+        out_bf16 = torch.empty_like(sets[0][0])
+        try:
+            params = [hattn.fwd_params_torch(q, k, v, out_bf16, causal=case.causal) for q, k, v in sets]
+            run_bf16 = launcher(hattn.lib.hattn_fwd, params, "hattn_fwd")
+            out_bf16.fill_(float("nan"))  # poison: a tile the kernel skips shows up in the check
+            run_bf16(0)
+            torch.cuda.synchronize()
+            row.rel_l2_bf16 = rel_l2(out_bf16, ref)
+            runners["hattn_bf16"] = run_bf16
+        except (HattnError, RuntimeError, ValueError, torch.cuda.OutOfMemoryError) as error:
+            row.notes.append(f"hattn bf16: {first_line(error)}")
+
+        # --- hattn e4m3: the pre-pass into each set's e4m3 tensors, then the FP8 forward on them ---
+        out_e4m3 = None
+        if hattn.has_fp8:
+            try:
+                quantized, pre_params = [], []
+                for q, k, v in sets:
+                    outs = fp8_prepass_outputs(q, k, v)
+                    p = hattn.fp8_prepass_params_torch(q, k, v, *outs, hadamard=args.fp8_hadamard, seed=args.seed)
+                    hattn.check_fp8_prepass(p)
+                    quantized.append(outs)
+                    pre_params.append(p)
+                workspace = hattn.fwd_fp8_workspace_torch(quantized[0][1])
+                out_e4m3 = torch.empty_like(sets[0][0])
+                fwd_params = []
+                for outs in quantized:
+                    p = hattn.fwd_fp8_params_torch(*outs, out_e4m3, None, workspace, causal=case.causal)
+                    hattn.check_fwd_fp8(p)
+                    fwd_params.append(p)
+                run_prepass = launcher(hattn.lib.hattn_fp8_prepass, pre_params, "hattn_fp8_prepass")
+                run_e4m3 = launcher(hattn.lib.hattn_fwd_fp8, fwd_params, "hattn_fwd_fp8")
+                for i in range(len(sets)):
+                    run_prepass(i)  # every set's e4m3 inputs (the timed pre-pass rewrites the same bytes)
+                out_e4m3.fill_(float("nan"))
+                run_e4m3(0)
+                torch.cuda.synchronize()
+                row.rel_l2_e4m3 = rel_l2(out_e4m3, ref)
+                runners["prepass"], runners["hattn_e4m3"] = run_prepass, run_e4m3
+            except (HattnError, RuntimeError, ValueError, torch.cuda.OutOfMemoryError) as error:
+                row.notes.append(f"hattn e4m3: {first_line(error)}")
+                out_e4m3 = None
+
+        # --- cuDNN FP8 (per-tensor e4m3 of the same bf16 inputs) ---
+        if peer is not None:
+            stage = "graph build"
+            try:
+                entry = peer.entry(b, h, s, d, case.causal)
+                row.cudnn_build_s, row.cudnn_plan = entry["build_s"], f"{entry['plan']} [{entry['variant']}]"
+                stage = "execute"
+                # P is in [0, 1]: its scale maps 1 to the e4m3 maximum (amax of S = 1, as cuDNN's docs say).
+                s_scale = torch.full((1, 1, 1, 1), HATTN_FP8_E4M3_MAX, dtype=torch.float32, device=device)
+                s_descale = 1.0 / s_scale
+                o_scale = (HATTN_FP8_E4M3_MAX * O_SCALE_HEADROOM / ref.abs().amax().float().clamp_min(1e-30))
+                o_scale = o_scale.reshape(1, 1, 1, 1)
+                o8 = torch.empty((b, s, h, d), dtype=e4m3, device=device)
+                packs = []
+                for q, k, v in sets:
+                    (q8, qd), (k8, kd), (v8, vd) = per_tensor_e4m3(q), per_tensor_e4m3(k), per_tensor_e4m3(v)
+                    packs.append(peer.pack(entry, q=q8, k=k8, v=v8, o=o8, descale_q=qd, descale_k=kd,
+                                           descale_v=vd, descale_s=s_descale, scale_s=s_scale, scale_o=o_scale))
+
+                def run_cudnn(i: int, packs=packs, entry=entry) -> None:
+                    peer.execute(entry, packs[i])
+
+                o8.view(torch.uint8).fill_(E4M3_NAN_BYTE)
+                run_cudnn(0)
+                torch.cuda.synchronize()
+                o_cudnn = o8.float() / o_scale.reshape(())
+                row.rel_l2_cudnn_fp8 = rel_l2(o_cudnn, ref)
+                if out_e4m3 is not None:
+                    row.rel_l2_e4m3_vs_cudnn_fp8 = rel_l2(out_e4m3, o_cudnn)
+                del o_cudnn
+                runners["cudnn_fp8"] = run_cudnn
+            except Exception as error:  # the peer raises its own types; one shape's failure is reported
+                row.notes.append(f"cuDNN FP8 {stage} failed: {type(error).__name__}: {first_line(error)}")
+                row.peer_check = "FAIL" if stage == "execute" else "n/a"
+        del ref
+
+        # --- checks ---
+        errors = [(row.rel_l2_bf16, FP8_BF16_REL_L2_LIMIT)] + ([(row.rel_l2_e4m3, FP8_REL_L2_LIMIT)] if hattn.has_fp8 else [])
+        ok = all(e is not None and math.isfinite(e) and e < limit for e, limit in errors)
+        row.check = "pass" if ok else "FAIL"
+        if row.rel_l2_cudnn_fp8 is not None:
+            ok = math.isfinite(row.rel_l2_cudnn_fp8) and row.rel_l2_cudnn_fp8 < CUDNN_FP8_REL_L2_LIMIT
+            row.peer_check = "pass" if ok else "FAIL"
+            if not ok:
+                runners.pop("cudnn_fp8", None)  # a wrong answer is not timed
+                row.notes.append("cuDNN FP8 output wrong: not timed")
+
+        # --- interleaved rounds: every leg once per round, in a rotated order; each keeps its best ---
+        best: dict[str, float] = {}
+        host: dict[str, float] = {}
+        failed: set[str] = set()
+        names = list(runners)
+        for rnd in range(args.rounds):
+            order = names[rnd % len(names):] + names[:rnd % len(names)] if names else []
+            for name in order:
+                if name in failed:
+                    continue
+                try:
+                    ms, host_us = timed(runners[name], len(sets))
+                    best[name] = min(best.get(name, float("inf")), ms)
+                    host[name] = min(host.get(name, float("inf")), host_us)
+                except Exception as error:
+                    failed.add(name)
+                    best.pop(name, None)
+                    row.notes.append(f"{name} timing failed: {type(error).__name__}: {first_line(error)}")
+                    if name == "cudnn_fp8":
+                        row.peer_check = "FAIL"
+                    torch.cuda.synchronize()  # raises if the context is gone: run_cases stops the sweep
+        for name, ms in best.items():
+            # The calls queue behind the GPU sleep; the host falls behind the GPU only when its lag over
+            # all calls exceeds the sleep: then the figure measures the host.
+            if args.reps * (host[name] - 1e3 * ms) > 1e3 * args.queue_ahead_ms:
+                row.notes.append(f"{name}: host-bound ({host[name]:.0f} us/call to enqueue, GPU {1e3 * ms:.0f} us/call)")
+        row.hattn_bf16_ms, row.hattn_e4m3_ms = best.get("hattn_bf16"), best.get("hattn_e4m3")
+        row.prepass_ms, row.cudnn_fp8_ms = best.get("prepass"), best.get("cudnn_fp8")
+        row.cudnn_host_us = host.get("cudnn_fp8")
+
+        def tflops(ms):
+            return None if ms is None else case.flops / (ms * 1e-3) / 1e12
+        row.hattn_bf16_tflops, row.hattn_e4m3_tflops = tflops(row.hattn_bf16_ms), tflops(row.hattn_e4m3_ms)
+        row.cudnn_fp8_tflops = tflops(row.cudnn_fp8_ms)
+        if row.prepass_ms is not None:
+            elements = b * s * h * d
+            descale_bytes = 3 * b * h * -(-s // HATTN_FP8_BLOCK_ROWS) * 4
+            row.prepass_gbps = (3 * elements * (2 + 1) + descale_bytes) / (row.prepass_ms * 1e-3) / 1e9
+            if row.hattn_e4m3_ms is not None:
+                row.hattn_e4m3_e2e_tflops = tflops(row.prepass_ms + row.hattn_e4m3_ms)
+        if row.hattn_e4m3_tflops and row.cudnn_fp8_tflops:
+            row.e4m3_over_cudnn_fp8 = row.hattn_e4m3_tflops / row.cudnn_fp8_tflops
+        if row.hattn_e4m3_tflops and row.hattn_bf16_tflops:
+            row.e4m3_over_bf16 = row.hattn_e4m3_tflops / row.hattn_bf16_tflops
+        rows.append(row)
+        longest_case_s[0] = max(longest_case_s[0], time.monotonic() - case_start)
+        # The JSON after every shape, so a run killed outright (a hang in a library) keeps its rows.
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "compare_fp8.json").write_text(json.dumps(
+            {"meta": {**meta, "partial": True}, "rows": [asdict(r) for r in fp8_table_order(rows)]}, indent=1))
+        print(f"    hattn bf16 {fmt(row.hattn_bf16_tflops)} e4m3 {fmt(row.hattn_e4m3_tflops)} (pre-pass "
+              f"{fmt(row.prepass_ms, '.3f')} ms) cuDNN FP8 {fmt(row.cudnn_fp8_tflops)} TFLOPS; rel L2 vs SDPA: bf16 "
+              f"{fmt(row.rel_l2_bf16, '.1e')} e4m3 {fmt(row.rel_l2_e4m3, '.1e')} cuDNN FP8 "
+              f"{fmt(row.rel_l2_cudnn_fp8, '.1e')}; checks {row.check}/{row.peer_check}; cuDNN build "
+              f"{fmt(row.cudnn_build_s, '.1f')} s" + (f"; {'; '.join(row.notes)}" if row.notes else ""),
+              file=sys.stderr, flush=True)
+
+    generator = torch.Generator(device=device)
+    try:
+        run_cases(cases, rows, measure_case, "fp8 ", lambda case, note: Fp8Row(
+            case.head_dim, case.seqlen, case.batch, case.heads, case.causal,
+            check="n/a" if note.startswith("not run") else "FAIL", notes=[note]), skip_reason)
+    finally:
+        builds = peer.build_seconds if peer is not None else []
+        meta["cudnn_graph_builds"] = len(builds)
+        meta["cudnn_graph_build_s_total"] = sum(builds)
+        meta["cudnn_graph_build_s_max"] = max(builds, default=0.0)
+        meta["sweep_s"] = time.monotonic() - sweep_start
+
+
+def markdown_table_fp8(rows: list[Fp8Row]) -> str:
+    lines = ["| shape | hattn bf16 | hattn e4m3 | pre-pass ms (GB/s) | e4m3 + pre-pass | cuDNN FP8 | "
+             "e4m3/cuDNN FP8 | e4m3/bf16 | rel L2 vs SDPA bf16: hattn e4m3 / cuDNN FP8 (hattn vs cuDNN) | "
+             "checks hattn / cuDNN | cuDNN build s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
+    for r in fp8_table_order(rows):
+        shape = f"d{r.head_dim} s{r.seqlen} b{r.batch} h{r.heads} {'causal' if r.causal else 'full'}"
+        pre = "n/a" if r.prepass_ms is None else f"{r.prepass_ms:.3f} ({r.prepass_gbps:.0f})"
+        errs = (f"{fmt(r.rel_l2_e4m3, '.1e')} / {fmt(r.rel_l2_cudnn_fp8, '.1e')} "
+                f"({fmt(r.rel_l2_e4m3_vs_cudnn_fp8, '.1e')})")
+        note = f" {'; '.join(r.notes)}" if r.notes else ""
+        lines.append(f"| {shape} | {fmt(r.hattn_bf16_tflops)} | {fmt(r.hattn_e4m3_tflops)} | {pre} | "
+                     f"{fmt(r.hattn_e4m3_e2e_tflops)} | {fmt(r.cudnn_fp8_tflops)} | {fmt(r.e4m3_over_cudnn_fp8, '.2f')} | "
+                     f"{fmt(r.e4m3_over_bf16, '.2f')} | {errs} | {r.check} / {r.peer_check}{note} | "
+                     f"{fmt(r.cudnn_build_s, '.1f')} |")
+    return "\n".join(lines)
+
+
+def pivot_table_fp8(rows: list[Fp8Row]) -> str:
+    """TFLOPS side by side, one line per head dim and mask: hattn e4m3 / cuDNN FP8 (ratio) per seqlen."""
+    seqlens = sorted({r.seqlen for r in rows})
+    lines = ["| d | mask | " + " | ".join(f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens) + " |",
+             "|---|---|" + "---|" * len(seqlens)]
+    for d in sorted({r.head_dim for r in rows}):
+        for causal in (False, True):
+            cells = []
+            by_s = {r.seqlen: r for r in rows if r.head_dim == d and r.causal == causal}
+            if not by_s:
+                continue
+            for s in seqlens:
+                r = by_s.get(s)
+                if r is None or (r.hattn_e4m3_tflops is None and r.cudnn_fp8_tflops is None):
+                    cells.append("-")
+                else:
+                    cells.append(f"{fmt(r.hattn_e4m3_tflops, '.0f')} / {fmt(r.cudnn_fp8_tflops, '.0f')}"
+                                 + (f" ({r.e4m3_over_cudnn_fp8:.2f})" if r.e4m3_over_cudnn_fp8 else ""))
+            lines.append(f"| {d} | {'causal' if causal else 'full'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary_line_fp8(rows: list[Fp8Row], meta: dict) -> str:
+    def geo(values):
+        values = [v for v in values if v]
+        return (math.exp(sum(map(math.log, values)) / len(values)), len(values)) if values else (None, 0)
+    ratio, n = geo(r.e4m3_over_cudnn_fp8 for r in rows)
+    e2e, n_e2e = geo(r.hattn_e4m3_e2e_tflops / r.cudnn_fp8_tflops for r in rows
+                     if r.hattn_e4m3_e2e_tflops and r.cudnn_fp8_tflops)
+    vs_bf16, n_bf16 = geo(r.e4m3_over_bf16 for r in rows)
+    skipped = sum(any(note.startswith("not run") for note in r.notes) for r in rows)
+    peer = (f"peer: {meta['cudnn_fp8_peer']}" if meta.get("cudnn_fp8_peer")
+            else f"CUDNN FP8 PEER SKIPPED: {meta.get('cudnn_fp8_peer_skipped') or 'n/a'}")
+    return (f"hattn e4m3 / cuDNN FP8 geometric mean over {n} shapes: {fmt(ratio, '.3f')} (with the pre-pass: "
+            f"{fmt(e2e, '.3f')} over {n_e2e}); hattn e4m3 / hattn bf16: {fmt(vs_bf16, '.3f')} over {n_bf16}; "
+            f"checks hattn: {sum(r.check == 'pass' for r in rows)} pass, {sum(r.check == 'FAIL' for r in rows)} FAIL; "
+            f"cuDNN FP8: {sum(r.peer_check == 'pass' for r in rows)} pass, "
+            f"{sum(r.peer_check == 'FAIL' for r in rows)} FAIL, {sum(r.peer_check == 'n/a' for r in rows)} n/a; "
+            f"{skipped} shapes not run (time budget); cuDNN graph builds: {meta.get('cudnn_graph_builds', 0)}, "
+            f"{meta.get('cudnn_graph_build_s_total', 0.0):.1f} s in all, max {meta.get('cudnn_graph_build_s_max', 0.0):.1f} s; "
+            f"sweep {meta.get('sweep_s', 0.0):.0f} s; {peer}")
+
+
+def plot_fp8(path: Path, rows: list[Fp8Row], meta: dict, plt) -> None:
+    head_dims = sorted({r.head_dim for r in rows})
+    fig, axes = plt.subplots(max(len(head_dims), 1), 2, figsize=(12, 3.2 * max(len(head_dims), 1)), squeeze=False)
+    series = [("hattn e4m3", "hattn_e4m3_tflops", "tab:red", "-"),
+              ("hattn e4m3 + pre-pass", "hattn_e4m3_e2e_tflops", "tab:orange", ":"),
+              ("hattn bf16", "hattn_bf16_tflops", "tab:gray", "--"),
+              ("cuDNN FP8", "cudnn_fp8_tflops", "tab:blue", "-")]
+    for i, d in enumerate(head_dims):
+        for j, causal in enumerate((False, True)):
+            ax = axes[i][j]
+            sel = sorted((r for r in rows if r.head_dim == d and r.causal == causal), key=lambda r: r.seqlen)
+            for name, key, color, style in series:
+                pts = [(r.seqlen, getattr(r, key)) for r in sel if getattr(r, key) is not None]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=name, color=color, linestyle=style)
+            seqlen_axis(ax, [r.seqlen for r in sel])
+            ax.set_title(f"head_dim {d}, {'causal' if causal else 'full'}")
+            ax.legend(fontsize=8)
+    peer = meta.get("cudnn_fp8_peer") or "cuDNN FP8 skipped"
+    fig.suptitle(f"FP8 forward (e4m3), {meta.get('device', '')}, torch {meta.get('torch', '')}, {peer}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 # ---- Reporting -------------------------------------------------------------------------------------
 def markdown_table(rows: list[Row]) -> str:
     lines = ["| shape | variant | hattn TFLOPS | cuDNN TFLOPS | FA2 TFLOPS | hattn/cuDNN | check (rel L2, max abs) |",
@@ -776,6 +1335,8 @@ def main() -> int:
     direction = parser.add_mutually_exclusive_group()
     direction.add_argument("--bwd", action="store_true", help="the backward sweep only")
     direction.add_argument("--both", action="store_true", help="the forward sweep, then the backward sweep")
+    direction.add_argument("--fp8", action="store_true",
+                           help="the FP8 forward sweep: hattn bf16, hattn e4m3 (pre-pass timed apart) and cuDNN FP8")
     parser.add_argument("--head-dims", type=parse_ints, default=[64, 128, 256])
     parser.add_argument("--seqlens", type=parse_ints, default=[512, 1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--masks", type=parse_masks, default=["full", "causal"], help="full,causal")
@@ -795,15 +1356,26 @@ def main() -> int:
     parser.add_argument("--fa4-path", type=Path, action="append", default=[],
                         help="backward: a folder FlashAttention-4 was pip-installed into with --target (repeatable)")
     parser.add_argument("--no-fa4", action="store_true", help="backward: leave FlashAttention-4 out")
+    parser.add_argument("--cudnn-frontend-path", type=Path, action="append", default=[],
+                        help="fp8: a folder nvidia-cudnn-frontend was pip-installed into with --target (repeatable)")
+    parser.add_argument("--no-cudnn-fp8", action="store_true", help="fp8: leave cuDNN's FP8 attention out")
+    parser.add_argument("--no-hadamard", dest="fp8_hadamard", action="store_false",
+                        help="fp8: hattn's pre-pass without the random-sign Hadamard (quantization only)")
+    parser.add_argument("--budget-s", type=float, default=0.0,
+                        help="fp8: start no shape once this many seconds of the sweep are spent (0: no limit); "
+                             "shapes are visited long and 2k sequences first, the rest are listed as not run")
     parser.add_argument("--queue-ahead-ms", type=float, default=20.0,
                         help="GPU sleep queued before the timed calls so the host runs ahead")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--quick", action="store_true", help="d128, seqlen 1k and 4k, full and causal, no ablation")
+    parser.add_argument("--quick", action="store_true", help="d128, seqlen 1k and 4k, full and causal, no ablation "
+                        "(with --fp8: every head dim, seqlen 2k, 8k and 16k)")
     parser.add_argument("--dry-run", action="store_true",
                         help="check the ctypes struct layouts (and the library's contiguous-params helpers if "
                              "the library exists); needs neither torch nor a GPU")
     args = parser.parse_args()
-    if args.quick:
+    if args.quick and args.fp8:
+        args.seqlens = [2048, 8192, 16384]
+    elif args.quick:
         args.head_dims, args.seqlens, args.no_ablation = [128], [1024, 4096], True
     if args.reps < 20:
         parser.error("--reps must be >= 20 (a median needs enough samples)")
@@ -811,7 +1383,7 @@ def main() -> int:
         parser.error("--sets must be >= 2 (rotating inputs keeps L2 from serving the previous call's data)")
     if args.rounds < 1 or args.bwd_reps < 5:
         parser.error("--rounds must be >= 1 and --bwd-reps >= 5")
-    directions = ["bwd"] if args.bwd else ["fwd", "bwd"] if args.both else ["fwd"]
+    directions = ["bwd"] if args.bwd else ["fwd", "bwd"] if args.both else ["fp8"] if args.fp8 else ["fwd"]
 
     check_struct_layout()
     grid, cases, ablation = build_cases(args)
@@ -819,7 +1391,8 @@ def main() -> int:
         print(f"dry run: ctypes hattn_fwd_params ({EXPECTED_SIZE} bytes, {len(EXPECTED_OFFSETS)} fields) and "
               f"hattn_bwd_params ({EXPECTED_BWD_SIZE} bytes, {len(EXPECTED_BWD_OFFSETS)} fields) match the x86-64 "
               f"tables and include/hattn.h; the forward sweep has {len(cases)} shapes + "
-              f"{sum(map(len, ablation.values()))} ablation variants, the backward sweep {len(grid)} shapes")
+              f"{sum(map(len, ablation.values()))} ablation variants, the backward sweep and the FP8 sweep "
+              f"{len(grid)} shapes each")
         if args.lib.exists():
             lib = Hattn(args.lib)
             lib.check_contiguous_helper()
@@ -869,6 +1442,8 @@ def main() -> int:
         try:
             if direction == "fwd":
                 run_sweep(args, hattn, cases, ablation, rows, meta)
+            elif direction == "fp8":
+                run_fp8_sweep(args, hattn, fp8_order(grid), rows, meta)
             else:
                 run_bwd_sweep(args, hattn, grid, rows, meta)
         except KeyboardInterrupt:
@@ -877,6 +1452,8 @@ def main() -> int:
         finally:
             if direction == "fwd":
                 written = write_outputs(args.out, rows, meta)
+            elif direction == "fp8":
+                written = write_outputs(args.out, fp8_table_order(rows), meta, "compare_fp8", Fp8Row, plot_fp8)
             else:
                 written = write_outputs(args.out, rows, meta, "compare_bwd", BwdRow, plot_bwd)
         if direction == "fwd":
@@ -884,13 +1461,28 @@ def main() -> int:
             print(markdown_table(rows))
             print()
             print(summary_line(rows) + (" (INTERRUPTED)" if interrupted else ""))
+        elif direction == "fp8":
+            print(markdown_table_fp8(rows))
+            print()
+            print("TFLOPS, hattn e4m3 / cuDNN FP8 (ratio):\n")
+            print(pivot_table_fp8(rows))
+            print()
+            print(summary_line_fp8(rows, meta) + (" (INTERRUPTED)" if interrupted else ""))
         else:
             print("\n## Backward\n" if len(directions) > 1 else "", end="")
             print(markdown_table_bwd(rows))
             print()
             print(summary_line_bwd(rows, meta) + (" (INTERRUPTED)" if interrupted else ""))
         print(f"wrote {', '.join(str(args.out / w) for w in written)}")
-        failed |= interrupted or any(r.check == "FAIL" or r.hattn_ms is None for r in rows) or not rows
+        if direction == "fp8":
+            ran = [r for r in rows if not any(note.startswith("not run") for note in r.notes)]
+            failed |= interrupted or not ran or any(
+                r.check == "FAIL" or r.peer_check == "FAIL" or r.hattn_bf16_ms is None
+                or (hattn.has_fp8 and r.hattn_e4m3_ms is None) for r in ran)
+            if any("CUDA context broken" in note for r in rows for note in r.notes):
+                return CONTEXT_BROKEN_EXIT
+        else:
+            failed |= interrupted or any(r.check == "FAIL" or r.hattn_ms is None for r in rows) or not rows
     return 1 if failed else 0
 
 
