@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Amalgamate hattn's kernels (forward, backward, or both) into one self-contained, vendorable header.
 
-Starting from the kernel's header (src/kernels/fwd.cuh, src/kernels/bwd.cuh), follow the
+Starting from the kernel's header (src/kernels/fwd.cuh, bwd.cuh, fp8_prepass.cuh, fwd_fp8.cuh), follow the
 `#include "..."` graph through the repository (the PTX wrappers in ptx/, the building blocks in
 src/kernels/sm90/, src/kernels/*_args.h, ...) and inline each local header exactly once, at its
 first inclusion -- which is what the preprocessor does with `#pragma once`, so the result means
 the same thing and comes out in dependency order. Local `#include "..."` lines and `#pragma once`
 are dropped; system includes (`#include <...>`) stay where they were. The result needs only the
 CUDA toolkit headers and cudart. Its first lines carry hattn's version (from include/hattn.h) and
-licence (LICENSE), which every copy must keep, and define HATTN_VENDORED_FWD / HATTN_VENDORED_BWD
-for the kernels it holds.
+licence (LICENSE), which every copy must keep, and define HATTN_VENDORED_FWD / HATTN_VENDORED_BWD /
+HATTN_VENDORED_FP8_PREPASS / HATTN_VENDORED_FWD_FP8 for the kernels it holds.
 
 ptx/wgmma_instr.cuh (every wgmma shape) is replaced by the subset the kernels instantiate: the N
 values in KERNELS below (--wgmma-n table, the default), or those found in the PTX of a probe that
@@ -17,9 +17,10 @@ instantiates every launcher (--wgmma-n derive: needs nvcc, $NVCC or on PATH). `-
 prints the derived shapes and the table's; scripts/check_vendored.sh uses it when the subset is
 short and says which N to add.
 
-Usage: python3 scripts/amalgamate.py [--kernel fwd|bwd|all] [-o OUT] [--wgmma-n table|derive|all|N,N,...]
+Usage: python3 scripts/amalgamate.py [--kernel fwd|bwd|all|fp8] [-o OUT] [--wgmma-n table|derive|all|N,N,...]
          fwd (default): build/hattn_fwd_single.cuh; bwd: build/hattn_bwd_single.cuh; all (both in
-         one file, for a project that needs the two): build/hattn_single.cuh
+         one file, for a project that needs the two): build/hattn_single.cuh; fp8 (the FP8 pre-pass
+         and the FP8 forward): build/hattn_fp8_single.cuh
        python3 scripts/amalgamate.py --kernel bwd --print-wgmma
 """
 from __future__ import annotations
@@ -50,6 +51,8 @@ class Kernel:
     head_dims: tuple[int, ...]   # the kHeadDim values a user instantiates
     wgmma_n: tuple[int, ...]     # the wgmma N values its GEMMs instantiate (bf16 and f16, both transposes)
     macro: str                   # defined to 1 in a vendored file that holds this kernel
+    title: str                   # what the banner calls it
+    wgmma_types: tuple[str, ...] = ("bf16", "f16")  # the operand types of the wgmma wrappers it needs
 
 
 # The wgmma N values each kernel instantiates; a vendored file carries the union for its kernels.
@@ -59,15 +62,24 @@ class Kernel:
 #   fwd: S = Q K^T at N = kBlockN (128; 176 at d128 with long keys; 80 at d256), O += P V at N = head_dim.
 #   bwd: S^T = K Q^T and dP^T = V dO^T at N = the query block, dV += P^T dO and dK += dS^T Q at
 #        N = head_dim (64, 128, 256), dQ^T += K^T dS^T in slices; 32 is kept for smaller slices.
+#   fp8_prepass: no GEMM. fwd_fp8: S = Q K^T at N = kBlockN (128; 64 at d256), O += P V at
+#        N = head_dim, e4m3 operands (its shared 16-bit building blocks name the bf16/f16 wrappers
+#        too, so those come along at the same N).
 KERNELS = {
     "fwd": Kernel("src/kernels/fwd.cuh", "hattn::fwd::launch_fwd_head_dim", "hattn::fwd::FwdArgs", (64, 128, 256),
-                  (64, 80, 128, 176, 256), "HATTN_VENDORED_FWD"),
+                  (64, 80, 128, 176, 256), "HATTN_VENDORED_FWD", "forward"),
     "bwd": Kernel("src/kernels/bwd.cuh", "hattn::bwd::launch_bwd_head_dim", "hattn::bwd::BwdArgs", (64, 128, 256),
-                  (32, 64, 128, 256), "HATTN_VENDORED_BWD"),
+                  (32, 64, 128, 256), "HATTN_VENDORED_BWD", "backward"),
+    "fp8_prepass": Kernel("src/kernels/fp8_prepass.cuh", "hattn::fp8::launch_fp8_prepass_head_dim",
+                          "hattn::fp8::Fp8PrepassArgs", (64, 128, 256), (), "HATTN_VENDORED_FP8_PREPASS",
+                          "FP8 pre-pass (RoPE, random-sign Hadamard, e4m3 block quantization)", ()),
+    "fwd_fp8": Kernel("src/kernels/fwd_fp8.cuh", "hattn::fwd_fp8::launch_fwd_fp8_head_dim", "hattn::fwd_fp8::Fp8FwdArgs",
+                      (64, 128, 256), (64, 128, 256), "HATTN_VENDORED_FWD_FP8", "FP8 (e4m3) forward",
+                      ("bf16", "f16", "e4m3")),
 }
-KERNEL_SETS = {"fwd": ["fwd"], "bwd": ["bwd"], "all": ["fwd", "bwd"]}
+KERNEL_SETS = {"fwd": ["fwd"], "bwd": ["bwd"], "all": ["fwd", "bwd"], "fp8": ["fp8_prepass", "fwd_fp8"]}
 DEFAULT_OUTPUTS = {"fwd": "build/hattn_fwd_single.cuh", "bwd": "build/hattn_bwd_single.cuh",
-                   "all": "build/hattn_single.cuh"}
+                   "all": "build/hattn_single.cuh", "fp8": "build/hattn_fp8_single.cuh"}
 # Kept for callers that read it: the forward's table.
 VENDORED_WGMMA_N = list(KERNELS["fwd"].wgmma_n)
 WGMMA_IN_PTX = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k\d+\.f32\.(\w+?)\.\w+")
@@ -207,19 +219,24 @@ def entry_points(kernels: list[str]) -> str:
             lines.append("//     The backward also needs O and LSE from the forward and a device workspace of\n"
                          "//     hattn::bwd::workspace_layout(batch, heads_q, seqlen_q, head_dim).bytes bytes,\n"
                          "//     hattn::bwd::kWorkspaceAlign-aligned (BwdArgs::workspace / workspace_size).")
+        if name == "fwd_fp8":
+            lines.append("//     Its inputs are the pre-pass's e4m3 tensors and descales; it needs a device workspace\n"
+                         "//     of hattn::fwd_fp8::vt_bytes(batch, heads_kv, seqlen_k, head_dim) bytes for V^T\n"
+                         "//     (Fp8FwdArgs::vt), 256-byte aligned.")
     return "\n".join(lines)
 
 
 def banner(output_name: str, roots: list[Path], files: list[Path], kernels: list[str], wgmma_n: list[int]) -> str:
     listing = "\n".join(f"//   {rel(f)}" for f in files)
-    what = {"fwd": "forward", "bwd": "backward"}
-    title = " and ".join(what[k] for k in kernels) or "kernels from " + ", ".join(rel(r) for r in roots)
+    title = " and ".join(KERNELS[k].title for k in kernels) or "kernels from " + ", ".join(rel(r) for r in roots)
+    title += "" if kernels == ["fp8_prepass", "fwd_fp8"] or not kernels else " attention"
     validators = " / ".join(f"hattn_{k}_validate" for k in kernels) or "hattn_fwd_validate"
     macros = "".join(f"#define {KERNELS[k].macro} 1\n" for k in kernels)
     wgmma_note = ""
     if any(rel(f) == WGMMA_HEADER for f in files):
-        wgmma_note = f"; of the wgmma\n// wrappers only N in {{{', '.join(map(str, wgmma_n))}}}, {' and '.join(VENDORED_WGMMA_TYPES)}"
-    return f"""// {output_name} -- hattn {version()} {title} attention for NVIDIA Hopper (sm_90a), as one self-contained header.
+        wgmma_note = (f"; of the wgmma\n// wrappers only N in {{{', '.join(map(str, wgmma_n))}}}, "
+                      f"{' and '.join(table_types(kernels or list(KERNELS)))}")
+    return f"""// {output_name} -- hattn {version()} {title} for NVIDIA Hopper (sm_90a), as one self-contained header.
 // SPDX-License-Identifier: MIT
 //
 {license_notice()}//
@@ -288,6 +305,12 @@ def table_wgmma(kernels: list[str]) -> list[int]:
     return sorted({n for k in kernels for n in KERNELS[k].wgmma_n})
 
 
+def table_types(kernels: list[str]) -> list[str]:
+    """The wgmma operand types these kernels need, in gen_wgmma's order."""
+    wanted = {t for k in kernels for t in KERNELS[k].wgmma_types}
+    return [t[0] for t in gen_wgmma.TYPES if t[0] in wanted]
+
+
 def print_wgmma(kernels: list[str]) -> int:
     """Derived vs table; 0 when the table covers what the kernels use, 1 otherwise."""
     used = derive_wgmma(kernels)
@@ -295,14 +318,15 @@ def print_wgmma(kernels: list[str]) -> int:
     derived = set().union(*used.values()) if used else set()
     print(f"wgmma shapes used by {'+'.join(kernels)} (from the PTX of every launcher at every head dim): "
           + (", ".join(f"{t} N={sorted(ns)}" for t, ns in sorted(used.items())) or "none"))
-    print(f"table (amalgamate.py KERNELS): N={sorted(table)}, types {', '.join(VENDORED_WGMMA_TYPES)}")
+    types = table_types(kernels)
+    print(f"table (amalgamate.py KERNELS): N={sorted(table)}, types {', '.join(types)}")
     missing = sorted(derived - table)
-    other_types = sorted(set(used) - set(VENDORED_WGMMA_TYPES))
+    other_types = sorted(set(used) - set(types))
     if missing:
         print(f"MISSING from the table: N={missing}: add them to the wgmma_n of "
               f"{' / '.join(k for k in kernels if set(missing) - set(KERNELS[k].wgmma_n))} in scripts/amalgamate.py")
     if other_types:
-        print(f"MISSING types: {other_types}: add them to VENDORED_WGMMA_TYPES in scripts/amalgamate.py")
+        print(f"MISSING types: {other_types}: add them to the wgmma_types of the kernel in scripts/amalgamate.py")
     unused = sorted(table - derived)
     if unused:
         print(f"note: in the table but not instantiated (harmless, a few lines each): N={unused}")
@@ -332,7 +356,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--kernel", choices=sorted(KERNEL_SETS), default="fwd",
-                        help="fwd (default), bwd, or all (the forward and the backward in one file)")
+                        help="fwd (default), bwd, all (the forward and the backward in one file), or fp8 (the "
+                             "FP8 pre-pass and the FP8 forward)")
     parser.add_argument("-o", "--output", default=None,
                         help="output path, relative to the repository root unless absolute (default "
                              + ", ".join(f"{k}: {v}" for k, v in DEFAULT_OUTPUTS.items()) + ")")
@@ -355,7 +380,7 @@ def main() -> int:
             return print_wgmma(kernels or list(KERNELS))
         roots = [(REPO / r).resolve() for r in (args.root or [KERNELS[k].root for k in kernels])]
         wgmma_n = parse_wgmma_n(args.wgmma_n, table_kernels)
-        amalgamator = amalgamate(roots, wgmma_n, line_directives=args.line_directives)
+        amalgamator = amalgamate(roots, wgmma_n, table_types(table_kernels), line_directives=args.line_directives)
         output_name = Path(args.output or DEFAULT_OUTPUTS[args.kernel]).name
         head = banner(output_name, roots, amalgamator.inlined, kernels, wgmma_n)
     except AmalgamationError as error:

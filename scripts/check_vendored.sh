@@ -5,6 +5,8 @@
 #   all  scripts/amalgamate.py --kernel all -> hattn_single.cuh (forward + backward), consumer
 #        scripts/vendor_bwd_example.cu built with -DHATTN_VENDORED_HEADER='"hattn_single.cuh"' (it then
 #        also instantiates and runs the vendored forward)
+#   fp8  scripts/amalgamate.py --kernel fp8 -> hattn_fp8_single.cuh (the FP8 pre-pass and the FP8
+#        forward), consumer scripts/vendor_fp8_example.cu
 # amalgamate the kernel (and every local header it reaches) into one header in a temporary folder,
 # check that it carries hattn's licence notice and version and no local #include, then compile and
 # link the consumer that includes only that header -- with no hattn include path, for sm_90a,
@@ -12,7 +14,7 @@
 # head dim of every launcher in its file, so a wgmma shape missing from the vendored subset fails
 # here; the failure then names the N to add (amalgamate.py --print-wgmma derives them from PTX).
 # CI calls this; exits non-zero on any failure.
-#   [fwd] [bwd] [all]  which files to check (default: all three)
+#   [fwd] [bwd] [all] [fp8]  which files to check (default: all four)
 #   --run         also run the consumers (small passes checked on the host; need a Hopper GPU,
 #                 otherwise they report that they did not run and succeed)
 #   NVCC          compiler (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)
@@ -25,11 +27,11 @@ kinds=()
 for arg in "$@"; do
   case "$arg" in
     --run) run_example=1 ;;
-    fwd|bwd|all) kinds+=("$arg") ;;
-    *) echo "check_vendored.sh: unknown argument '$arg' (--run, fwd, bwd, all)" >&2; exit 2 ;;
+    fwd|bwd|all|fp8) kinds+=("$arg") ;;
+    *) echo "check_vendored.sh: unknown argument '$arg' (--run, fwd, bwd, all, fp8)" >&2; exit 2 ;;
   esac
 done
-[ ${#kinds[@]} -eq 0 ] && kinds=(fwd bwd all)
+[ ${#kinds[@]} -eq 0 ] && kinds=(fwd bwd all fp8)
 
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 export NVCC  # amalgamate.py --print-wgmma compiles with it too
@@ -60,6 +62,7 @@ check_one() {  # kind
     fwd) header=hattn_fwd_single.cuh; example=vendor_example ;;
     bwd) header=hattn_bwd_single.cuh; example=vendor_bwd_example ;;
     all) header=hattn_single.cuh; example=vendor_bwd_example; defines=("-DHATTN_VENDORED_HEADER=\"hattn_single.cuh\"") ;;
+    fp8) header=hattn_fp8_single.cuh; example=vendor_fp8_example ;;
   esac
   mkdir -p "$dir/keep"
   python3 scripts/amalgamate.py --kernel "$kind" -o "$dir/$header"
