@@ -4,6 +4,8 @@
 //   hattn                       the default shape (batch 2, heads 16, seqlen 4096, dim 128, bf16)
 //   hattn fwd [options]         see --help
 //   hattn bwd [options]         the backward: hattn_fwd for O and LSE, then hattn_bwd on random dO
+//   hattn fwd --dtype e4m3 ...  bf16 inputs -> hattn_fp8_prepass -> hattn_fwd_fp8 (fwd_fp8.cu)
+//   hattn accuracy-fp8 ...      the FP8 accuracy table on inputs with outliers (accuracy_fp8.cu)
 //
 // Exit status: 0 pass, 1 verification failed, 2 bad command line or rejected parameters,
 // 3 CUDA or device error.
