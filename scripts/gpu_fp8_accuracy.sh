@@ -8,12 +8,12 @@
 # or hang in one does not hide the others:
 #   test       fwd_fp8_accuracy_test (the float64 GPU reference and the per-tensor quantizer
 #              against the CPU references, then issue 10's bound at seqlen 4096, d128)
+#   accuracy   `hattn accuracy-fp8` (FlashAttention-3's Table 3 and the error against seqlen)
 #   options    test/check_cli_options.sh (bad command lines: exit 2 and a message)
 #   cli_*      `hattn fwd --dtype e4m3` on the default shape (batch 2, heads 16, seqlen 4096, d128)
 #              with each combination of --hadamard and --rope, and one causal GQA shape
 #              (verify O and LSE against the reference of the unquantized inputs; kernel TFLOPS,
 #              pre-pass GB/s)
-#   accuracy   `hattn accuracy-fp8` (FlashAttention-3's Table 3 and the error against seqlen)
 # Writes $OUT/summary.txt (printed last, the accuracy table at its end) and $OUT/logs.tgz.
 #
 # Environment: OUT (default ./gpu_fp8_accuracy_out), BUILD_DIR (build-fp8acc), JOBS (16),
@@ -58,12 +58,13 @@ CLI_CASES=(
 )
 if [ "$BUILD_OK" -eq 1 ]; then
   run test 30 "$BUILD_DIR/test/fwd_fp8_accuracy_test"
+  # The table before the CLI cases (it is what a short budget must not lose); printed last.
+  run accuracy 60 "$CLI" accuracy-fp8
   run options 15 bash test/check_cli_options.sh "$CLI"
   for c in "${CLI_CASES[@]}"; do
     # shellcheck disable=SC2086  # the flags are meant to split
     run "cli_${c%%|*}" 15 "$CLI" fwd --dtype e4m3 ${c#*|}
   done
-  run accuracy 60 "$CLI" accuracy-fp8
 fi
 
 # ---- summary ----------------------------------------------------------------------------------
