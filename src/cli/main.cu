@@ -4,6 +4,8 @@
 //   hattn                       the default shape (batch 2, heads 16, seqlen 4096, dim 128, bf16)
 //   hattn fwd [options]         see --help
 //   hattn bwd [options]         the backward: hattn_fwd for O and LSE, then hattn_bwd on random dO
+//   hattn fwd --dtype e4m3 ...  bf16 inputs -> hattn_fp8_prepass -> hattn_fwd_fp8 (fwd_fp8.cu)
+//   hattn accuracy-fp8 ...      the FP8 accuracy table on inputs with outliers (accuracy_fp8.cu)
 //
 // Exit status: 0 pass, 1 verification failed, 2 bad command line or rejected parameters,
 // 3 CUDA or device error.
@@ -26,54 +28,26 @@
 #include "testing/numerics.h"
 #include "testing/gpu_reference.h"
 #include "hattn.h"
+#include "cli/cli_common.h"
 
 namespace {
 
-constexpr int kExitPass = 0;
-constexpr int kExitVerifyFailed = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitCuda = 3;
-
-// Dense bf16/fp16 tensor-core peak of an H100/H200 SXM: 4096 FLOP/clk/SM x 132 SMs x 1.83 GHz.
-constexpr double kDenseBf16PeakTflops = 989.0;
-
-// Timing: the median of `iters` runs after `warmup` untimed ones; before each timed run the L2
-// is flushed by writing a buffer of kL2FlushFactor x its size, so no run starts with warm inputs.
-constexpr int kDefaultIters = 20;
-constexpr int kDefaultWarmup = 3;
-constexpr int kL2FlushFactor = 2;
-
-enum class Pass { kForward, kBackward };
-
-struct Options {
-    Pass pass = Pass::kForward;
-    int batch = 2;
-    int heads = 16;
-    int heads_kv = -1;  // default: heads (MHA)
-    int seqlen_q = 4096;
-    int seqlen_k = -1;  // default: seqlen_q
-    int dim = 128;
-    hattn_dtype dtype = HATTN_DTYPE_BF16;
-    bool causal = false;
-    bool verify = true;
-    bool with_lse = true;
-    float scale = 0.f;
-    unsigned flags = 0;      // HATTN_FWD_*
-    bool deterministic = false;  // HATTN_BWD_DETERMINISTIC
-    int iters = kDefaultIters;
-    int warmup = kDefaultWarmup;
-    uint64_t seed = 0x5EEDull;
-};
+using namespace hattn::cli;
 
 void print_help(FILE* out) {
     std::fprintf(out,
                  "usage: hattn [fwd|bwd] [options]\n"
+                 "       hattn accuracy-fp8 [options]\n"
                  "\n"
                  "fwd (the default): runs hattn_fwd on random N(0,1) inputs, checks O and LSE against a plain GPU\n"
                  "reference, then times it (median of --iters runs, L2 flushed before each).\n"
                  "bwd: runs hattn_fwd for O and LSE, then hattn_bwd on random N(0,1) dO; checks dQ, dK and dV against\n"
                  "a plain GPU reference, then times hattn_bwd the same way.\n"
                  "With no arguments: fwd --batch 2 --heads 16 --seqlen 4096 --dim 128 --dtype bf16 (no mask).\n"
+                 "fwd --dtype e4m3: bf16 N(0,1) inputs -> hattn_fp8_prepass [--rope] [--hadamard] -> hattn_fwd_fp8;\n"
+                 "checks O and LSE against the plain GPU reference of the unquantized (RoPE'd) bf16 inputs with\n"
+                 "e4m3 bounds, times the FP8 kernel (TFLOPS) and the pre-pass (GB/s) separately.\n"
+                 "accuracy-fp8: the FP8 accuracy table (hattn accuracy-fp8 --help).\n"
                  "\n"
                  "options:\n"
                  "  --batch N              batch size (2)\n"
@@ -83,7 +57,10 @@ void print_help(FILE* out) {
                  "  --seqlen-q N           query length\n"
                  "  --seqlen-k N           key/value length (= --seqlen-q)\n"
                  "  --dim N, --head-dim N  head dim: 64, 128 or 256 (128)\n"
-                 "  --dtype bf16|fp16      element type (bf16)\n"
+                 "  --dtype bf16|fp16|e4m3 element type (bf16); e4m3: fwd only, from bf16 inputs through\n"
+                 "                         hattn_fp8_prepass and hattn_fwd_fp8 (see below)\n"
+                 "  --hadamard             e4m3: the pre-pass's random-sign Hadamard on Q and K\n"
+                 "  --rope interleaved|half  e4m3: the pre-pass's RoPE on Q and K (GPT-J / GPT-NeoX pairs)\n"
                  "  --causal               bottom-right causal mask\n"
                  "  --scale X              softmax scale (default 1/sqrt(dim))\n"
                  "  --no-lse               fwd: do not request LSE\n"
@@ -100,23 +77,10 @@ void print_help(FILE* out) {
                  kDefaultIters, kDefaultWarmup);
 }
 
-[[noreturn]] void usage_error(const std::string& what) {
-    std::fprintf(stderr, "hattn: %s (see hattn --help)\n", what.c_str());
-    std::exit(kExitUsage);
-}
-
-int parse_int(const std::string& flag, const char* text) {
-    char* end = nullptr;
-    errno = 0;
-    const long value = std::strtol(text, &end, 10);
-    if (end == text || *end != '\0' || errno != 0 || value < INT32_MIN || value > INT32_MAX) {
-        usage_error(flag + " expects an integer, got '" + text + "'");
-    }
-    return static_cast<int>(value);
-}
 
 Options parse(int argc, char** argv) {
     Options o;
+    bool hadamard_given = false;
     int i = 1;
     if (i < argc && std::strcmp(argv[i], "fwd") == 0) {
         ++i;
@@ -159,12 +123,28 @@ Options parse(int argc, char** argv) {
             o.dim = next_int();
         } else if (arg == "--dtype") {
             const std::string t = next();
+            o.e4m3 = false;
             if (t == "bf16") {
                 o.dtype = HATTN_DTYPE_BF16;
             } else if (t == "fp16") {
                 o.dtype = HATTN_DTYPE_FP16;
+            } else if (t == "e4m3") {
+                o.dtype = HATTN_DTYPE_BF16;  // the pre-pass's inputs
+                o.e4m3 = true;
             } else {
-                usage_error("--dtype expects bf16 or fp16, got '" + t + "'");
+                usage_error("--dtype expects bf16, fp16 or e4m3, got '" + t + "'");
+            }
+        } else if (arg == "--hadamard") {
+            o.hadamard = true;
+            hadamard_given = true;
+        } else if (arg == "--rope") {
+            const std::string t = next();
+            if (t == "interleaved") {
+                o.rope = HATTN_ROPE_INTERLEAVED;
+            } else if (t == "half") {
+                o.rope = HATTN_ROPE_HALF;
+            } else {
+                usage_error("--rope expects interleaved or half, got '" + t + "'");
             }
         } else if (arg == "--causal") {
             o.causal = true;
@@ -193,9 +173,16 @@ Options parse(int argc, char** argv) {
             usage_error("unknown argument '" + arg + "'");
         }
         if (has_inline_value && (arg == "--causal" || arg == "--no-verify" || arg == "--no-lse" ||
-                                 arg == "--no-pingpong" || arg == "--no-intra-wg-overlap" || arg == "--deterministic")) {
+                                 arg == "--no-pingpong" || arg == "--no-intra-wg-overlap" || arg == "--deterministic" ||
+                                 arg == "--hadamard")) {
             usage_error(arg + " takes no value");
         }
+    }
+    if (o.e4m3 && o.pass == Pass::kBackward) usage_error("--dtype e4m3 is a forward option (there is no FP8 backward)");
+    if (!o.e4m3 && hadamard_given) usage_error("--hadamard needs --dtype e4m3 (it is a step of the FP8 pre-pass)");
+    if (!o.e4m3 && o.rope != HATTN_ROPE_NONE) usage_error("--rope needs --dtype e4m3 (it is a step of the FP8 pre-pass)");
+    if (o.e4m3 && o.flags != 0) {
+        usage_error("--no-pingpong and --no-intra-wg-overlap are ablations of the bf16 forward, not of --dtype e4m3");
     }
     if (o.pass == Pass::kBackward && !o.with_lse) usage_error("--no-lse is a forward option: the backward needs LSE");
     if (o.pass == Pass::kForward && o.deterministic) usage_error("--deterministic is a backward option (hattn bwd)");
@@ -203,77 +190,6 @@ Options parse(int argc, char** argv) {
     if (o.seqlen_k < 0) o.seqlen_k = o.seqlen_q;
     if (o.iters < 0 || o.warmup < 0) usage_error("--iters and --warmup must be >= 0");
     return o;
-}
-
-void check_cuda(cudaError_t rc, const char* what) {
-    if (rc != cudaSuccess) {
-        std::fprintf(stderr, "hattn: CUDA error in %s: %s (%s)\n", what, cudaGetErrorString(rc), cudaGetErrorName(rc));
-        std::exit(kExitCuda);
-    }
-}
-
-// A device allocation freed on scope exit.
-class DeviceBuffer {
-public:
-    explicit DeviceBuffer(size_t bytes, const char* what) : bytes_(bytes) {
-        if (bytes_ > 0) check_cuda(cudaMalloc(&ptr_, bytes_), what);
-    }
-    ~DeviceBuffer() {
-        if (ptr_ != nullptr) cudaFree(ptr_);
-    }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    void* get() const { return ptr_; }
-    size_t bytes() const { return bytes_; }
-
-private:
-    void* ptr_ = nullptr;
-    size_t bytes_ = 0;
-};
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer& d) {
-    std::vector<T> h(d.bytes() / sizeof(T));
-    check_cuda(cudaMemcpy(h.data(), d.get(), d.bytes(), cudaMemcpyDeviceToHost), "copy to host");
-    return h;
-}
-
-// Forward FLOPs: two GEMMs (S = Q K^T and O = P V) of 2 * d FLOPs per visible (query, key) pair.
-// Causal with sq == sk counts half of the full square (the convention of published numbers);
-// with sq != sk the visible pairs are counted exactly.
-double forward_flops(const Options& o) {
-    double pairs;
-    if (!o.causal) {
-        pairs = static_cast<double>(o.seqlen_q) * o.seqlen_k;
-    } else if (o.seqlen_q == o.seqlen_k) {
-        pairs = 0.5 * static_cast<double>(o.seqlen_q) * o.seqlen_k;
-    } else {
-        pairs = 0;
-        for (int i = 0; i < o.seqlen_q; ++i) pairs += hattn::numerics::visible_keys(i, o.seqlen_q, o.seqlen_k, true);
-    }
-    return 4.0 * o.batch * o.heads * o.dim * pairs;
-}
-
-// Backward FLOPs: five GEMMs of the same size (S, dP, dV, dK, dQ) against the forward's two, i.e.
-// 2.5 x the forward's count (the convention of published numbers).
-double backward_flops(const Options& o) { return 2.5 * forward_flops(o); }
-
-double max_abs_16(const std::vector<uint16_t>& bits, hattn_dtype dtype) {
-    double m = 0;
-    for (uint16_t b : bits) m = std::max(m, std::fabs(static_cast<double>(hattn::numerics::half_to_float(b, dtype))));
-    return m;
-}
-
-// One line per checked tensor, and its worst element when it fails. Returns cmp.ok.
-bool report(const char* what, const char* layout, const hattn::numerics::CompareResult& cmp, const std::string& bounds,
-            const int64_t dims[4]) {
-    std::printf("verify %-4s %-15s max abs err %.3e, rel L2 %.3e (bounds: %s)\n", what, layout, cmp.max_abs_err,
-                cmp.rel_l2, bounds.c_str());
-    if (!cmp.ok) {
-        std::printf("  %s\n  worst element %s\n", cmp.summary().c_str(),
-                    hattn::numerics::describe_index(cmp.worst_index, dims).c_str());
-    }
-    return cmp.ok;
 }
 
 // Checks O and LSE against the GPU reference; prints a report. Returns true on PASS.
@@ -390,110 +306,14 @@ bool verify_backward(const Options& o, const hattn_bwd_params& params, const Bac
 
 // Median time of `launch()` in ms, each run timed alone with events after an L2 flush. `launch`
 // returns the hattn status of one call on the given stream.
-template <class Launch>
-double time_median(const Options& o, const char* api, Launch launch) {
-    int l2_bytes = 0;
-    int device = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "L2 size query");
-    DeviceBuffer flush(static_cast<size_t>(l2_bytes) * kL2FlushFactor, "L2 flush buffer");
-    cudaStream_t stream;
-    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    cudaEvent_t start, stop;
-    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
-
-    for (int w = 0; w < o.warmup; ++w) {
-        const hattn_status st = launch(stream);
-        if (st != HATTN_SUCCESS) {
-            std::fprintf(stderr, "hattn: %s failed during warm-up: %s\n", api, hattn_status_string(st));
-            std::exit(kExitCuda);
-        }
-    }
-    std::vector<float> times_ms;
-    for (int it = 0; it < o.iters; ++it) {
-        check_cuda(cudaMemsetAsync(flush.get(), it & 0xFF, flush.bytes(), stream), "L2 flush");
-        check_cuda(cudaEventRecord(start, stream), "cudaEventRecord");
-        const hattn_status st = launch(stream);
-        check_cuda(cudaEventRecord(stop, stream), "cudaEventRecord");
-        if (st != HATTN_SUCCESS) {
-            std::fprintf(stderr, "hattn: %s failed while timing: %s\n", api, hattn_status_string(st));
-            std::exit(kExitCuda);
-        }
-        check_cuda(cudaEventSynchronize(stop), "timed run");
-        float ms = 0;
-        check_cuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-        times_ms.push_back(ms);
-    }
-    check_cuda(cudaGetLastError(), "timed runs");
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaStreamDestroy(stream);
-    std::sort(times_ms.begin(), times_ms.end());
-    const size_t n = times_ms.size();
-    return n % 2 == 1 ? times_ms[n / 2] : 0.5 * (times_ms[n / 2 - 1] + times_ms[n / 2]);
-}
-
-void print_timing(const Options& o, double ms, double flops) {
-    const char* dtype_name = o.dtype == HATTN_DTYPE_BF16 ? "bf16" : "fp16";
-    const double tflops = flops / (ms * 1e-3) / 1e12;
-    std::printf("time: %.4f ms (median of %d, L2 flushed), %.1f TFLOPS, %.1f%% of the %.0f TFLOPS dense %s peak\n", ms,
-                o.iters, tflops, 100.0 * tflops / kDenseBf16PeakTflops, kDenseBf16PeakTflops, dtype_name);
-}
-
 // A failed call's status (and, where validation explains it, the message); the exit code.
-int call_failed(const char* api, hattn_status st, hattn_status (*validate)(const void*, char*, size_t),
-                const void* params) {
-    char msg[512];
-    const hattn_status again = validate(params, msg, sizeof(msg));
-    std::fprintf(stderr, "hattn: %s failed: %s%s%s (last CUDA error: %s)\n", api, hattn_status_string(st),
-                 again != HATTN_SUCCESS ? ": " : "", again != HATTN_SUCCESS ? msg : "",
-                 cudaGetErrorString(cudaGetLastError()));
-    return st == HATTN_ERROR_CUDA || st == HATTN_ERROR_UNSUPPORTED_DEVICE ? kExitCuda : kExitUsage;
-}
-
-hattn_status validate_fwd(const void* p, char* msg, size_t len) {
-    return hattn_fwd_validate(static_cast<const hattn_fwd_params*>(p), msg, len);
-}
-hattn_status validate_bwd(const void* p, char* msg, size_t len) {
-    return hattn_bwd_validate(static_cast<const hattn_bwd_params*>(p), msg, len);
-}
-
-// Validates params before touching the GPU; exits with kExitUsage and hattn's message if rejected.
-void require_valid(hattn_status (*validate)(const void*, char*, size_t), const void* params) {
-    char msg[512];
-    const hattn_status valid = validate(params, msg, sizeof(msg));
-    if (valid != HATTN_SUCCESS) {
-        std::fprintf(stderr, "hattn: invalid parameters: %s: %s\n", hattn_status_string(valid), msg);
-        std::exit(kExitUsage);
-    }
-}
-
-// The device must be usable before anything is allocated or filled: no driver, no GPU or a
-// non-Hopper GPU stops here with what is needed.
-void require_hopper() {
-    const std::string no_gpu = hattn::host::gpu_unavailable_reason();
-    if (!no_gpu.empty()) {
-        std::fprintf(stderr, "hattn: no usable NVIDIA GPU: %s. %s.\n", no_gpu.c_str(),
-                     hattn::host::hopper_requirements().c_str());
-        std::exit(kExitCuda);
-    }
-    const std::string not_hopper = hattn::host::hopper_unavailable_reason();
-    if (!not_hopper.empty()) {
-        std::fprintf(stderr, "hattn: %s\n", not_hopper.c_str());
-        std::exit(kExitCuda);
-    }
-    int device = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    cudaDeviceProp prop;
-    check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-    std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc > 1 && std::strcmp(argv[1], "accuracy-fp8") == 0) return run_accuracy_fp8(argc, argv, 2);
     const Options o = parse(argc, argv);
+    if (o.e4m3) return run_fwd_fp8(o);
     const bool backward = o.pass == Pass::kBackward;
 
     // Validate the shape before touching the GPU, with placeholder pointers (validation never
