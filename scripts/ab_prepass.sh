@@ -79,15 +79,16 @@ if [ "$BUILD_OK" -eq 1 ]; then
       echo "$rc" >"$LOGS/fp8_prepass_test_${rest/:/_}.rc"
     done
     for v in "${VARIANTS[@]}"; do
-      passed=0; failed=0; verdict=PASS
+      passed=0; failed=0; skipped=0; verdict=PASS
       for ((s = 0; s < SHARDS; ++s)); do
         log="$LOGS/fp8_prepass_test_${v}_$s.log"; rc=$(cat "$LOGS/fp8_prepass_test_${v}_$s.rc")
         p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$'); passed=$((passed + ${p:-0}))
-        f=$(grep -cE '^\[  FAILED  \] .*\(' "$log"); failed=$((failed + f))
+        k=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$'); skipped=$((skipped + ${k:-0}))
+        f=$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log"); failed=$((failed + f))
         if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then verdict="TIMEOUT after $lim s"
         elif [ "$rc" -ne 0 ] && [ "$verdict" = PASS ]; then verdict="FAIL (rc $rc)"; fi
       done
-      record "fp8_prepass_test[$v]" "$verdict: $passed passed, $failed failed" $((SECONDS - t0))
+      record "fp8_prepass_test[$v]" "$verdict: $passed passed, $failed failed, $skipped skipped" $((SECONDS - t0))
     done
   else
     record "fp8_prepass_test[*]" "SKIPPED (out of time)" 0
@@ -121,7 +122,7 @@ fi
     printf '%-34s %s\n' "$(basename "$f" .log)" "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1)"
   done
   for f in "$LOGS"/fp8_prepass_test_*.log; do
-    grep -E '^\[  FAILED  \] .*\(' "$f" | head -4 | sed "s|^|  $(basename "$f" .log): |"
+    grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$f" | head -4 | sed "s|^|  $(basename "$f" .log): |"
   done
   echo "-- steps"
   cat "$STATUS"
