@@ -98,6 +98,21 @@ __device__ __forceinline__ void widen_chunk(const uint4 raw, float* out) {
     ptx::unpack_x2_f32<kIsBf16>(raw.w, out[6], out[7]);
 }
 
+// bf16 -> fp32 with D's signs applied on the way: widening moves the 16 bits into the top half
+// (x * 2^16, or x & 0xffff0000), and flipping an fp32's sign is adding 2^31 modulo 2^32 (only bit
+// 31 changes; the carry leaves the word), so each element stays one IMAD or one LOP3 -- the sign
+// flips cost nothing. flip[e] is 0 or kSignBit.
+constexpr uint32_t kBf16Shift = 65536u;       // 2^16: the bf16 bits into the fp32's top half
+constexpr uint32_t kBf16HighMask = 0xFFFF0000u;
+__device__ __forceinline__ void widen_chunk_bf16_signed(const uint4 raw, const uint32_t* flip, float* out) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        out[2 * i] = __uint_as_float(w[i] * kBf16Shift + flip[2 * i]);
+        out[2 * i + 1] = __uint_as_float((w[i] & kBf16HighMask) ^ flip[2 * i + 1]);
+    }
+}
+
 // (a, b) -> (a cos - b sin, a sin + b cos)
 __device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {
     const float a0 = a;
@@ -295,6 +310,9 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
     constexpr int kRowSlots = L::kRowSlots;
     constexpr int kThreadRowElems = L::kThreadRowElems;
     constexpr bool kStaged = kBlocksPerCta > 1;
+    // bf16 with the Hadamard: D's signs ride on the widening (widen_chunk_bf16_signed). (With 64
+    // values of one row per thread the 64 flips do not stay in registers: no gain there.)
+    constexpr bool kFuseSigns = kIsBf16 && kHadamard && kChunks <= 4;
     __shared__ float warp_amax[kStageBuffers][L::kWarps];  // by block parity: one barrier per block
     extern __shared__ uint4 stage[];                         // kStaged: stage_bytes<...>()
 
@@ -356,11 +374,22 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
                     }
                 }
             }
+            // kFuseSigns: the block's flips are 0 where it is not transformed (V), selected once.
+            uint32_t block_flip[kFuseSigns ? kThreadRowElems : 1];
+            if constexpr (kFuseSigns) {
+#pragma unroll
+                for (int j = 0; j < kThreadRowElems; ++j) block_flip[j] = transform ? flip[j] : 0u;
+            }
 #pragma unroll
             for (int r = 0; r < kRowsPerThread; ++r) {
 #pragma unroll
                 for (int chunk = 0; chunk < kChunks; ++chunk) {
-                    widen_chunk<kIsBf16>(raw[r][chunk], v[r] + chunk * kChunkElems);
+                    if constexpr (kFuseSigns) {
+                        widen_chunk_bf16_signed(raw[r][chunk], block_flip + chunk * kChunkElems,
+                                                v[r] + chunk * kChunkElems);
+                    } else {
+                        widen_chunk<kIsBf16>(raw[r][chunk], v[r] + chunk * kChunkElems);
+                    }
                 }
             }
         }
@@ -387,10 +416,12 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
         if (kHadamard && transform) {
 #pragma unroll
             for (int r = 0; r < kRowsPerThread; ++r) {
+                if constexpr (!kFuseSigns) {
 #pragma unroll
-                for (int j = 0; j < kThreadRowElems; ++j) {
-                    // A sign flip is an XOR of the sign bit: no multiply.
-                    v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip[j]);
+                    for (int j = 0; j < kThreadRowElems; ++j) {
+                        // A sign flip is an XOR of the sign bit: no multiply (bf16: in the widening).
+                        v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip[j]);
+                    }
                 }
                 hadamard_butterfly<kHeadDim, kChunks>(v[r], lane_in_row);
                 // The 1/sqrt(d) is folded into the quantization scale (one multiply per element fewer).
