@@ -9,8 +9,8 @@
 //   copy      cudaMemcpyAsync of half the pre-pass's traffic; GB/s counts read + written bytes
 //   modes     quant, hadamard, rope_half+hadamard, rope_interleaved+hadamard
 //   variants  <chunks>x<blocks per CTA> (kernels/fp8_prepass.cuh: Layout, kStagedBlocks): 2x1,
-//             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4; RoPE kernels always take one block per
-//             CTA, so their x4 columns repeat x1 ("="); a variant that is not built runs 8x1 ("*").
+//             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4; a variant that is not built (it would
+//             spill at d 256) runs its fallback (fp8_variant_run), marked "*".
 // GB/s of the pre-pass counts 2 bytes read and 1 written per element plus the descales (the rotary
 // tables, read from L2 by every head, are not counted), as bench/fp8_prepass_bench.cu does.
 // Prints one table per shape, then a last table of the percentages of the copy (the summary).
@@ -64,11 +64,10 @@ Rope rope_of(hattn_rope r) {
     return r == HATTN_ROPE_NONE ? Rope::kNone : r == HATTN_ROPE_HALF ? Rope::kHalf : Rope::kInterleaved;
 }
 
-// "=": the same kernel as the x1 column (RoPE takes one block per CTA); "*": not built, runs 8x1.
+// "*": not built, the fallback ran (fp8_variant_run).
 const char* variant_mark(int d, const Mode& m, const Fp8PrepassVariant& v) {
-    if (m.rope != HATTN_ROPE_NONE && v.blocks_per_cta > 1) return "=";
-    const int blocks = m.rope != HATTN_ROPE_NONE ? 1 : v.blocks_per_cta;
-    return hattn::fp8::fp8_variant_built(d, v.chunks, blocks, rope_of(m.rope), m.hadamard) ? "" : "*";
+    const Fp8PrepassVariant run = hattn::fp8::fp8_variant_run(d, v.chunks, v.blocks_per_cta, rope_of(m.rope), m.hadamard);
+    return run.chunks == v.chunks && run.blocks_per_cta == v.blocks_per_cta ? "" : "*";
 }
 
 struct Shape {
@@ -208,16 +207,12 @@ int main(int argc, char** argv) {
                 best_copy = std::min(best_copy, time_calls(stream, start, stop, copy));
                 for (int m = 0; m < kNumModes; ++m)
                     for (int v = 0; v < kNumVariants; ++v) {
-                        if (*variant_mark(d, kModes[m], kVariants[v]) == '=') continue;  // the x1 kernel
                         best[m][v] = std::min(best[m][v], time_calls(stream, start, stop, [&] { prepass(m, v); }));
                     }
             }
             Result res{batch, d, 2.0 * double(b.copy_bytes) / best_copy * 1e-9, {}};
             for (int m = 0; m < kNumModes; ++m)
-                for (int v = 0; v < kNumVariants; ++v) {
-                    const int same = *variant_mark(d, kModes[m], kVariants[v]) == '=' ? v - kNumVariants / 2 : v;
-                    res.gbps[m][v] = s.traffic_bytes() / best[m][same] * 1e-9;
-                }
+                for (int v = 0; v < kNumVariants; ++v) res.gbps[m][v] = s.traffic_bytes() / best[m][v] * 1e-9;
             results.push_back(res);
             std::printf("tokens %6d d%-3d heads %2d: %.0f MB per call, copy %.0f GB/s (%.1f us), pre-pass GB/s:\n",
                         batch * kSeqlen, d, s.heads(), s.traffic_bytes() * 1e-6, res.copy_gbps, best_copy * 1e6);
@@ -234,8 +229,8 @@ int main(int argc, char** argv) {
         }
     }
 
-    std::printf("\n== %% of the same-bytes copy (best of %d rounds of %d calls; = : same kernel as x1, "
-                "* : not built, ran 8x1; C API default: chunks %d / %d / %d at d 64 / 128 / 256)\n",
+    std::printf("\n== %% of the same-bytes copy (best of %d rounds of %d calls; * : not built, its fallback ran; "
+                "C API default: chunks %d / %d / %d at d 64 / 128 / 256, one block per CTA)\n",
                 rounds, kCalls, hattn::fp8::fp8_default_chunks(64), hattn::fp8::fp8_default_chunks(128),
                 hattn::fp8::fp8_default_chunks(256));
     std::printf("%-8s %-4s %-27s", "tokens", "d", "mode");

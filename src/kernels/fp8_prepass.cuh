@@ -263,13 +263,6 @@ constexpr int kStageBuffers = 2;  // block i is read while block i + 1 lands
 static_assert(HATTN_FP8_BLOCKS_PER_CTA == 1 || HATTN_FP8_BLOCKS_PER_CTA == kStagedBlocks,
               "HATTN_FP8_BLOCKS_PER_CTA: 1 or kStagedBlocks");
 
-// With RoPE the staging's extra live registers spill at d >= 128 (128-register cap), so RoPE
-// kernels keep one block per thread block.
-template <Rope kRope, int kBlocksPerCta>
-constexpr int effective_blocks_per_cta() {
-    return kRope == Rope::kNone ? kBlocksPerCta : 1;
-}
-
 // Shared memory of the staging buffers: [buffer][row][chunk][thread] 16-byte chunks (a warp's
 // reads of one chunk are consecutive 16-byte words: no bank conflicts).
 template <int kHeadDim, int kChunks, int kBlocksPerCta>
@@ -510,8 +503,8 @@ cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
 
 // The variants that compile without spills under d = 256's 128-register cap (512 threads; the
 // build treats spills as errors; fp8_variant_built lists them). The others are not instantiated:
-// a call for one runs the round-2 layout (kChunks 8, one block per thread block), which fits at
-// every head dim.
+// a call for one runs the same chunks with one block per thread block if that is built, else the
+// round-2 layout (kChunks 8, one block per thread block), which fits everywhere.
 template <int kHeadDim, int kChunks, int kBlocksPerCta, Rope kRope, bool kHadamard>
 constexpr bool variant_built() {
     return fp8_variant_built(kHeadDim, kChunks, kBlocksPerCta, kRope, kHadamard);
@@ -521,6 +514,8 @@ template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope
 cudaError_t launch_built(const Fp8PrepassArgs& a, cudaStream_t stream) {
     if constexpr (variant_built<kHeadDim, kChunks, kBlocksPerCta, kRope, kHadamard>()) {
         return launch_tensors<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream);
+    } else if constexpr (variant_built<kHeadDim, kChunks, 1, kRope, kHadamard>()) {
+        return launch_tensors<kHeadDim, kChunks, 1, kIsBf16, kRope, kHadamard>(a, stream);
     } else {
         return launch_tensors<kHeadDim, 8, 1, kIsBf16, kRope, kHadamard>(a, stream);
     }
@@ -528,17 +523,17 @@ cudaError_t launch_built(const Fp8PrepassArgs& a, cudaStream_t stream) {
 
 template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16>
 cudaError_t launch_all(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    constexpr int kRopeBlocks = effective_blocks_per_cta<Rope::kInterleaved, kBlocksPerCta>();
     switch (a.rope) {
         case Rope::kNone:
             return a.hadamard ? launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kNone, true>(a, stream)
                               : launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kNone, false>(a, stream);
         case Rope::kInterleaved:
-            return a.hadamard ? launch_built<kHeadDim, kChunks, kRopeBlocks, kIsBf16, Rope::kInterleaved, true>(a, stream)
-                              : launch_built<kHeadDim, kChunks, kRopeBlocks, kIsBf16, Rope::kInterleaved, false>(a, stream);
+            return a.hadamard
+                       ? launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kInterleaved, true>(a, stream)
+                       : launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kInterleaved, false>(a, stream);
         case Rope::kHalf:
-            return a.hadamard ? launch_built<kHeadDim, kChunks, kRopeBlocks, kIsBf16, Rope::kHalf, true>(a, stream)
-                              : launch_built<kHeadDim, kChunks, kRopeBlocks, kIsBf16, Rope::kHalf, false>(a, stream);
+            return a.hadamard ? launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kHalf, true>(a, stream)
+                              : launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kHalf, false>(a, stream);
     }
     return cudaErrorInvalidValue;
 }

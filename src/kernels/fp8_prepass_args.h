@@ -42,17 +42,26 @@ struct Fp8PrepassVariant {
     int blocks_per_cta = 0;
 };
 
-// Whether a variant is instantiated (kernels/fp8_prepass.cuh: variant_built): the others would
-// spill under d = 256's 128-register cap, and a call for one runs chunks 8, one block per CTA.
-// RoPE kernels always take one block per CTA (the staging's registers spill at d >= 128).
-constexpr int kFp8StagedBlocks = 4;
+// Whether a variant is instantiated (kernels/fp8_prepass.cuh: variant_built): the others spill
+// under d = 256's 128-register cap (512 threads), and a call for one runs the same chunks with one
+// block per thread block where that is built, else chunks 8 with one block.
+constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
+    if (head_dim != 256) return true;
+    const bool rope_only = rope != Rope::kNone && !hadamard;
+    if (chunks == 4) return !(blocks_per_cta == 1 && rope_only);  // 4-8 bytes of spills
+    if (chunks == 2 || chunks == 8) return blocks_per_cta == 1 || rope == Rope::kNone;  // 4-88 bytes
+    return true;
+}
+// What a call for (chunks, blocks_per_cta) runs: {chunks, blocks} of the fallback above.
+constexpr Fp8PrepassVariant fp8_variant_run(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
+    if (fp8_variant_built(head_dim, chunks, blocks_per_cta, rope, hadamard)) return {chunks, blocks_per_cta};
+    if (fp8_variant_built(head_dim, chunks, 1, rope, hadamard)) return {chunks, 1};
+    return {8, 1};
+}
+constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged variants
 // The default layout per head dim: the fewest shuffles at which a warp's loads still cover whole
 // 32-byte sectors and at most 8 lines (kernels/fp8_prepass.cuh: Layout).
 constexpr int fp8_default_chunks(int head_dim) { return head_dim == 256 ? 4 : 2; }
-constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
-    return head_dim != 256 || !((chunks == 4 && rope != Rope::kNone && !hadamard) ||
-                                (chunks == 2 && blocks_per_cta > 1 && rope == Rope::kNone && hadamard));
-}
 
 struct Fp8PrepassArgs {
     Fp8Tensor q, k, v;
