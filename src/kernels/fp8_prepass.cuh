@@ -303,9 +303,10 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
     constexpr int kRowSlots = L::kRowSlots;
     constexpr int kThreadRowElems = L::kThreadRowElems;
     constexpr bool kStaged = kBlocksPerCta > 1;
-    // bf16 with the Hadamard: D's signs ride on the widening (widen_chunk_bf16_signed). (With 64
-    // values of one row per thread the 64 flips do not stay in registers: no gain there.)
-    constexpr bool kFuseSigns = kIsBf16 && kHadamard && kChunks <= 4;
+    // bf16 with the Hadamard and no RoPE: D's signs ride on the widening (widen_chunk_bf16_signed).
+    // (RoPE comes before D and mixes columns of different signs; with 64 values of one row per
+    // thread the 64 flips do not stay in registers: no gain there.)
+    constexpr bool kFuseSigns = kIsBf16 && kHadamard && kRope == Rope::kNone && kChunks <= 4;
     __shared__ float warp_amax[kStageBuffers][L::kWarps];  // by block parity: one barrier per block
     extern __shared__ uint4 stage[];                         // kStaged: stage_bytes<...>()
 

@@ -48,7 +48,9 @@ struct Fp8PrepassVariant {
 constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
     if (head_dim != 256) return true;
     const bool rope_only = rope != Rope::kNone && !hadamard;
-    if (chunks == 4) return !(blocks_per_cta == 1 && rope_only);  // 4-8 bytes of spills
+    if (chunks == 4) {  // 4-64 bytes of spills
+        return blocks_per_cta == 1 ? !rope_only : rope != Rope::kInterleaved;
+    }
     if (chunks == 2 || chunks == 8) return blocks_per_cta == 1 || rope == Rope::kNone;  // 4-88 bytes
     return true;
 }
