@@ -29,9 +29,9 @@
 //     Hadamard signs per column in every thread: ~1000 of its 2300-2900 instructions per
 //     thread; the signs now come from the host.) An in-register butterfly level
 //     costs one FADD per element, a cross-lane level a SHFL plus an FFMA (and SHFL runs at 32
-//     lanes per clock). So a thread holds as much of a row as the registers allow: kChunks = 8
-//     (64 values of one row) leaves log2(d) - 6 cross-lane levels (0, 1, 2 at d = 64, 128, 256)
-//     where two chunks (16 values, four rows per thread) left log2(d) - 4.
+//     lanes per clock). Fewer chunks per row mean more cross-lane levels but better coalesced
+//     loads and stores (see Layout): the default (fp8_default_chunks) is 2 chunks at d 64 / 128
+//     and 4 at d 256; Fp8PrepassVariant picks another layout per call (A/B measurements).
 //   * Rows past seqlen are zeros in registers (not loaded, not stored): they cannot raise amax.
 #pragma once
 
