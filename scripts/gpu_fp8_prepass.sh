@@ -16,7 +16,7 @@
 #   racecheck compute-sanitizer racecheck on the same cases
 #   A/B       the same build folder reconfigured with -DHATTN_FP8_BLOCKS_PER_CTA=4 (four blocks per
 #             thread block, the next one staged in shared memory by cp.async during the current
-#             one's math; RoPE kernels unchanged): rebuilds only the pre-pass's three translation
+#             one's math; RoPE kernels too where they fit): rebuilds only the pre-pass's three translation
 #             units, runs the no-RoPE fp8_prepass_test cases, memcheck and racecheck on small ones,
 #             and the bench's copy / quant / hadamard rows (bench_staged.json in logs.tgz); the
 #             summary shows them beside the default build's.

@@ -15,6 +15,10 @@
 //     the rows;
 //   * the property the transform exists for: scores from the dequantized outputs,
 //     (Q M)(K M)^T, equal the scores of the (rotated) inputs Q K^T within the e4m3 budget.
+//
+// HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA> (e.g. 2x1, 4x4) runs the kernel layout it
+// names (host/fp8_prepass_launch.h: fp8_prepass_variant) instead of the C API's default, so every
+// candidate layout meets the same cases.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -23,6 +27,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -30,6 +35,7 @@
 
 #include "gpu_test_util.h"
 #include "hattn.h"
+#include "host/fp8_prepass_launch.h"
 #include "testing/fp8_reference.h"
 #include "testing/numerics.h"
 
@@ -73,6 +79,16 @@ std::string case_name(const Case& c) {
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+// The layout HATTN_FP8_PREPASS_VARIANT names; false when it is unset (the C API's default).
+bool variant_from_env(hattn::fp8::Fp8PrepassVariant& variant) {
+    const char* env = std::getenv("HATTN_FP8_PREPASS_VARIANT");
+    if (env == nullptr || *env == '\0') return false;
+    if (std::sscanf(env, "%dx%d", &variant.chunks, &variant.blocks_per_cta) != 2) {
+        ADD_FAILURE() << "HATTN_FP8_PREPASS_VARIANT=" << env << ": expected <chunks>x<blocks per CTA>, e.g. 2x1";
+    }
+    return true;
+}
 
 // A [b, s, h, d] tensor: its strides and the elements its buffer holds.
 struct Layout {
@@ -337,7 +353,13 @@ TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     p.hadamard_seed = kSeed;
     char msg[512];
     ASSERT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_SUCCESS) << msg;
-    ASSERT_EQ(hattn_fp8_prepass(&p, nullptr), HATTN_SUCCESS);
+    hattn::fp8::Fp8PrepassVariant variant;
+    if (variant_from_env(variant)) {
+        ASSERT_EQ(hattn::host::fp8_prepass_variant(&p, variant, nullptr), HATTN_SUCCESS)
+            << "variant " << variant.chunks << "x" << variant.blocks_per_cta;
+    } else {
+        ASSERT_EQ(hattn_fp8_prepass(&p, nullptr), HATTN_SUCCESS);
+    }
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<uint8_t> bytes[3];

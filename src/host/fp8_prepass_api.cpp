@@ -214,6 +214,29 @@ hattn::fp8::Fp8PrepassArgs make_args(const hattn_fp8_prepass_params& p) {
 
 }  // namespace
 
+namespace hattn::host {
+
+hattn_status fp8_prepass_variant(const hattn_fp8_prepass_params* params, fp8::Fp8PrepassVariant variant,
+                                 cudaStream_t stream) {
+    // Validation before any CUDA call: a bad call launches and writes nothing.
+    const hattn_status ready = ready_to_launch(validate(params));
+    if (ready != HATTN_SUCCESS) return ready;
+
+    fp8::Fp8PrepassArgs args = make_args(*params);
+    args.variant = variant;
+    std::string error;
+    cudaError_t rc = cudaErrorInvalidValue;
+    switch (args.head_dim) {
+        case 64: rc = launch_fp8_prepass_d64(args, stream, &error); break;
+        case 128: rc = launch_fp8_prepass_d128(args, stream, &error); break;
+        case 256: rc = launch_fp8_prepass_d256(args, stream, &error); break;
+        default: return HATTN_ERROR_UNSUPPORTED_HEAD_DIM;  // unreachable after validation
+    }
+    return launch_status("hattn_fp8_prepass", rc, error);
+}
+
+}  // namespace hattn::host
+
 extern "C" {
 
 hattn_fp8_prepass_params hattn_fp8_prepass_params_contiguous(const void* q, const void* k, const void* v, void* q_fp8,
@@ -247,20 +270,7 @@ hattn_status hattn_fp8_prepass_validate(const hattn_fp8_prepass_params* params, 
 }
 
 hattn_status hattn_fp8_prepass(const hattn_fp8_prepass_params* params, cudaStream_t stream) {
-    // Validation before any CUDA call: a bad call launches and writes nothing.
-    const hattn_status ready = ready_to_launch(validate(params));
-    if (ready != HATTN_SUCCESS) return ready;
-
-    const hattn::fp8::Fp8PrepassArgs args = make_args(*params);
-    std::string error;
-    cudaError_t rc = cudaErrorInvalidValue;
-    switch (args.head_dim) {
-        case 64: rc = launch_fp8_prepass_d64(args, stream, &error); break;
-        case 128: rc = launch_fp8_prepass_d128(args, stream, &error); break;
-        case 256: rc = launch_fp8_prepass_d256(args, stream, &error); break;
-        default: return HATTN_ERROR_UNSUPPORTED_HEAD_DIM;  // unreachable after validation
-    }
-    return launch_status("hattn_fp8_prepass", rc, error);
+    return fp8_prepass_variant(params, hattn::fp8::Fp8PrepassVariant{}, stream);
 }
 
 }  // extern "C"

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "hattn.h"
 #include "kernels/fp8_prepass_args.h"
 
 namespace hattn::host {
@@ -14,5 +15,12 @@ namespace hattn::host {
 cudaError_t launch_fp8_prepass_d64(const fp8::Fp8PrepassArgs& args, cudaStream_t stream, std::string* error);
 cudaError_t launch_fp8_prepass_d128(const fp8::Fp8PrepassArgs& args, cudaStream_t stream, std::string* error);
 cudaError_t launch_fp8_prepass_d256(const fp8::Fp8PrepassArgs& args, cudaStream_t stream, std::string* error);
+
+// hattn_fp8_prepass with the kernel's layout chosen by the caller (tests of every variant, the A/B
+// benchmark); the same validation and status. A variant that is not built (see
+// kernels/fp8_prepass.cuh: variant_built) runs the round-2 layout; an unknown one is
+// HATTN_ERROR_CUDA with nothing launched.
+hattn_status fp8_prepass_variant(const hattn_fp8_prepass_params* params, fp8::Fp8PrepassVariant variant,
+                                 cudaStream_t stream);
 
 }  // namespace hattn::host

@@ -29,9 +29,9 @@
 //     Hadamard signs per column in every thread: ~1000 of its 2300-2900 instructions per
 //     thread; the signs now come from the host.) An in-register butterfly level
 //     costs one FADD per element, a cross-lane level a SHFL plus an FFMA (and SHFL runs at 32
-//     lanes per clock). So a thread holds as much of a row as the registers allow: kChunks = 8
-//     (64 values of one row) leaves log2(d) - 6 cross-lane levels (0, 1, 2 at d = 64, 128, 256)
-//     where two chunks (16 values, four rows per thread) left log2(d) - 4.
+//     lanes per clock). Fewer chunks per row mean more cross-lane levels but better coalesced
+//     loads and stores (see Layout): the default (fp8_default_chunks) is 2 chunks at d 64 / 128
+//     and 4 at d 256; Fp8PrepassVariant picks another layout per call (A/B measurements).
 //   * Rows past seqlen are zeros in registers (not loaded, not stored): they cannot raise amax.
 #pragma once
 
@@ -51,25 +51,32 @@ namespace detail {
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-// A thread holds 64 floats: 8 chunks of one row (2 chunks of 4 rows, the first layout, needs
-// 2 to 4 more shuffle levels and spills at d = 256 with interleaved RoPE under the 128-register
-// cap of 512 threads).
-constexpr int kChunkElems = 8;                                      // one 16-byte load of 16-bit values
-constexpr int kChunks = 8;                                          // columns c + k d / kChunks
-constexpr int kThreadRowElems = kChunkElems * kChunks;              // values of one row per thread
-constexpr int kThreadValues = 64;                                   // fp32 values per thread (registers)
-constexpr int kRowsPerThread = kThreadValues / kThreadRowElems;     // rows of the block per thread
-constexpr int kRowSlots = kBlockRows / kRowsPerThread;              // rows handled side by side
+constexpr int kChunkElems = 8;      // one 16-byte load of 16-bit values
+constexpr int kThreadValues = 64;   // fp32 values per thread (registers)
 constexpr uint32_t kSignBit = 0x80000000u;
-static_assert(kChunks == 2 || kChunks == 4 || kChunks == 8, "2, 4 or 8 chunks of a row per thread");
 
-template <int kHeadDim>
+// The thread layout: a thread holds kThreadValues = 64 floats, kChunks 16-byte chunks of each of
+// kRowsPerThread rows (chunk k at columns col + k d / kChunks .. +7). kChunks is the trade
+// between the Hadamard's shuffles and the loads' coalescing (a warp's 16-byte load instruction
+// covers 32 / kLanesPerRow rows of 2 d / kChunks contiguous bytes each; 4 full 128-byte lines is
+// the ideal):
+//   kChunks   lanes per row   cross-lane levels   128-byte lines per warp load (d 64 / 128 / 256)
+//   2         d / 16          log2(d) - 4         8 / 4 / 4      (round 1's layout)
+//   4         d / 32          log2(d) - 5         16 / 8 / 4
+//   8         d / 64          log2(d) - 6         32 / 16 / 8    (round 2's layout)
+// Every line a request touches costs the L1 a cycle (a wavefront) and the L2 a request; with
+// kChunks 8 at d 64 a 16-byte load also uses half of each 32-byte sector (it is fetched twice).
+template <int kHeadDim, int kChunks>
 struct Layout {
-    static constexpr int kLanesPerRow = kHeadDim / kThreadRowElems;  // kChunks 8: 1, 2, 4
-    static constexpr int kHalf = kHeadDim / 2;                       // the RoPE half-split offset
-    static constexpr int kChunkStride = kHeadDim / kChunks;          // columns between chunks
-    static constexpr int kThreads = kRowSlots * kLanesPerRow;        // 2d: 128, 256, 512
+    static constexpr int kThreadRowElems = kChunkElems * kChunks;           // values of one row per thread
+    static constexpr int kRowsPerThread = kThreadValues / kThreadRowElems;  // rows of the block per thread
+    static constexpr int kRowSlots = kBlockRows / kRowsPerThread;           // rows handled side by side
+    static constexpr int kLanesPerRow = kHeadDim / kThreadRowElems;
+    static constexpr int kHalf = kHeadDim / 2;                              // the RoPE half-split offset
+    static constexpr int kChunkStride = kHeadDim / kChunks;                 // columns between chunks
+    static constexpr int kThreads = kRowSlots * kLanesPerRow;               // 2d: 128, 256, 512
     static constexpr int kWarps = kThreads / kWarpSize;
+    static_assert(kChunks == 2 || kChunks == 4 || kChunks == 8, "2, 4 or 8 chunks of a row per thread");
     static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dims 64, 128, 256");
     static_assert(kLanesPerRow >= 1, "at most d / 8 chunks");
     static_assert(kWarpSize % kLanesPerRow == 0, "a row's lane group stays inside one warp (shuffles)");
@@ -82,8 +89,6 @@ constexpr float inv_sqrt_head_dim() {
     return kHeadDim == 64 ? 0.125f : kHeadDim == 256 ? 0.0625f : 0.08838834764831845f;
 }
 
-// Values of one row held by one thread: v[8k..8k+7] = columns col + k d / kChunks .. +7.
-using RowValues = float[kThreadRowElems];
 
 template <bool kIsBf16>
 __device__ __forceinline__ void widen_chunk(const uint4 raw, float* out) {
@@ -93,6 +98,21 @@ __device__ __forceinline__ void widen_chunk(const uint4 raw, float* out) {
     ptx::unpack_x2_f32<kIsBf16>(raw.w, out[6], out[7]);
 }
 
+// bf16 -> fp32 with D's signs applied on the way: widening moves the 16 bits into the top half
+// (x * 2^16, or x & 0xffff0000), and flipping an fp32's sign is adding 2^31 modulo 2^32 (only bit
+// 31 changes; the carry leaves the word), so each element stays one IMAD or one LOP3 -- the sign
+// flips cost nothing. flip[e] is 0 or kSignBit.
+constexpr uint32_t kBf16Shift = 65536u;       // 2^16: the bf16 bits into the fp32's top half
+constexpr uint32_t kBf16HighMask = 0xFFFF0000u;
+__device__ __forceinline__ void widen_chunk_bf16_signed(const uint4 raw, const uint32_t* flip, float* out) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        out[2 * i] = __uint_as_float(w[i] * kBf16Shift + flip[2 * i]);
+        out[2 * i + 1] = __uint_as_float((w[i] & kBf16HighMask) ^ flip[2 * i + 1]);
+    }
+}
+
 // (a, b) -> (a cos - b sin, a sin + b cos)
 __device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {
     const float a0 = a;
@@ -100,10 +120,12 @@ __device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {
     b = fmaf(a0, s, b * c);
 }
 
-template <int kHeadDim, Rope kRope>
-__device__ __forceinline__ void apply_rope(RowValues& v, const float* __restrict__ cos_row,
+// v: the values of one row held by one thread, v[8k..8k+7] = columns col + k d / kChunks .. +7.
+template <int kHeadDim, int kChunks, Rope kRope>
+__device__ __forceinline__ void apply_rope(float* v, const float* __restrict__ cos_row,
                                            const float* __restrict__ sin_row, int col) {
-    using L = Layout<kHeadDim>;
+    using L = Layout<kHeadDim, kChunks>;
+    constexpr int kThreadRowElems = L::kThreadRowElems;
     if constexpr (kRope == Rope::kInterleaved) {
         // Pair i of columns (2i, 2i+1): chunk 0 holds pairs col/2 .. col/2+3, chunk 1 pairs
         // d/4 + col/2 .. +3.
@@ -139,9 +161,10 @@ __device__ __forceinline__ void apply_rope(RowValues& v, const float* __restrict
 
 // The Sylvester butterfly over the d index bits of one row (unnormalized): for each bit, the pair
 // (x[e], x[e + stride]) becomes (x[e] + x[e + stride], x[e] - x[e + stride]).
-template <int kHeadDim>
-__device__ __forceinline__ void hadamard_butterfly(RowValues& v, int lane_in_row) {
-    using L = Layout<kHeadDim>;
+template <int kHeadDim, int kChunks>
+__device__ __forceinline__ void hadamard_butterfly(float* v, int lane_in_row) {
+    using L = Layout<kHeadDim, kChunks>;
+    constexpr int kThreadRowElems = L::kThreadRowElems;
     // In registers: strides 1, 2, 4 inside a chunk, and multiples of d / kChunks between chunks
     // (register j and j + 8, j + 16, ...).
 #pragma unroll
@@ -172,9 +195,10 @@ __device__ __forceinline__ void hadamard_butterfly(RowValues& v, int lane_in_row
 // D's signs for the launch, laid out per lane of a row's lane group: bits [l E, (l + 1) E) of the
 // 256 are lane l's registers j < E = kThreadRowElems (register j: column 8l + (j / 8) d / kChunks
 // + j % 8), so a thread reads its mask with one or two words and no per-column work.
-template <int kHeadDim>
+template <int kHeadDim, int kChunks>
 HadamardSigns make_lane_signs(uint64_t seed) {
-    using L = Layout<kHeadDim>;
+    using L = Layout<kHeadDim, kChunks>;
+    constexpr int kThreadRowElems = L::kThreadRowElems;
     HadamardSigns s;
     for (int lane = 0; lane < L::kLanesPerRow; ++lane) {
         for (int j = 0; j < kThreadRowElems; ++j) {
@@ -225,44 +249,42 @@ __device__ __forceinline__ BlockPlace place_block(const Fp8Tensors& tensors, int
     return p;
 }
 
-// Blocks per thread block (a build-time choice, for A/B measurements). 1: a thread block loads,
-// transforms and stores one block; its loads cannot overlap its own math and stores, only other
-// resident thread blocks' (and d = 256 has one per SM). More: block i + 1 is copied into shared
-// memory with cp.async (each thread copies exactly the chunks it will read: no barrier) while
-// block i is transformed and stored.
+// Blocks per thread block. 1: a thread block loads, transforms and stores one block; its loads
+// cannot overlap its own math and stores, only other resident thread blocks' (and d = 256 has
+// one per SM: 512 threads at up to 128 registers). kStagedBlocks: block i + 1 is copied into
+// shared memory with cp.async (each thread copies exactly the chunks it will read: no barrier)
+// while block i is transformed and stored. HATTN_FP8_BLOCKS_PER_CTA (1 or kStagedBlocks) is the
+// build's default; Fp8PrepassVariant picks per call (A/B measurements).
 #ifndef HATTN_FP8_BLOCKS_PER_CTA
 #define HATTN_FP8_BLOCKS_PER_CTA 1
 #endif
+constexpr int kStagedBlocks = kFp8StagedBlocks;
 constexpr int kStageBuffers = 2;  // block i is read while block i + 1 lands
+static_assert(HATTN_FP8_BLOCKS_PER_CTA == 1 || HATTN_FP8_BLOCKS_PER_CTA == kStagedBlocks,
+              "HATTN_FP8_BLOCKS_PER_CTA: 1 or kStagedBlocks");
 
-// With RoPE the staging's extra live registers spill at d >= 128 (128-register cap), so RoPE
-// kernels keep one block per thread block.
-template <Rope kRope>
-constexpr int blocks_per_cta() {
-    return kRope == Rope::kNone ? HATTN_FP8_BLOCKS_PER_CTA : 1;
-}
-
-// Shared memory of the staging buffers: [buffer][chunk][thread] 16-byte chunks (a warp's reads of
-// one chunk are consecutive 16-byte words: no bank conflicts).
-template <int kHeadDim, Rope kRope>
+// Shared memory of the staging buffers: [buffer][row][chunk][thread] 16-byte chunks (a warp's
+// reads of one chunk are consecutive 16-byte words: no bank conflicts).
+template <int kHeadDim, int kChunks, int kBlocksPerCta>
 constexpr int stage_bytes() {
-    return blocks_per_cta<kRope>() > 1 ? kStageBuffers * kChunks * Layout<kHeadDim>::kThreads * 16 : 0;
+    using L = Layout<kHeadDim, kChunks>;
+    return kBlocksPerCta > 1 ? kStageBuffers * L::kRowsPerThread * kChunks * L::kThreads * 16 : 0;
 }
 
 // cp.async of this thread's chunks of a block into staging buffer `buffer`.
-template <int kHeadDim>
+template <int kHeadDim, int kChunks>
 __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const BlockPlace& p, int col, uint4* stage,
                                             int buffer) {
-    using L = Layout<kHeadDim>;
+    using L = Layout<kHeadDim, kChunks>;
     const Fp8Tensor& t = tensors.t[p.which];
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-        const int row = p.first_row + r * kRowSlots;
+    for (int r = 0; r < L::kRowsPerThread; ++r) {
+        const int row = p.first_row + r * L::kRowSlots;
         if (row >= t.seqlen) continue;
         const uint16_t* src = p.in + row * t.in_seq_stride + col;
 #pragma unroll
         for (int chunk = 0; chunk < kChunks; ++chunk) {
-            uint4* dst = stage + ((buffer * kRowsPerThread + r) * kChunks + chunk) * L::kThreads + threadIdx.x;
+            uint4* dst = stage + ((buffer * L::kRowsPerThread + r) * kChunks + chunk) * L::kThreads + threadIdx.x;
             ptx::cp_async_cg_16(dst, src + chunk * L::kChunkStride);
         }
     }
@@ -271,23 +293,43 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
 
 // One launch quantizes all three tensors (one wave tail instead of three). V is never rotated (that
 // would change the attention output); the branch is uniform per thread block.
-template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
-__global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
+__global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
     fp8_prepass_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int k_blocks,
                        const int total_blocks, const float* __restrict__ rope_cos,
                        const float* __restrict__ rope_sin, const HadamardSigns signs) {
-    using L = Layout<kHeadDim>;
-    constexpr int kBlocksPerCta = blocks_per_cta<kRope>();
+    using L = Layout<kHeadDim, kChunks>;
+    constexpr int kRowsPerThread = L::kRowsPerThread;
+    constexpr int kRowSlots = L::kRowSlots;
+    constexpr int kThreadRowElems = L::kThreadRowElems;
     constexpr bool kStaged = kBlocksPerCta > 1;
+    // bf16 with the Hadamard and no RoPE: D's signs ride on the widening (widen_chunk_bf16_signed).
+    // (RoPE comes before D and mixes columns of different signs; with 64 values of one row per
+    // thread the 64 flips do not stay in registers: no gain there.)
+    constexpr bool kFuseSigns = kIsBf16 && kHadamard && kRope == Rope::kNone && kChunks <= 4;
     __shared__ float warp_amax[kStageBuffers][L::kWarps];  // by block parity: one barrier per block
-    extern __shared__ uint4 stage[];                         // kStaged: stage_bytes<kHeadDim, kRope>()
+    extern __shared__ uint4 stage[];                         // kStaged: stage_bytes<...>()
 
     const int lane_in_row = static_cast<int>(threadIdx.x) % L::kLanesPerRow;
     const int row_slot = static_cast<int>(threadIdx.x) / L::kLanesPerRow;
     const int col = lane_in_row * kChunkElems;  // first column of chunk 0; chunk k at col + k d / kChunks
     const int g0 = static_cast<int>(blockIdx.x) * kBlocksPerCta;
     if constexpr (kStaged) {
-        stage_block<kHeadDim>(tensors, place_block(tensors, g0, q_blocks, k_blocks, row_slot), col, stage, 0);
+        stage_block<kHeadDim, kChunks>(tensors, place_block(tensors, g0, q_blocks, k_blocks, row_slot), col, stage,
+                                       0);
+    }
+
+    // D's signs for this thread's columns (the same for every row), from the host-made mask:
+    // flip[j] is register j's sign bit (make_lane_signs).
+    uint32_t flip[kThreadRowElems];
+    if constexpr (kHadamard) {
+        const int bit0 = lane_in_row * kThreadRowElems;
+        uint64_t sign_mask = signs.words[bit0 / kSignWordBits] >> (bit0 % kSignWordBits);
+        if constexpr (kThreadRowElems > kSignWordBits) {
+            sign_mask |= static_cast<uint64_t>(signs.words[bit0 / kSignWordBits + 1]) << kSignWordBits;
+        }
+#pragma unroll
+        for (int j = 0; j < kThreadRowElems; ++j) flip[j] = ((sign_mask >> j) & 1u) != 0 ? kSignBit : 0u;
     }
 
 #pragma unroll 1
@@ -307,32 +349,50 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
         // ---- 1. load (every load of the block in flight before the first use) ----
         float v[kRowsPerThread][kThreadRowElems];
         if constexpr (kStaged) ptx::cp_async_wait_all();  // this thread's copies of block i
+        {
+            uint4 raw[kRowsPerThread][kChunks] = {};
 #pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) {
-            const int row = first_row + r * kRowSlots;
-            uint4 raw[kChunks] = {};
-            if (row < t.seqlen) {
-                const uint16_t* src = in + row * t.in_seq_stride + col;
+            for (int r = 0; r < kRowsPerThread; ++r) {
+                const int row = first_row + r * kRowSlots;
+                if (row < t.seqlen) {
+                    const uint16_t* src = in + row * t.in_seq_stride + col;
 #pragma unroll
-                for (int chunk = 0; chunk < kChunks; ++chunk) {
-                    if constexpr (kStaged) {
-                        raw[chunk] = ptx::ld_shared_v4_b32(
-                            stage + (((i % kStageBuffers) * kRowsPerThread + r) * kChunks + chunk) * L::kThreads +
-                            threadIdx.x);
-                    } else {
-                        raw[chunk] = ptx::ld_global_nc_na_v4_b32(src + chunk * L::kChunkStride);
+                    for (int chunk = 0; chunk < kChunks; ++chunk) {
+                        if constexpr (kStaged) {
+                            raw[r][chunk] = ptx::ld_shared_v4_b32(
+                                stage + (((i % kStageBuffers) * kRowsPerThread + r) * kChunks + chunk) * L::kThreads +
+                                threadIdx.x);
+                        } else {
+                            raw[r][chunk] = ptx::ld_global_nc_na_v4_b32(src + chunk * L::kChunkStride);
+                        }
                     }
                 }
             }
+            // kFuseSigns: the block's flips are 0 where it is not transformed (V), selected once.
+            uint32_t block_flip[kFuseSigns ? kThreadRowElems : 1];
+            if constexpr (kFuseSigns) {
 #pragma unroll
-            for (int chunk = 0; chunk < kChunks; ++chunk) widen_chunk<kIsBf16>(raw[chunk], v[r] + chunk * kChunkElems);
+                for (int j = 0; j < kThreadRowElems; ++j) block_flip[j] = transform ? flip[j] : 0u;
+            }
+#pragma unroll
+            for (int r = 0; r < kRowsPerThread; ++r) {
+#pragma unroll
+                for (int chunk = 0; chunk < kChunks; ++chunk) {
+                    if constexpr (kFuseSigns) {
+                        widen_chunk_bf16_signed(raw[r][chunk], block_flip + chunk * kChunkElems,
+                                                v[r] + chunk * kChunkElems);
+                    } else {
+                        widen_chunk<kIsBf16>(raw[r][chunk], v[r] + chunk * kChunkElems);
+                    }
+                }
+            }
         }
         if constexpr (kStaged) {
             // The next block's bytes travel while this one is transformed and stored. (The buffer it
             // lands in was read, by this thread only, one block ago.)
             if (i + 1 < kBlocksPerCta && g + 1 < total_blocks) {
-                stage_block<kHeadDim>(tensors, place_block(tensors, g + 1, q_blocks, k_blocks, row_slot), col, stage,
-                                      (i + 1) % kStageBuffers);
+                stage_block<kHeadDim, kChunks>(tensors, place_block(tensors, g + 1, q_blocks, k_blocks, row_slot),
+                                               col, stage, (i + 1) % kStageBuffers);
             }
         }
 
@@ -343,26 +403,21 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
                 const int row = first_row + r * kRowSlots;
                 if (row < t.seqlen) {
                     const int64_t table_row = static_cast<int64_t>(row + t.rope_offset) * L::kHalf;
-                    apply_rope<kHeadDim, kRope>(v[r], rope_cos + table_row, rope_sin + table_row, col);
+                    apply_rope<kHeadDim, kChunks, kRope>(v[r], rope_cos + table_row, rope_sin + table_row, col);
                 }
             }
         }
         if (kHadamard && transform) {
-            // D's signs for this thread's columns (the same for every row), from the host-made mask.
-            const int bit0 = lane_in_row * kThreadRowElems;  // bit j: register j (make_lane_signs)
-            uint64_t sign_mask = signs.words[bit0 / kSignWordBits] >> (bit0 % kSignWordBits);
-            if constexpr (kThreadRowElems > kSignWordBits) {
-                sign_mask |= static_cast<uint64_t>(signs.words[bit0 / kSignWordBits + 1]) << kSignWordBits;
-            }
 #pragma unroll
             for (int r = 0; r < kRowsPerThread; ++r) {
+                if constexpr (!kFuseSigns) {
 #pragma unroll
-                for (int j = 0; j < kThreadRowElems; ++j) {
-                    // A sign flip is an XOR of the sign bit: no multiply.
-                    const uint32_t flip = ((sign_mask >> j) & 1u) != 0 ? kSignBit : 0u;
-                    v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip);
+                    for (int j = 0; j < kThreadRowElems; ++j) {
+                        // A sign flip is an XOR of the sign bit: no multiply (bf16: in the widening).
+                        v[r][j] = __uint_as_float(__float_as_uint(v[r][j]) ^ flip[j]);
+                    }
                 }
-                hadamard_butterfly<kHeadDim>(v[r], lane_in_row);
+                hadamard_butterfly<kHeadDim, kChunks>(v[r], lane_in_row);
                 // The 1/sqrt(d) is folded into the quantization scale (one multiply per element fewer).
             }
         }
@@ -416,19 +471,18 @@ __global__ void __launch_bounds__(Layout<kHeadDim>::kThreads)
     }  // blocks of this thread block
 }
 
-template <int kHeadDim, bool kIsBf16, Rope kRope, bool kHadamard>
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
 cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
     auto blocks_of = [&](const Fp8Tensor& t) {
         return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
     };
     const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k), nv = blocks_of(a.v);
-    const HadamardSigns signs = make_lane_signs<kHeadDim>(a.hadamard_seed);
-    constexpr int kThreads = Layout<kHeadDim>::kThreads;
-    constexpr int kSmem = stage_bytes<kHeadDim, kRope>();
-    constexpr int kBlocksPerCta = blocks_per_cta<kRope>();
+    const HadamardSigns signs = make_lane_signs<kHeadDim, kChunks>(a.hadamard_seed);
+    constexpr int kThreads = Layout<kHeadDim, kChunks>::kThreads;
+    constexpr int kSmem = stage_bytes<kHeadDim, kChunks, kBlocksPerCta>();
     constexpr int kDefaultSmemLimit = 48 * 1024;  // more must be opted into per kernel
     constexpr int64_t kMaxBlocks = INT32_MAX;     // block indices are int; each tensor alone fits (validated)
-    auto kernel = fp8_prepass_kernel<kHeadDim, kIsBf16, kRope, kHadamard>;
+    auto kernel = fp8_prepass_kernel<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>;
     if (kSmem > kDefaultSmemLimit) {
         const cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
         if (rc != cudaSuccess) return rc;
@@ -448,18 +502,55 @@ cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
     return rc;
 }
 
-template <int kHeadDim, bool kIsBf16>
+// The variants that compile without spills under d = 256's 128-register cap (512 threads; the
+// build treats spills as errors; fp8_variant_built lists them). The others are not instantiated:
+// a call for one runs the same chunks with one block per thread block if that is built, else the
+// round-2 layout (kChunks 8, one block per thread block), which fits everywhere.
+template <int kHeadDim, int kChunks, int kBlocksPerCta, Rope kRope, bool kHadamard>
+constexpr bool variant_built() {
+    return fp8_variant_built(kHeadDim, kChunks, kBlocksPerCta, kRope, kHadamard);
+}
+
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
+cudaError_t launch_built(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    if constexpr (variant_built<kHeadDim, kChunks, kBlocksPerCta, kRope, kHadamard>()) {
+        return launch_tensors<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream);
+    } else if constexpr (variant_built<kHeadDim, kChunks, 1, kRope, kHadamard>()) {
+        return launch_tensors<kHeadDim, kChunks, 1, kIsBf16, kRope, kHadamard>(a, stream);
+    } else {
+        return launch_tensors<kHeadDim, 8, 1, kIsBf16, kRope, kHadamard>(a, stream);
+    }
+}
+
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16>
 cudaError_t launch_all(const Fp8PrepassArgs& a, cudaStream_t stream) {
     switch (a.rope) {
         case Rope::kNone:
-            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kNone, true>(a, stream)
-                              : launch_tensors<kHeadDim, kIsBf16, Rope::kNone, false>(a, stream);
+            return a.hadamard ? launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kNone, true>(a, stream)
+                              : launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kNone, false>(a, stream);
         case Rope::kInterleaved:
-            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kInterleaved, true>(a, stream)
-                              : launch_tensors<kHeadDim, kIsBf16, Rope::kInterleaved, false>(a, stream);
+            return a.hadamard
+                       ? launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kInterleaved, true>(a, stream)
+                       : launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kInterleaved, false>(a, stream);
         case Rope::kHalf:
-            return a.hadamard ? launch_tensors<kHeadDim, kIsBf16, Rope::kHalf, true>(a, stream)
-                              : launch_tensors<kHeadDim, kIsBf16, Rope::kHalf, false>(a, stream);
+            return a.hadamard ? launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kHalf, true>(a, stream)
+                              : launch_built<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, Rope::kHalf, false>(a, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+template <int kHeadDim, int kChunks, bool kIsBf16>
+cudaError_t launch_blocks(const Fp8PrepassArgs& a, int blocks_per_cta, cudaStream_t stream) {
+    return blocks_per_cta == kStagedBlocks ? launch_all<kHeadDim, kChunks, kStagedBlocks, kIsBf16>(a, stream)
+                                           : launch_all<kHeadDim, kChunks, 1, kIsBf16>(a, stream);
+}
+
+template <int kHeadDim, bool kIsBf16>
+cudaError_t launch_variant(const Fp8PrepassArgs& a, int chunks, int blocks_per_cta, cudaStream_t stream) {
+    switch (chunks) {
+        case 2: return launch_blocks<kHeadDim, 2, kIsBf16>(a, blocks_per_cta, stream);
+        case 4: return launch_blocks<kHeadDim, 4, kIsBf16>(a, blocks_per_cta, stream);
+        case 8: return launch_blocks<kHeadDim, 8, kIsBf16>(a, blocks_per_cta, stream);
     }
     return cudaErrorInvalidValue;
 }
@@ -467,11 +558,18 @@ cudaError_t launch_all(const Fp8PrepassArgs& a, cudaStream_t stream) {
 }  // namespace detail
 
 // Quantizes q, k (RoPE and Hadamard as the args say) and v (block quantizer only) on `stream`:
-// one launch for the three tensors. The args are validated (the C API does it).
+// one launch for the three tensors, in the layout a.variant names (0s: the defaults). The args are
+// validated (the C API does it), the variant here.
 template <int kHeadDim>
 cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t stream, std::string* error) {
-    const cudaError_t rc = a.dtype == fwd::Dtype::kBf16 ? detail::launch_all<kHeadDim, true>(a, stream)
-                                                         : detail::launch_all<kHeadDim, false>(a, stream);
+    const int chunks = a.variant.chunks != 0 ? a.variant.chunks : fp8_default_chunks(kHeadDim);
+    const int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta : HATTN_FP8_BLOCKS_PER_CTA;
+    if ((chunks != 2 && chunks != 4 && chunks != 8) || (blocks != 1 && blocks != detail::kStagedBlocks)) {
+        if (error != nullptr) *error = "fp8 pre-pass: unknown variant (chunks 2, 4 or 8; blocks per CTA 1 or 4)";
+        return cudaErrorInvalidValue;
+    }
+    const cudaError_t rc = a.dtype == fwd::Dtype::kBf16 ? detail::launch_variant<kHeadDim, true>(a, chunks, blocks, stream)
+                                                         : detail::launch_variant<kHeadDim, false>(a, chunks, blocks, stream);
     if (rc != cudaSuccess && error != nullptr) *error = "fp8 pre-pass launch failed";
     return rc;
 }

@@ -34,6 +34,37 @@ struct Fp8Tensor {
     int rope_offset = 0;  // table row of sequence row 0
 };
 
+// The kernel's thread layout (kernels/fp8_prepass.cuh: Layout): 16-byte chunks of a row per thread
+// (2, 4 or 8) and 128-row blocks per thread block (1, or 4 staged through shared memory). 0: the
+// default for the head dim. The C API always takes the defaults; tests and the A/B benchmark pick.
+struct Fp8PrepassVariant {
+    int chunks = 0;
+    int blocks_per_cta = 0;
+};
+
+// Whether a variant is instantiated (kernels/fp8_prepass.cuh: variant_built): the others spill
+// under d = 256's 128-register cap (512 threads), and a call for one runs the same chunks with one
+// block per thread block where that is built, else chunks 8 with one block.
+constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
+    if (head_dim != 256) return true;
+    const bool rope_only = rope != Rope::kNone && !hadamard;
+    if (chunks == 4) {  // 4-64 bytes of spills
+        return blocks_per_cta == 1 ? !rope_only : rope != Rope::kInterleaved;
+    }
+    if (chunks == 2 || chunks == 8) return blocks_per_cta == 1 || rope == Rope::kNone;  // 4-88 bytes
+    return true;
+}
+// What a call for (chunks, blocks_per_cta) runs: {chunks, blocks} of the fallback above.
+constexpr Fp8PrepassVariant fp8_variant_run(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
+    if (fp8_variant_built(head_dim, chunks, blocks_per_cta, rope, hadamard)) return {chunks, blocks_per_cta};
+    if (fp8_variant_built(head_dim, chunks, 1, rope, hadamard)) return {chunks, 1};
+    return {8, 1};
+}
+constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged variants
+// The default layout per head dim: the fewest shuffles at which a warp's loads still cover whole
+// 32-byte sectors and at most 8 lines (kernels/fp8_prepass.cuh: Layout).
+constexpr int fp8_default_chunks(int head_dim) { return head_dim == 256 ? 4 : 2; }
+
 struct Fp8PrepassArgs {
     Fp8Tensor q, k, v;
     int batch = 0, head_dim = 0;
@@ -43,6 +74,7 @@ struct Fp8PrepassArgs {
     uint64_t hadamard_seed = 0;
     const float* rope_cos = nullptr;  // [rows, head_dim / 2] fp32
     const float* rope_sin = nullptr;
+    Fp8PrepassVariant variant;
 };
 
 // splitmix64: a counter-based hash, so every column's sign is a pure function of (seed, column).
