@@ -84,7 +84,14 @@ fi
 # ---- summary ----------------------------------------------------------------------------------
 {
   echo "== hattn FP8 forward variants on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u '+%Y-%m-%d %H:%M UTC'), ${SECONDS} s"
-  for t in fwd_fp8_test memcheck; do
+  if [ -f "$LOGS/fwd_fp8_test.log" ]; then  # the shards' counts, added up
+    printf '%-14s %d passed, %d failed, %d skipped (%d shards)\n' fwd_fp8_test \
+      "$(grep -c '^\[       OK \]' "$LOGS/fwd_fp8_test.log")" \
+      "$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log")" \
+      "$(grep -cE '^\[  SKIPPED \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log")" "$SHARDS"
+    grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log" | head -12 | sed 's/^/    /'
+  fi
+  for t in memcheck; do
     [ -f "$LOGS/$t.log" ] || continue
     line=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$LOGS/$t.log" | tr '\n' ' ')
     san=$(grep -E 'ERROR SUMMARY' "$LOGS/$t.log" | tail -1)
