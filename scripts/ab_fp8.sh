@@ -103,6 +103,8 @@ fi
     grep -E '^fp8 rel_l2 .*_bf16_' "$LOGS/fwd_fp8_test.log" | sed 's/^fp8 rel_l2 /  /' | sort | head -60
     echo "-- default path, the longest cases"
     grep -E '^fp8 rel_l2 .*sk4097_d128_(full|causal)_bf16 ' "$LOGS/fwd_fp8_test.log" | sed 's/^fp8 rel_l2 /  /' | head -8
+    echo "-- default path, ONE key per row (LSE = the score itself: its error is QK^T's, no sum, no P rounding)"
+    grep -E '^fp8 rel_l2 .*_sk1_d128_full_bf16 ' "$LOGS/fwd_fp8_test.log" | sed 's/^fp8 rel_l2 /  /' | head -4
   fi
   echo "-- steps"
   cat "$STATUS"
