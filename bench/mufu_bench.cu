@@ -4,7 +4,7 @@
 //   mufu/ex2.approx.ftz.f32      one MUFU.EX2 per element
 //   mufu/ex2.approx.f16x2        two elements per instruction
 //   mufu/ex2.approx.ftz.bf16x2   two elements per instruction
-//   fma/exp2_poly5_f32           2^x on the FMA pipe only (bench/exp2_fma.cuh, degree 5), plus its max
+//   fma/exp2_poly5_f32           2^x on the FMA pipe only (kernels/sm90/exp2_poly.cuh, degree 5), plus its max
 //                                relative error against double exp2 over [-125, 127] (counter
 //                                poly_max_rel_err; ex2.approx.ftz.f32's beside it for scale)
 //   mixed/poly_K_of_8            K of every 8 elements on the FMA pipe, the rest on MUFU
@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "exp2_fma.cuh"
+#include "kernels/sm90/exp2_poly.cuh"
 #include "micro_harness.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/mufu.cuh"
@@ -64,7 +64,7 @@ constexpr int elements_per_step() {
 template <ExpKind kKind>
 __device__ __forceinline__ uint32_t chain_step(uint32_t x, uint32_t sign_mask, bool on_fma_pipe) {
     if constexpr (kKind == ExpKind::kF32) {
-        const float y = on_fma_pipe ? exp2_fma<5>(__uint_as_float(x)) : ptx::ex2_approx_f32(__uint_as_float(x));
+        const float y = on_fma_pipe ? sm90::exp2_poly_clamped<5>(__uint_as_float(x)) : ptx::ex2_approx_f32(__uint_as_float(x));
         return __float_as_uint(y) ^ sign_mask;
     } else if constexpr (kKind == ExpKind::kF16x2) {
         return ptx::ex2_approx_f16x2(x) ^ sign_mask;
@@ -112,13 +112,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // ---- Accuracy of the FMA-pipe exp2 (and of MUFU's, for scale) ---------------------------------
 constexpr int kAccuracySamples = 1 << 20;
 constexpr int kAccuracyThreads = 256;
-constexpr double kAccuracyLo = -125.0;  // exp2_fma is accurate on [-125, 128); below, results are not normal floats
+constexpr double kAccuracyLo = -125.0;  // exp2_poly is accurate on [-125, 128); below, results are not normal floats
 constexpr double kAccuracyHi = 127.0;
 
 __global__ void exp2_accuracy_kernel(const float* x, float* poly, float* mufu, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        poly[i] = exp2_fma<5>(x[i]);
+        poly[i] = sm90::exp2_poly_clamped<5>(x[i]);
         mufu[i] = ptx::ex2_approx_f32(x[i]);
     }
 }

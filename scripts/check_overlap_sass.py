@@ -9,7 +9,9 @@ instruction that writes P's registers -- the A operand of the GEMM still in flig
 the same basic block as the exps. Then the exps only overlap the *other* warpgroup's GEMMs.
 
 This script disassembles every forward kernel and fails if, after any `DEPBAR.LE gsb0, 0x1`,
-fewer than MIN_EXPS exps come before the next `DEPBAR.LE gsb0, 0x0`.
+fewer than MIN_EXPS exps come before the next `DEPBAR.LE gsb0, 0x0`. An exp is a `MUFU.EX2` or,
+for the FP8 forward's MUFU/FMA split (kernels/sm90/exp2_poly.cuh), the polynomial's
+range-reduction add of 1.5 * 2^23 (`FADD Rd, Rs, 12582912`, one per exp on the FMA pipe).
 
 Usage: scripts/check_overlap_sass.py [OBJECT_OR_LIBRARY ...]
        (default: build/libhattn.a). Needs cuobjdump (CUDA toolkit, or `pip install
@@ -39,7 +41,7 @@ MIN_KERNELS = 8
 
 WAIT_ONE = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b")
 WAIT_ZERO = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b")
-EXP = re.compile(r"\bMUFU\.EX2\b")
+EXP = re.compile(r"\bMUFU\.EX2\b|\bFADD(\.\w+)*\s+R\d+,\s*R\d+,\s*12582912\b")
 FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 
 

@@ -8,6 +8,8 @@
 //     sq != sk, GQA/MQA, strided layouts, bf16 and fp16 O, the LSE.
 //   * End to end: bf16 Q, K, V -> hattn_fp8_prepass (random-sign Hadamard) -> hattn_fwd_fp8
 //     against the float64 attention of the bf16 inputs: the error FP8 attention costs a user.
+// Built with HATTN_FP8_VARIANTS (CMake option), the kernel check also runs a set of cases on every
+// kernel variant of src/host/fwd_fp8_variants.h (names end in _<variant>).
 // Each case prints its relative L2 error ("fp8 rel_l2 ...") so a run reports the figures.
 #include <gtest/gtest.h>
 
@@ -26,6 +28,9 @@
 #include "testing/cpu_reference.h"
 #include "testing/fp8_reference.h"
 #include "testing/numerics.h"
+#ifdef HATTN_FP8_VARIANTS
+#include "host/fwd_fp8_variants.h"
+#endif
 
 namespace {
 
@@ -63,6 +68,7 @@ struct Case {
     bool strided;
     hattn_dtype o_dtype;
     int head_dim = 128;
+    int variant = 0;  // > 0: kFp8Variants[variant] (HATTN_FP8_VARIANTS builds) instead of hattn_fwd_fp8
 };
 
 std::string case_name(const Case& c) {
@@ -70,6 +76,9 @@ std::string case_name(const Case& c) {
     std::snprintf(buf, sizeof buf, "b%d_hq%d_hkv%d_sq%d_sk%d_d%d_%s%s_%s", c.batch, c.heads_q, c.heads_kv, c.seqlen_q,
                   c.seqlen_k, c.head_dim, c.causal ? "causal" : "full", c.strided ? "_strided" : "",
                   hattn::test::dtype_name(c.o_dtype));
+#ifdef HATTN_FP8_VARIANTS
+    if (c.variant > 0) return std::string(buf) + "_" + hattn::host::kFp8Variants[c.variant].name;
+#endif
     return buf;
 }
 
@@ -138,7 +147,7 @@ struct Result {
 
 // Uploads, runs hattn_fwd_fp8 and downloads O and LSE.
 void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const Fp8Host& v, const Layout& o_layout,
-             Result& r) {
+             Result& r, int variant = 0) {
     auto upload = [](const void* src, size_t bytes, DeviceMemory& dst) {
         return cudaMemcpy(dst.ptr, src, bytes, cudaMemcpyHostToDevice);
     };
@@ -167,7 +176,12 @@ void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const F
     p.v_descale = static_cast<const float*>(dvs.ptr);
     p.workspace = dws.ptr;
     p.workspace_size = ws;
+#ifdef HATTN_FP8_VARIANTS
+    r.status = variant > 0 ? hattn::host::fwd_fp8_variant(variant, &p, nullptr) : hattn_fwd_fp8(&p, nullptr);
+#else
+    ASSERT_EQ(variant, 0) << "kernel variants are built with HATTN_FP8_VARIANTS only";
     r.status = hattn_fwd_fp8(&p, nullptr);
+#endif
     ASSERT_EQ(r.status, HATTN_SUCCESS) << hattn_status_string(r.status);
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
     r.o.resize(o_elems);
@@ -239,7 +253,7 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     const Layout ol = layout_of(c.seqlen_q, c.heads_q, c.head_dim, c.strided, kOutSeqPad, kFp8BatchPad);
     hattn_fwd_fp8_params p = params_for(c, q.layout, k.layout, v.layout, ol);
     Result r;
-    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r));
+    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant));
     const hattn::test::ReferenceResult ref = hattn::test::reference_attention_fp64(p, q.deq.data(), k.deq.data(), v.deq.data());
     double max_abs_v = 0;
     for (float x : v.deq) max_abs_v = std::max(max_abs_v, static_cast<double>(std::fabs(x)));
@@ -270,6 +284,24 @@ std::vector<Case> kernel_cases() {
         all.push_back({2, 4, 2, 333, 4097, false, true, HATTN_DTYPE_FP16, d});
         all.push_back({1, 2, 2, 1000, 300, true, false, HATTN_DTYPE_BF16, d});
     }
+#ifdef HATTN_FP8_VARIANTS
+    // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:
+    // the lazy rescale's skipped steps), causal sq < sk and sq > sk (rows without keys), GQA,
+    // strides, each head dim it is built for. bf16 O (what the variants are built for).
+    for (int v = 1; v < hattn::host::kFp8VariantCount; ++v) {
+        const Case vc[] = {
+            {1, 1, 1, 1000, 4097, false, false, HATTN_DTYPE_BF16, 128, v},
+            {1, 1, 1, 1000, 4097, true, false, HATTN_DTYPE_BF16, 128, v},
+            {1, 2, 2, 700, 200, true, false, HATTN_DTYPE_BF16, 128, v},
+            {2, 4, 2, 333, 444, false, true, HATTN_DTYPE_BF16, 128, v},
+            {1, 2, 1, 1000, 1000, true, false, HATTN_DTYPE_BF16, 64, v},
+            {2, 4, 2, 333, 1000, false, true, HATTN_DTYPE_BF16, 256, v},
+            {1, 2, 2, 1000, 300, true, false, HATTN_DTYPE_BF16, 256, v},
+        };
+        for (const Case& c : vc)
+            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);
+    }
+#endif
     return all;
 }
 

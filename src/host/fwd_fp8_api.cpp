@@ -222,19 +222,28 @@ hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params, char* ms
 }
 
 hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stream) {
-    const hattn_status ready = ready_to_launch(validate(params));
-    if (ready != HATTN_SUCCESS) return ready;
-
-    const fp8::Fp8FwdArgs args = make_args(*params);
-    std::string error;
-    cudaError_t rc = cudaErrorInvalidValue;
-    switch (args.head_dim) {
-        case 64: rc = launch_fwd_fp8_d64(args, stream, &error); break;
-        case 128: rc = launch_fwd_fp8_d128(args, stream, &error); break;
-        case 256: rc = launch_fwd_fp8_d256(args, stream, &error); break;
-        default: return HATTN_ERROR_UNSUPPORTED_HEAD_DIM;  // unreachable after validation
-    }
-    return launch_status("hattn_fwd_fp8", rc, error);
+    return fwd_fp8_with_launch(params, stream, launch_fwd_fp8_any);
 }
 
 }  // extern "C"
+
+namespace hattn::host {
+
+cudaError_t launch_fwd_fp8_any(const fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error) {
+    switch (args.head_dim) {
+        case 64: return launch_fwd_fp8_d64(args, stream, error);
+        case 128: return launch_fwd_fp8_d128(args, stream, error);
+        case 256: return launch_fwd_fp8_d256(args, stream, error);
+        default: return cudaErrorInvalidValue;  // unreachable after validation
+    }
+}
+
+hattn_status fwd_fp8_with_launch(const hattn_fwd_fp8_params* params, cudaStream_t stream, Fp8Launch launch) {
+    const hattn_status ready = ready_to_launch(validate(params));
+    if (ready != HATTN_SUCCESS) return ready;
+    std::string error;
+    const cudaError_t rc = launch(make_args(*params), stream, &error);
+    return launch_status("hattn_fwd_fp8", rc, error);
+}
+
+}  // namespace hattn::host

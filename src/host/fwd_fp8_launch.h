@@ -6,9 +6,18 @@
 
 #include <string>
 
+#include "hattn.h"
 #include "kernels/fwd_fp8_args.h"
 
 namespace hattn::host {
+
+// A kernel launch for any supported head dim (the default: launch_fwd_fp8_any below).
+using Fp8Launch = cudaError_t (*)(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error);
+
+// hattn_fwd_fp8 with the given launch after the same checks: A/B builds of kernel variants
+// (src/host/fwd_fp8_variants.h) run through exactly the public call's validation and set-up.
+hattn_status fwd_fp8_with_launch(const hattn_fwd_fp8_params* params, cudaStream_t stream, Fp8Launch launch);
+cudaError_t launch_fwd_fp8_any(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error);
 
 // cudaSuccess or the failing CUDA error; *error gets a readable message on failure.
 cudaError_t launch_fwd_fp8_d64(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error);

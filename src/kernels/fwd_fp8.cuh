@@ -73,9 +73,26 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
 constexpr int kPGainLog2 = 8;
 
-template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4>
+// Softmax and accumulation options (the defaults are the plain path; A/B builds instantiate others,
+// see src/host/fwd_fp8_variants.h):
+//   kExpPolyEighths  of every 8 weights of a row, this many exps on the FMA pipe (0: all on MUFU)
+//   kLazyRescale     sm90::LazyBlockScaledSoftmax: V's descale in P's exponent, O rescaled only
+//                    when a row's max grows by more than kLazyRescaleLog2 (warp vote)
+//   kTwoLevel        each P V into a fresh fp32 accumulator, added to O in fp32 (the e4m3 wgmma
+//                    accumulates with fewer bits than fp32); +head_dim / 2 registers: d <= 128
+template <int kExpPolyEighths_ = 0, bool kLazyRescale_ = false, bool kTwoLevel_ = false>
+struct Tuning {
+    static constexpr int kExpPolyEighths = kExpPolyEighths_;
+    static constexpr bool kLazyRescale = kLazyRescale_;
+    static constexpr bool kTwoLevel = kTwoLevel_;
+    static_assert(kExpPolyEighths >= 0 && kExpPolyEighths <= 8, "eighths of a row");
+};
+
+template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
+          class Tuning_ = Tuning<>>
 struct Config {
     using OElem = OElem_;
+    using Opt = Tuning_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kConsumers = kConsumers_;
     static constexpr int kBlockM = kConsumers * kMmaM;
@@ -96,6 +113,7 @@ struct Config {
     static_assert(kDescaleRows % kBlockN == 0, "a KV block must lie inside one descale block");
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(kBlockN % kE4m3KeyGroup == 0 && kBlockN <= 256, "wgmma N / K limits");
+    static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
 };
 
 enum BarrierId : uint32_t {
@@ -246,11 +264,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const EpilogueBarrier epilogue_barrier{static_cast<uint32_t>(kEpilogueFirst + cw)};
         const int first_row_in_tile = cw * kMmaM;
 
+        using Opt = typename Cfg::Opt;
         float o[kHeadDim / 2];
+        float o_part[Opt::kTwoLevel ? kHeadDim / 2 : 1];  // two-level: the P V in flight
         float s[kBlockN / 2];
         uint32_t pf[kBlockN / kMmaK][4];
         float o_scale[kAccRowsPerThread];
-        BlockScaledSoftmax<kBlockN, kPGainLog2> softmax;
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, Opt::kExpPolyEighths>,
+                           BlockScaledSoftmax<kBlockN, kPGainLog2, Opt::kExpPolyEighths>>
+            softmax;
+        bool rescale_pending = true;  // lazy: whether the last softmax moved some row of this warp
 
         auto gemm_qk = [&](int stage) {
 #pragma unroll
@@ -260,7 +283,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         };
         auto gemm_pv = [&](int stage) {
 #pragma unroll
-            for (int kk = 0; kk < kBlockN / kMmaK; ++kk) mma_rs_e4m3<kHeadDim>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+            for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
+                if constexpr (Opt::kTwoLevel)
+                    mma_rs_e4m3<kHeadDim>(o_part, pf[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                else
+                    mma_rs_e4m3<kHeadDim>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+            }
+        };
+        // After the wait for P V: the accumulator(s) it wrote are the registers' values again.
+        auto fence_pv = [&] {
+            if constexpr (Opt::kTwoLevel) ptx::wgmma_fence_operand(o_part);
+            else ptx::wgmma_fence_operand(o);
         };
         auto take_turn = [&]() { my_turn.sync(); };
         auto pass_turn = [&]() { next_turn.arrive(); };
@@ -295,14 +328,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 return r;
             };
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
+            // Before P_j V_j: O takes the scale of softmax j (and, lazy: only when it moved). Two-level:
+            // the last P V's fresh accumulator is added first, in fp32.
             auto rescale_o = [&](float v_ds) {
-                const float r = unit_ratio(v_ds);
+                if constexpr (Opt::kLazyRescale) {
+                    if constexpr (Opt::kTwoLevel) {
+                        if (rescale_pending) {
 #pragma unroll
-                for (int h = 0; h < kAccRowsPerThread; ++h) o_scale[h] *= r;
-                rescale_rows(o, o_scale);
+                            for (int i = 0; i < kHeadDim / 2; ++i) o[i] = (o[i] + o_part[i]) * o_scale[acc_row_half(i)];
+                        } else {
+#pragma unroll
+                            for (int i = 0; i < kHeadDim / 2; ++i) o[i] += o_part[i];
+                        }
+                    } else if (rescale_pending) {
+                        rescale_rows(o, o_scale);
+                    }
+                } else {
+                    const float r = unit_ratio(v_ds);
+#pragma unroll
+                    for (int h = 0; h < kAccRowsPerThread; ++h) o_scale[h] *= r;
+                    if constexpr (Opt::kTwoLevel) {
+#pragma unroll
+                        for (int i = 0; i < kHeadDim / 2; ++i) o[i] = (o[i] + o_part[i]) * o_scale[acc_row_half(i)];
+                    } else {
+                        rescale_rows(o, o_scale);
+                    }
+                }
+            };
+            // Block it's softmax: P_it in s, the O scale for P_it V_it in o_scale. v_ds_p: V's descale
+            // of the same block (lazy: it goes into P; the plain path takes it at the next rescale).
+            auto softmax_update = [&](float k_ds, float v_ds_p) {
+                if constexpr (Opt::kLazyRescale) {
+                    rescale_pending = softmax.online_update(s, block_scale_log2(k_ds), decltype(softmax)::v_shift(v_ds_p), o_scale);
+                } else {
+                    softmax.online_update(s, block_scale_log2(k_ds), o_scale);
+                }
             };
 
             zero_fill(o);
+            if constexpr (Opt::kTwoLevel) zero_fill(o_part);
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
 
@@ -312,6 +376,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // Prologue: S_0 alone, its softmax.
                 {
                     const float k_ds = k_ds_row[descale_index(0)];
+                    const float v_ds_p = Opt::kLazyRescale ? v_ds_row[descale_index(0)] : 0.f;
                     smem.k_ring.consumer_wait(k_state);
                     take_turn();
                     ptx::wgmma_fence();
@@ -323,7 +388,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     release(smem.k_ring, k_state);
                     k_state.advance();
                     if (n_masked > 0) mask(0);
-                    softmax.online_update(s, block_scale_log2(k_ds), o_scale);
+                    softmax_update(k_ds, v_ds_p);
                 }
                 auto v_release = v_state;
 
@@ -331,10 +396,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 auto step = [&](int it, auto masked) {
                     const float k_ds = k_ds_row[descale_index(it)];
                     const float v_ds = v_ds_row[descale_index(it - 1)];
+                    const float v_ds_p = Opt::kLazyRescale ? v_ds_row[descale_index(it)] : 0.f;
                     smem.k_ring.consumer_wait(k_state);
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
-                    ptx::wgmma_fence_operand(o);
+                    fence_pv();
                     if (it >= 2) {
                         release(smem.v_ring, v_release);
                         v_release.advance();
@@ -349,7 +415,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     k_state.advance();
                     v_state.advance();
                     if constexpr (decltype(masked)::value) mask(it);
-                    softmax.online_update(s, block_scale_log2(k_ds), o_scale);
+                    softmax_update(k_ds, v_ds_p);
                 };
                 int it = 1;
                 for (; it < n_masked; ++it) step(it, std::true_type{});
@@ -360,7 +426,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     const float v_ds = v_ds_row[descale_index(n_blocks - 1)];
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
-                    ptx::wgmma_fence_operand(o);
+                    fence_pv();
                     if (n_blocks >= 2) release(smem.v_ring, v_release);
                     rescale_o(v_ds);
                     acc_to_a_fragment_e4m3<kBlockN>(s, pf);
@@ -370,7 +436,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     ptx::wgmma_commit_group();
                     pass_turn();
                     ptx::wgmma_wait_group<0>();
-                    ptx::wgmma_fence_operand(o);
+                    fence_pv();
+                    if constexpr (Opt::kTwoLevel) {
+#pragma unroll
+                        for (int i = 0; i < kHeadDim / 2; ++i) o[i] += o_part[i];
+                    }
                     release(smem.v_ring, v_state);
                     v_state.advance();
                 }
@@ -388,7 +458,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 for (int r = 0; r < kAccRowsPerThread; ++r)
                     if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
             }
-            // O is in units of o_unit (the P gain cancels against the row sum's).
+            // O is in units of o_unit (the P gain cancels against the row sum's; lazy: o_unit stays 1).
 #pragma unroll
             for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
             rescale_rows(o, inv_sum);
@@ -499,11 +569,12 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
 constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
 constexpr int default_stages(int head_dim) { return head_dim <= 128 ? 4 : 3; }
 
-template <int kHeadDim>
+template <int kHeadDim, class Opt = Tuning<>>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
-    if (a.o_dtype == fwd::Dtype::kBf16) return launch_fwd_fp8<Config<kHeadDim, Bf16, 2, kBlockN, kStages>>(a, stream, error);
-    return launch_fwd_fp8<Config<kHeadDim, Fp16, 2, kBlockN, kStages>>(a, stream, error);
+    if (a.o_dtype == fwd::Dtype::kBf16)
+        return launch_fwd_fp8<Config<kHeadDim, Bf16, 2, kBlockN, kStages, Opt>>(a, stream, error);
+    return launch_fwd_fp8<Config<kHeadDim, Fp16, 2, kBlockN, kStages, Opt>>(a, stream, error);
 }
 
 }  // namespace hattn::fwd_fp8

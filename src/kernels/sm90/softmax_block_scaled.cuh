@@ -12,17 +12,36 @@
 // quantizes them to e4m3, whose normal range starts at 2^-6: the gain moves small weights out of
 // the subnormals. O and the row sum carry the same gain, so O / sum is unchanged; only the LSE
 // subtracts it.
+//
+// The exp split (kPolyEighths > 0): of every 8 consecutive weights of a row in a thread's
+// fragment, the first kPolyEighths are computed on the FMA pipe (sm90/exp2_poly.cuh, degree 3)
+// and the rest on the MUFU, which is as busy as the FP8 tensor cores otherwise.
+//
+// LazyBlockScaledSoftmax (below) is the variant that rarely rescales O; see there.
 #pragma once
 
 #include <cmath>
 
+#include "kernels/sm90/exp2_poly.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/softmax.cuh"
 #include "ptx/mufu.cuh"
 
 namespace hattn::sm90 {
 
-template <int kN, int kGainLog2 = 0>
+constexpr int kExpSplitDegree = 3;  // max rel. error 7.5e-5: P is rounded to e4m3 (2^-4) anyway
+
+// 2^x for the fragment element i (a compile-time index once unrolled): on the FMA pipe for the
+// first kPolyEighths of every 8 weights of a row, else on the MUFU. x <= ~9 here (p <= 1 times the
+// gain), so the polynomial needs only its lower clamp (masked scores are -inf).
+template <int kPolyEighths>
+__device__ __forceinline__ float exp2_split(float x, int i) {
+    const int j = 2 * (i / 4) + i % 2;  // the element's position among its row's
+    if (kPolyEighths > 0 && j % 8 < kPolyEighths) return exp2_poly<kExpSplitDegree>(x);
+    return ptx::ex2_approx_f32(x);
+}
+
+template <int kN, int kGainLog2 = 0, int kPolyEighths = 0>
 struct BlockScaledSoftmax {
     static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
     float max_log2[kAccRowsPerThread];  // running max of scaled scores, log2 units (-inf: none yet)
@@ -57,7 +76,7 @@ struct BlockScaledSoftmax {
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i) {
                 if (acc_row_half(i) == r) {
-                    s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
+                    s[i] = exp2_split<kPolyEighths>(fmaf(s[i], scale_log2, -offset), i);
                     sum += s[i];
                 }
             }
@@ -74,6 +93,103 @@ struct BlockScaledSoftmax {
             const float sum = quad_sum(row_sum[r]);
             inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
             lse[r] = sum == 0.f ? -INFINITY : (max_log2[r] - kGainLog2f) * kLn2 + logf(sum);
+        }
+    }
+};
+
+// The lazy variant: O is rescaled only when some row of the warp needs it, and V's per-block
+// descale goes into P's exponent instead of into O's unit.
+//
+// BlockScaledSoftmax moves the running max every block and rescales O by the change (64 FMUL per
+// thread and block at head_dim 128, plus O's unit change when V's descale changes, which it does
+// from block to block with per-block quantization). Here each row keeps a reference R (scaled
+// log2 units) that moves only when a block's max exceeds it by more than kLazyRescaleLog2: P is
+// computed as 2^(x + log2 v_ds - R + gain) with x the scaled score, so the largest weight is at
+// most gain * 2^kLazyRescaleLog2, still inside e4m3's range (448 = 256 * 2^0.807). V's descale
+// v_ds in P's exponent makes P_j V_j codes = p v_j / 2^(R - gain): O accumulates in one unit for
+// the whole row, while the row sum adds the block's sum of P times 1 / v_ds (one FFMA per row and
+// block). A warp skips O's rescale when none of its 16 rows moved (a warp vote): after the first
+// blocks a row's max rarely grows by more than 0.75 in log2 units.
+// A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
+constexpr float kLazyRescaleLog2 = 0.75f;
+
+template <int kN, int kGainLog2 = 0, int kPolyEighths = 0>
+struct LazyBlockScaledSoftmax {
+    static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
+    float ref_log2[kAccRowsPerThread];  // R per row: scaled log2 score + log2 v_ds (-inf: no key yet)
+    float row_sum[kAccRowsPerThread];   // sum of 2^(x - R + gain) over the keys so far, per thread
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            ref_log2[r] = -INFINITY;
+            row_sum[r] = 0.f;
+        }
+    }
+
+    // V's descale of this block as it enters P: log2 and reciprocal of v_ds (1 for v_ds = 0).
+    struct VShift {
+        float log2, inv;
+    };
+    static __device__ __forceinline__ VShift v_shift(float v_ds) {
+        const float v = v_ds > 0.f ? v_ds : 1.f;
+        return {__log2f(v), __fdividef(1.f, v)};
+    }
+
+    // s: raw scores (masked ones -inf); scale_log2 = this K block's scale * log2 e, > 0. Replaces s
+    // by P. Returns true (the same in every lane of the warp) when O must be rescaled by o_scale
+    // before P V; o_scale is left untouched otherwise.
+    __device__ __forceinline__ bool online_update(float (&s)[kN / 2], float scale_log2, VShift v,
+                                                  float (&o_scale)[kAccRowsPerThread]) {
+        float block_max[kAccRowsPerThread];
+        bool need[kAccRowsPerThread];
+        bool any = false;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            float m = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) m = fmaxf(m, s[i]);
+            block_max[r] = fmaf(quad_max(m), scale_log2, v.log2);  // -inf: no visible key in this block
+            need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
+            any |= need[r];
+        }
+        const bool rescale = __any_sync(0xffffffffu, any);
+        if (rescale) {
+#pragma unroll
+            for (int r = 0; r < kAccRowsPerThread; ++r) {
+                const float ref = need[r] ? block_max[r] : ref_log2[r];
+                o_scale[r] = need[r] ? ptx::ex2_approx_f32(ref_log2[r] - ref) : 1.f;  // 0 from -inf
+                row_sum[r] *= o_scale[r];
+                ref_log2[r] = ref;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            // A row with no visible key so far keeps R = -inf: exponentiate against 0 (its scores
+            // are all -inf) instead of NaN.
+            const float offset = (ref_log2[r] == -INFINITY ? 0.f : ref_log2[r]) - v.log2 - kGainLog2f;
+            float sum = 0.f;
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i) {
+                if (acc_row_half(i) == r) {
+                    s[i] = exp2_split<kPolyEighths>(fmaf(s[i], scale_log2, -offset), i);
+                    sum += s[i];
+                }
+            }
+            row_sum[r] = fmaf(sum, v.inv, row_sum[r]);
+        }
+        return rescale;
+    }
+
+    // As BlockScaledSoftmax::finalize; O needs no unit (V's descales are in P).
+    __device__ __forceinline__ void finalize(float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) const {
+        constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            const float sum = quad_sum(row_sum[r]);
+            inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
+            lse[r] = sum == 0.f ? -INFINITY : (ref_log2[r] - kGainLog2f) * kLn2 + logf(sum);
         }
     }
 };

@@ -1,0 +1,397 @@
+// hattn/bench/fwd_fp8_ab.cu -- the FP8 forward's kernel variants (src/host/fwd_fp8_variants.h)
+// against each other in one process: interleaved rounds (round r times every variant on every
+// shape before round r + 1 starts; the variant order rotates per round), each variant's best
+// round kept, so clock and power drift hit every variant alike.
+//
+//   fwd_fp8_ab [--variants base,lazy,...] [--head-dims 64,128,256] [--seqlens 2048,8192,16384]
+//              [--masks full,causal] [--rounds 3] [--reps 10] [--tokens 16384] [--width 2048]
+//              [--check-only]
+//
+// Inputs per shape: bf16 N(0, 1) Q, K, V (batch = tokens / seqlen, heads = width / head_dim)
+// through hattn_fp8_prepass (random-sign Hadamard) into e4m3 and per-block descales, two input
+// sets rotated from call to call (a K or V tensor of e4m3 is 32 MB at 16k tokens: most of one
+// set would stay in the 50 MB L2). Timed: the whole hattn_fwd_fp8 call (its V^T pass included),
+// no LSE, bf16 O, events around each call queued behind a spin kernel (no host time inside).
+// Before timing, every variant's O is checked against the base variant's on the first set
+// (finite, relative L2 below kMaxRelL2VsBase; the accuracy against float64 is fwd_fp8_test's).
+// TFLOPS = 4 b h s^2 d / time (half for causal). Prints one TFLOPS table, then the ratio of each
+// variant to base, last. Exit status 3 when a check failed, 1 on a CUDA or API error.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hattn.h"
+#include "host/fwd_fp8_variants.h"
+#include "testing/device_random.cuh"
+#include "testing/numerics.h"
+
+namespace {
+
+using hattn::host::kFp8VariantCount;
+using hattn::host::kFp8Variants;
+
+constexpr double kMaxRelL2VsBase = 5e-2;
+constexpr int kExitWrong = 3;
+constexpr int kInputSets = 2;
+constexpr int kWarmupCalls = 2;
+constexpr long long kSpinCycles = 20'000'000;  // ~10 ms ahead of the timed calls
+constexpr uint64_t kSeed = 0xab8ull;
+constexpr uint64_t kHadamardSeed = 0x5eedull;
+
+#define AB_CHECK(expr)                                                                                    \
+    do {                                                                                                  \
+        const cudaError_t rc_ = (expr);                                                                   \
+        if (rc_ != cudaSuccess) {                                                                         \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(rc_)); \
+            std::exit(1);                                                                                 \
+        }                                                                                                 \
+    } while (0)
+
+__global__ void spin_kernel(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+struct Options {
+    std::vector<int> variants, head_dims{64, 128, 256}, seqlens{2048, 8192, 16384};
+    std::vector<bool> causal{false, true};
+    int rounds = 3, reps = 10, tokens = 16384, width = 2048;
+    bool check_only = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream in(s);
+    for (std::string item; std::getline(in, item, ',');)
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+int variant_index(const std::string& name) {
+    for (int v = 0; v < kFp8VariantCount; ++v)
+        if (name == kFp8Variants[v].name) return v;
+    std::fprintf(stderr, "unknown variant %s (known:", name.c_str());
+    for (int v = 0; v < kFp8VariantCount; ++v) std::fprintf(stderr, " %s", kFp8Variants[v].name);
+    std::fprintf(stderr, ")\n");
+    std::exit(1);
+}
+
+Options parse(int argc, char** argv) {
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "%s needs a value\n", a.c_str());
+                std::exit(1);
+            }
+            return argv[++i];
+        };
+        auto ints = [&] {
+            std::vector<int> v;
+            for (const std::string& x : split(value())) v.push_back(std::atoi(x.c_str()));
+            return v;
+        };
+        if (a == "--variants") {
+            for (const std::string& n : split(value())) o.variants.push_back(variant_index(n));
+        } else if (a == "--head-dims") {
+            o.head_dims = ints();
+        } else if (a == "--seqlens") {
+            o.seqlens = ints();
+        } else if (a == "--masks") {
+            o.causal.clear();
+            for (const std::string& m : split(value())) o.causal.push_back(m == "causal");
+        } else if (a == "--rounds") {
+            o.rounds = std::atoi(value().c_str());
+        } else if (a == "--reps") {
+            o.reps = std::atoi(value().c_str());
+        } else if (a == "--tokens") {
+            o.tokens = std::atoi(value().c_str());
+        } else if (a == "--width") {
+            o.width = std::atoi(value().c_str());
+        } else if (a == "--check-only") {
+            o.check_only = true;
+        } else {
+            std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+            std::exit(1);
+        }
+    }
+    if (o.variants.empty())
+        for (int v = 0; v < kFp8VariantCount; ++v) o.variants.push_back(v);
+    // base (index 0) is every check's reference and the ratios' denominator: always run, first.
+    o.variants.erase(std::remove(o.variants.begin(), o.variants.end(), 0), o.variants.end());
+    o.variants.insert(o.variants.begin(), 0);
+    return o;
+}
+
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    explicit DeviceBuffer(size_t bytes) { AB_CHECK(cudaMalloc(&ptr, bytes)); }
+    ~DeviceBuffer() { cudaFree(ptr); }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct Shape {
+    int d, s, b, h;
+    bool causal;
+    std::string label() const {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "d%d s%d %s", d, s, causal ? "causal" : "full");
+        return buf;
+    }
+    double flops() const { return 4.0 * b * h * static_cast<double>(s) * s * d * (causal ? 0.5 : 1.0); }
+};
+
+// One shape's device data: kInputSets e4m3 sets with descales, O, the V^T workspace.
+struct ShapeData {
+    Shape shape;
+    size_t elems, blocks;
+    std::vector<DeviceBuffer*> owned;
+    void* fp8[kInputSets][3];
+    float* descale[kInputSets][3];
+    void* o;
+    void* ws;
+    size_t ws_bytes;
+
+    void* alloc(size_t bytes) {
+        owned.push_back(new DeviceBuffer(bytes));
+        return owned.back()->ptr;
+    }
+    explicit ShapeData(const Shape& sh) : shape(sh) {
+        elems = static_cast<size_t>(sh.b) * sh.s * sh.h * sh.d;
+        blocks = static_cast<size_t>(sh.b) * sh.h * ((sh.s + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS);
+        DeviceBuffer bf16(3 * elems * 2);
+        for (int set = 0; set < kInputSets; ++set) {
+            void* in[3];
+            for (int t = 0; t < 3; ++t) {
+                in[t] = static_cast<char*>(bf16.ptr) + t * elems * 2;
+                AB_CHECK(hattn::testing::fill_normal(in[t], elems, HATTN_DTYPE_BF16, kSeed + 3 * set + t, 1.f, nullptr));
+                fp8[set][t] = alloc(elems);
+                descale[set][t] = static_cast<float*>(alloc(blocks * sizeof(float)));
+            }
+            hattn_fp8_prepass_params pp = hattn_fp8_prepass_params_contiguous(
+                in[0], in[1], in[2], fp8[set][0], fp8[set][1], fp8[set][2], descale[set][0], descale[set][1],
+                descale[set][2], sh.b, sh.h, sh.h, sh.s, sh.s, sh.d, HATTN_DTYPE_BF16);
+            pp.hadamard = 1;
+            pp.hadamard_seed = kHadamardSeed;
+            const hattn_status st = hattn_fp8_prepass(&pp, nullptr);
+            if (st != HATTN_SUCCESS) {
+                std::fprintf(stderr, "%s: hattn_fp8_prepass: %s\n", sh.label().c_str(), hattn_status_string(st));
+                std::exit(1);
+            }
+        }
+        o = alloc(elems * 2);
+        ws_bytes = hattn_fwd_fp8_workspace_size(sh.b, sh.h, sh.s, sh.d);
+        ws = alloc(ws_bytes);
+        AB_CHECK(cudaDeviceSynchronize());
+    }
+    ~ShapeData() {
+        for (DeviceBuffer* b : owned) delete b;
+    }
+    hattn_fwd_fp8_params params(int set) const {
+        hattn_fwd_fp8_params p = hattn_fwd_fp8_params_contiguous(
+            fp8[set][0], fp8[set][1], fp8[set][2], o, descale[set][0], descale[set][1], descale[set][2], shape.b,
+            shape.h, shape.h, shape.s, shape.s, shape.d, HATTN_DTYPE_BF16);
+        p.causal = shape.causal ? 1 : 0;
+        p.workspace = ws;
+        p.workspace_size = ws_bytes;
+        return p;
+    }
+};
+
+hattn_status run(int variant, const hattn_fwd_fp8_params& p) { return hattn::host::fwd_fp8_variant(variant, &p, nullptr); }
+
+std::vector<uint16_t> download_o(const ShapeData& data) {
+    std::vector<uint16_t> o(data.elems);
+    AB_CHECK(cudaMemcpy(o.data(), data.o, data.elems * 2, cudaMemcpyDeviceToHost));
+    return o;
+}
+
+// Relative L2 of a against b (bf16 codes); NaN when a has a non-finite value.
+double rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+    if (a.size() != b.size() || a.empty()) return NAN;  // no reference (base failed)
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double x = hattn::numerics::bf16_to_float(a[i]), y = hattn::numerics::bf16_to_float(b[i]);
+        if (!std::isfinite(x)) return NAN;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return std::sqrt(num / den);
+}
+
+// Median milliseconds of `reps` calls (sets rotated), after warm-up calls.
+double time_ms(int variant, const ShapeData& data, int reps, bool* failed) {
+    hattn_fwd_fp8_params p[kInputSets];
+    for (int set = 0; set < kInputSets; ++set) p[set] = data.params(set);
+    for (int i = 0; i < kWarmupCalls; ++i)
+        if (run(variant, p[i % kInputSets]) != HATTN_SUCCESS) *failed = true;
+    std::vector<cudaEvent_t> start(reps), stop(reps);
+    for (int r = 0; r < reps; ++r) {
+        AB_CHECK(cudaEventCreate(&start[r]));
+        AB_CHECK(cudaEventCreate(&stop[r]));
+    }
+    spin_kernel<<<1, 1>>>(kSpinCycles);
+    AB_CHECK(cudaGetLastError());
+    for (int r = 0; r < reps; ++r) {
+        AB_CHECK(cudaEventRecord(start[r], nullptr));
+        if (run(variant, p[r % kInputSets]) != HATTN_SUCCESS) *failed = true;
+        AB_CHECK(cudaEventRecord(stop[r], nullptr));
+    }
+    AB_CHECK(cudaDeviceSynchronize());
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; ++r) {
+        AB_CHECK(cudaEventElapsedTime(&ms[r], start[r], stop[r]));
+        AB_CHECK(cudaEventDestroy(start[r]));
+        AB_CHECK(cudaEventDestroy(stop[r]));
+    }
+    std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+    return ms[reps / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options opt = parse(argc, argv);
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::fprintf(stderr, "no CUDA device\n");
+        return 1;
+    }
+    std::vector<Shape> shapes;
+    for (int d : opt.head_dims)
+        for (int s : opt.seqlens)
+            for (bool causal : opt.causal) shapes.push_back({d, s, std::max(1, opt.tokens / s), opt.width / d, causal});
+
+    std::vector<std::string> failures;
+    // best[shape][variant index in opt.variants] (ms); -1 when the variant does not run the shape.
+    std::vector<std::vector<double>> best(shapes.size(), std::vector<double>(opt.variants.size(), INFINITY));
+    std::vector<std::vector<double>> err(shapes.size(), std::vector<double>(opt.variants.size(), 0.0));
+    std::vector<std::vector<bool>> skip(shapes.size(), std::vector<bool>(opt.variants.size(), false));
+    for (int round = 0; round < (opt.check_only ? 1 : opt.rounds); ++round) {
+        for (size_t si = 0; si < shapes.size(); ++si) {
+            const ShapeData data(shapes[si]);  // made per round: one shape's tensors on the GPU at a time
+            if (round == 0) {
+                // Correctness against base on the first set.
+                std::vector<uint16_t> ref;
+                for (size_t vi = 0; vi < opt.variants.size(); ++vi) {
+                    const int v = opt.variants[vi];
+                    if (!hattn::host::fp8_variant_built(v, shapes[si].d)) {
+                        skip[si][vi] = true;
+                        continue;
+                    }
+                    AB_CHECK(cudaMemset(data.o, 0xFF, data.elems * 2));  // NaN poison
+                    const hattn_status st = run(v, data.params(0));
+                    AB_CHECK(cudaDeviceSynchronize());
+                    if (st != HATTN_SUCCESS) {
+                        failures.push_back(std::string(kFp8Variants[v].name) + " " + shapes[si].label() + ": " +
+                                           hattn_status_string(st));
+                        skip[si][vi] = true;
+                        continue;
+                    }
+                    std::vector<uint16_t> o = download_o(data);
+                    if (vi == 0) {
+                        ref = std::move(o);
+                        err[si][vi] = rel_l2(ref, ref);
+                    } else {
+                        err[si][vi] = rel_l2(o, ref);
+                    }
+                    if (!(err[si][vi] < kMaxRelL2VsBase)) {
+                        char buf[160];
+                        std::snprintf(buf, sizeof buf, "%s %s: rel L2 vs base %.3e", kFp8Variants[v].name,
+                                      shapes[si].label().c_str(), err[si][vi]);
+                        failures.push_back(buf);
+                    }
+                }
+                if (opt.check_only) continue;
+            }
+            const size_t nv = opt.variants.size();
+            for (size_t k = 0; k < nv; ++k) {
+                const size_t vi = (k + round) % nv;  // rotate: no variant always runs first
+                if (skip[si][vi]) continue;
+                bool failed = false;
+                const double ms = time_ms(opt.variants[vi], data, opt.reps, &failed);
+                if (failed) {
+                    failures.push_back(std::string(kFp8Variants[opt.variants[vi]].name) + " " + shapes[si].label() +
+                                       ": a timed call failed");
+                    skip[si][vi] = true;
+                    continue;
+                }
+                best[si][vi] = std::min(best[si][vi], ms);
+            }
+        }
+        std::fprintf(stderr, "round %d/%d done\n", round + 1, opt.rounds);
+    }
+
+    if (opt.check_only) {
+        std::printf("| shape |");
+        for (int v : opt.variants) std::printf(" %s rel L2 vs base |", kFp8Variants[v].name);
+        std::printf("\n");
+        for (size_t si = 0; si < shapes.size(); ++si) {
+            std::printf("| %s |", shapes[si].label().c_str());
+            for (size_t vi = 0; vi < opt.variants.size(); ++vi)
+                if (skip[si][vi]) std::printf(" - |");
+                else std::printf(" %.2e |", err[si][vi]);
+            std::printf("\n");
+        }
+    } else {
+        auto tflops = [&](size_t si, size_t vi) { return shapes[si].flops() / (best[si][vi] * 1e-3) / 1e12; };
+        std::printf("TFLOPS (best of %d rounds, median of %d calls each; hattn_fwd_fp8 incl. its V^T pass)\n", opt.rounds,
+                    opt.reps);
+        std::printf("| shape |");
+        for (int v : opt.variants) std::printf(" %s |", kFp8Variants[v].name);
+        std::printf(" err vs base (max over variants) |\n");
+        for (size_t si = 0; si < shapes.size(); ++si) {
+            std::printf("| %s |", shapes[si].label().c_str());
+            double worst = 0;
+            for (size_t vi = 0; vi < opt.variants.size(); ++vi) {
+                if (skip[si][vi] || !std::isfinite(best[si][vi])) std::printf(" - |");
+                else std::printf(" %.0f |", tflops(si, vi));
+                if (!skip[si][vi]) worst = std::max(worst, err[si][vi]);
+            }
+            std::printf(" %.1e |\n", worst);
+        }
+        std::printf("\nratio to base (TFLOPS / base's); last row: geomean over the shapes\n| shape |");
+        for (size_t vi = 1; vi < opt.variants.size(); ++vi) std::printf(" %s |", kFp8Variants[opt.variants[vi]].name);
+        std::printf("\n");
+        std::vector<double> log_sum(opt.variants.size(), 0.0);
+        std::vector<int> count(opt.variants.size(), 0);
+        for (size_t si = 0; si < shapes.size(); ++si) {
+            std::printf("| %s |", shapes[si].label().c_str());
+            for (size_t vi = 1; vi < opt.variants.size(); ++vi) {
+                const bool ok = !skip[si][vi] && !skip[si][0] && std::isfinite(best[si][vi]) && std::isfinite(best[si][0]);
+                if (!ok) {
+                    std::printf(" - |");
+                    continue;
+                }
+                const double r = best[si][0] / best[si][vi];
+                log_sum[vi] += std::log(r);
+                ++count[vi];
+                std::printf(" %.3f |", r);
+            }
+            std::printf("\n");
+        }
+        std::printf("| geomean |");
+        for (size_t vi = 1; vi < opt.variants.size(); ++vi)
+            if (count[vi]) std::printf(" %.3f |", std::exp(log_sum[vi] / count[vi]));
+            else std::printf(" - |");
+        std::printf("\n");
+    }
+    if (!failures.empty()) {
+        std::printf("%zu FAILURES:\n", failures.size());
+        for (const std::string& f : failures) std::printf("  %s\n", f.c_str());
+        return kExitWrong;
+    }
+    return 0;
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The FP8 forward's kernel variants (src/host/fwd_fp8_variants.h: MUFU/FMA exp split, lazy O
+# rescale, two-level accumulation) on a GPU host, from the repository root:
+#
+#   OUT=/some/dir bash scripts/ab_fp8.sh
+#
+# One build folder with -DHATTN_FP8_VARIANTS=ON (Ninja when installed, Release, ptxas warnings as
+# errors): the library, every (variant, head dim) kernel in its own translation unit, fwd_fp8_test
+# and bench/fwd_fp8_ab. Then, each step under its own timeout so a crash or hang in one does not
+# hide the others:
+#   tests      fwd_fp8_test once (the default path's cases + a set per variant against float64),
+#              in 4 shards at once (the float64 reference is CPU-bound)
+#   memcheck   compute-sanitizer memcheck on a few variant cases
+#   ab         bench/fwd_fp8_ab: every variant interleaved, best of 3 rounds, d 64/128/256 x
+#              seqlen 2k/8k/16k x full/causal, 16k tokens, heads = 2048 / d; the TFLOPS table,
+#              then each variant's ratio to base (the default path) LAST
+# Writes $OUT/summary.txt (printed last), $OUT/ab.txt and $OUT/logs.tgz (every log).
+#
+# Environment: OUT (default ./ab_fp8_out), BUILD_DIR (build-ab-fp8), JOBS (16), BUDGET_S (300),
+#   VARIANTS (all: base,lazy,poly2,lazy_poly1,lazy_poly2,lazy_poly3,twolevel,lazy_twolevel).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+OUT=${OUT:-ab_fp8_out}
+BUILD_DIR=${BUILD_DIR:-build-ab-fp8}
+JOBS=${JOBS:-16}
+BUDGET_S=${BUDGET_S:-300}
+VARIANTS=${VARIANTS:-}
+RESERVE_S=8
+SHARDS=4
+
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/hattn-ab-fp8-logs.XXXXXX")
+trap 'rm -rf "$LOGS"' EXIT
+STATUS="$LOGS/status.txt"
+: >"$STATUS"
+SECONDS=0
+
+# Small cases of the variants that change the most (lazy rescale, FMA exps, two-level) at each head dim.
+SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_poly2:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_twolevel:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq1000_sk300_d256_causal_bf16_lazy_poly3'
+
+# shellcheck source=scripts/gpu_steps.sh
+source scripts/gpu_steps.sh  # limit, record, run, select_generator
+
+# ---- build ------------------------------------------------------------------------------------
+select_generator "$BUILD_DIR"
+run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
+  -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab"
+BUILD_OK=0
+grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
+
+if [ "$BUILD_OK" -eq 1 ]; then
+  # ---- tests: 4 shards in parallel, one status line ----------------------------------------------
+  t0=$SECONDS
+  lim=$(limit 90)
+  pids=()
+  for i in $(seq 0 $((SHARDS - 1))); do
+    GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout -k 5 "$lim" "$BUILD_DIR/test/fwd_fp8_test" \
+      >"$LOGS/fwd_fp8_test.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  rc_all=0
+  for p in "${pids[@]}"; do wait "$p" || rc_all=$?; done
+  if [ "$rc_all" -eq 0 ]; then record fwd_fp8_test PASS $((SECONDS - t0))
+  elif [ "$rc_all" -eq 124 ] || [ "$rc_all" -eq 137 ]; then record fwd_fp8_test "TIMEOUT after ${lim} s" $((SECONDS - t0))
+  else record fwd_fp8_test "FAIL (rc $rc_all)" $((SECONDS - t0)); fi
+  cat "$LOGS"/fwd_fp8_test.*.log >"$LOGS/fwd_fp8_test.log"
+
+  # ---- the A/B ------------------------------------------------------------------------------------
+  ab_args=(--rounds 3 --reps 10)
+  [ -n "$VARIANTS" ] && ab_args+=(--variants "$VARIANTS")
+  run ab 120 "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
+  cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
+
+  SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$SAN" ]; then
+    run memcheck 40 "$SAN" --tool memcheck --error-exitcode 1 "$BUILD_DIR/test/fwd_fp8_test" --gtest_filter="$SANITIZE_FILTER"
+  else
+    record memcheck "SKIPPED (no compute-sanitizer)" 0
+  fi
+fi
+
+# ---- summary ----------------------------------------------------------------------------------
+{
+  echo "== hattn FP8 forward variants on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u '+%Y-%m-%d %H:%M UTC'), ${SECONDS} s"
+  if [ -f "$LOGS/fwd_fp8_test.log" ]; then  # the shards' counts, added up
+    printf '%-14s %d passed, %d failed, %d skipped (%d shards)\n' fwd_fp8_test \
+      "$(grep -c '^\[       OK \]' "$LOGS/fwd_fp8_test.log")" \
+      "$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log")" \
+      "$(grep -cE '^\[  SKIPPED \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log")" "$SHARDS"
+    grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log" | head -12 | sed 's/^/    /'
+  fi
+  for t in memcheck; do
+    [ -f "$LOGS/$t.log" ] || continue
+    line=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$LOGS/$t.log" | tr '\n' ' ')
+    san=$(grep -E 'ERROR SUMMARY' "$LOGS/$t.log" | tail -1)
+    printf '%-14s %s %s\n' "$t" "$line" "$san"
+    grep -E '^\[  FAILED  \] ' "$LOGS/$t.log" | grep -v 'listed below' | head -12 | sed 's/^/    /'
+  done
+  if [ -f "$LOGS/fwd_fp8_test.log" ]; then
+    echo "-- variant cases (O rel L2 vs float64 of the dequantized inputs; LSE max abs err)"
+    grep -E '^fp8 rel_l2 .*_bf16_' "$LOGS/fwd_fp8_test.log" | sed 's/^fp8 rel_l2 /  /' | sort | head -60
+    echo "-- default path, the longest cases"
+    grep -E '^fp8 rel_l2 .*sk4097_d128_(full|causal)_bf16 ' "$LOGS/fwd_fp8_test.log" | sed 's/^fp8 rel_l2 /  /' | head -8
+    echo "-- default path, ONE key per row (LSE = the score itself: its error is QK^T's, no sum, no P rounding)"
+    grep -E '^fp8 rel_l2 .*_sk1_d128_full_bf16 ' "$LOGS/fwd_fp8_test.log" | sed 's/^fp8 rel_l2 /  /' | head -4
+  fi
+  echo "-- steps"
+  cat "$STATUS"
+  [ "$BUILD_OK" -eq 1 ] || tail -40 "$LOGS/build.log"
+  grep -E 'error|warning' "$LOGS/build.log" 2>/dev/null | head -20
+  if [ -f "$OUT/ab.txt" ]; then
+    echo "-- A/B (bench/fwd_fp8_ab; ratio to base LAST)"
+    cat "$OUT/ab.txt"
+  fi
+} >"$OUT/summary.txt"
+tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+cat "$OUT/summary.txt"

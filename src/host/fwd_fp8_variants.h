@@ -1,0 +1,61 @@
+// hattn/src/host/fwd_fp8_variants.h -- kernel variants of the FP8 forward for A/B measurements
+// (not part of libhattn): the softmax and accumulation options of fwd_fp8::Tuning, each
+// instantiated for bf16 O at head dims 64, 128 and 256 in a library of its own
+// (hattn_fp8_variants, CMake option HATTN_FP8_VARIANTS), run through hattn_fwd_fp8's own checks.
+// Used by test/fwd_fp8_test.cu (each variant against float64) and bench/fwd_fp8_ab.cu (speed).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "hattn.h"
+#include "kernels/fwd_fp8_args.h"
+
+namespace hattn::host {
+
+struct Fp8VariantInfo {
+    const char* name;
+    int exp_poly_eighths;  // fwd_fp8::Tuning's options
+    bool lazy_rescale;
+    bool two_level;
+};
+
+// Index 0 is the library's default path.
+inline constexpr Fp8VariantInfo kFp8Variants[] = {
+    {"base", 0, false, false},
+    {"lazy", 0, true, false},
+    {"poly2", 2, false, false},
+    {"lazy_poly1", 1, true, false},
+    {"lazy_poly2", 2, true, false},
+    {"lazy_poly3", 3, true, false},
+    {"twolevel", 0, false, true},
+    {"lazy_twolevel", 0, true, true},
+};
+inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
+
+// The index of the variant named `name`, -1 if none (usable in constant expressions).
+constexpr int fp8_variant_index(const char* name) {
+    for (int v = 0; v < kFp8VariantCount; ++v) {
+        const char* a = kFp8Variants[v].name;
+        int i = 0;
+        while (a[i] != '\0' && a[i] == name[i]) ++i;
+        if (a[i] == '\0' && name[i] == '\0') return v;
+    }
+    return -1;
+}
+
+// Two-level accumulation needs a second O in registers: not built at head_dim 256.
+constexpr bool fp8_variant_built(int variant, int head_dim) { return !(kFp8Variants[variant].two_level && head_dim > 128); }
+
+// One (variant, head dim) kernel's launch; defined in src/host/fwd_fp8_variant.cu, which is
+// compiled once per built pair.
+template <int kVariant, int kHeadDim>
+cudaError_t launch_fwd_fp8_variant(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error);
+
+// hattn_fwd_fp8 with variant `variant`'s kernels (bf16 O only): the same checks and statuses; a
+// variant index out of range, fp16 O or a head dim the variant is not built for fails at the launch
+// (a CUDA error status, the reason in the log).
+hattn_status fwd_fp8_variant(int variant, const hattn_fwd_fp8_params* params, cudaStream_t stream);
+
+}  // namespace hattn::host
