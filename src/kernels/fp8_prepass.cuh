@@ -85,7 +85,7 @@ struct Layout {
 
 // 1/sqrt(d) in fp32 (exact for 64 and 256).
 template <int kHeadDim>
-constexpr float inv_sqrt_head_dim() {
+HATTN_HOST_DEVICE constexpr float inv_sqrt_head_dim() {
     return kHeadDim == 64 ? 0.125f : kHeadDim == 256 ? 0.0625f : 0.08838834764831845f;
 }
 

@@ -4,13 +4,8 @@
 
 #include <cstdint>
 
-#include "kernels/fwd_args.h"  // Dtype
+#include "kernels/fwd_args.h"  // Dtype, HATTN_HOST_DEVICE
 
-#if defined(__CUDACC__)
-#define HATTN_HOST_DEVICE __host__ __device__
-#else
-#define HATTN_HOST_DEVICE
-#endif
 
 namespace hattn::fp8 {
 

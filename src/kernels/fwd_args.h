@@ -5,6 +5,15 @@
 #include <cmath>
 #include <cstdint>
 
+// For the small functions both a launcher (host) and its kernel (device) call. Compiled as plain
+// C++ (the host-only files of the C API) it is empty. Marked explicitly rather than relying on
+// nvcc's --expt-relaxed-constexpr, so the vendored single files compile with no extra flags.
+#if defined(__CUDACC__)
+#define HATTN_HOST_DEVICE __host__ __device__
+#else
+#define HATTN_HOST_DEVICE
+#endif
+
 namespace hattn::fwd {
 
 enum class Dtype : int { kBf16 = 0, kFp16 = 1 };

@@ -37,7 +37,7 @@ struct Fp8FwdArgs {
 };
 
 // V^T's row length (keys) and its byte size.
-constexpr int64_t vt_keys(int seqlen_k) { return (static_cast<int64_t>(seqlen_k) + kVtKeyAlign - 1) / kVtKeyAlign * kVtKeyAlign; }
+HATTN_HOST_DEVICE constexpr int64_t vt_keys(int seqlen_k) { return (static_cast<int64_t>(seqlen_k) + kVtKeyAlign - 1) / kVtKeyAlign * kVtKeyAlign; }
 constexpr int64_t vt_bytes(int batch, int heads_kv, int seqlen_k, int head_dim) {
     return static_cast<int64_t>(batch) * heads_kv * head_dim * vt_keys(seqlen_k);
 }
