@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // plain order, whose ordered adds need the step's query block. So where kLate holds, the
         // mode is known not to be deterministic, and the ordered-add path is not compiled in.
         constexpr bool kLate = Cfg::kLateDq && !kWalkDown;
-        const bool deterministic = !kLate && p.deterministic;
+        auto deterministic = [&] { return !kLate && p.deterministic; };  // (read where used, as p's other fields)
 
         float dv[kHeadDim / 2];
         float dk[kHeadDim / 2];
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 #pragma unroll
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
                 float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
-                if (Cfg::kDqWarp && !deterministic) {
+                if (Cfg::kDqWarp && !deterministic()) {
                     if constexpr (Cfg::kDqWarp) {
                         const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
                         empty.sync();  // the dQ warp has read out the previous step's slices
@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                         ptx::fence_proxy_async_shared_cta();  // the bulk reduce reads through the async proxy
                         full.arrive();
                     }
-                } else if (!deterministic) {
+                } else if (!deterministic()) {
                     add_dq(block, dq);
                 } else {
                     // KV block n_block is the n_block-th to add to this query block (every block
@@ -487,11 +487,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         auto ds_ready = [](int c, int b) {
             return DsReadyBarrier{kDsReadyFirst + kDsPhases * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
         };
-        // The step's phase: its ds_ready barrier and, where there is more than one, its dS^T
-        // buffer (one counter for both: they advance together).
+        // The step's ds_ready barrier (ds_phase) and dS^T buffer (ds_buf). kLate: one counter for
+        // both (as many of each, advancing together; a register fewer, which it needs). Otherwise
+        // two, as in the plain build's code.
         int ds_phase = 0;
-        static_assert(Cfg::kDsBuffers == 1 || Cfg::kDsBuffers == kDsPhases, "a dS^T buffer per ds_phase");
-        auto ds_buffer = [&] { return Cfg::kDsBuffers == 1 ? 0 : ds_phase; };
+        [[maybe_unused]] int ds_buf = 0;
+        static_assert(!kLate || Cfg::kDsBuffers == kDsPhases, "kLate: a dS^T buffer per phase");
+        auto ds_buffer = [&] { return kLate ? ds_phase : ds_buf; };
         auto previous_phase = [&] {
             if constexpr (kDsPhases == 2) return ds_phase ^ 1;
             else return ds_phase == 0 ? kDsPhases - 1 : ds_phase - 1;
@@ -637,6 +639,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if constexpr (!Cfg::kDelayDq) finish_dq(head, m);
             }
             // (xor where there are two: the compiler cannot know the value is 0 or 1)
+            if constexpr (!kLate && Cfg::kAccDk && Cfg::kDsBuffers == 2) ds_buf ^= 1;
+            if constexpr (!kLate && Cfg::kAccDk && Cfg::kDsBuffers > 2) ds_buf = ds_buf + 1 == Cfg::kDsBuffers ? 0 : ds_buf + 1;
             if constexpr (kDsPhases == 2) ds_phase ^= 1;
             else ds_phase = ds_phase + 1 == kDsPhases ? 0 : ds_phase + 1;
         };
