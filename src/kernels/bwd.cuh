@@ -102,6 +102,13 @@ constexpr int kLptGroup = 4;
 #define HATTN_BWD_DQ_LATE 0
 #endif
 constexpr int kDqLate = HATTN_BWD_DQ_LATE;
+// HATTN_BWD_DQ_WARPS=2: two dQ warps, one per consumer warpgroup (default 1, serving both in
+//   turn, which ties a warpgroup's staging to the other's progress).
+#ifndef HATTN_BWD_DQ_WARPS
+#define HATTN_BWD_DQ_WARPS 1
+#endif
+constexpr int kDqWarps = HATTN_BWD_DQ_WARPS;
+static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer warpgroup");
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -333,16 +340,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     st.advance();
                 }
             }
-        } else if (Cfg::kDqWarp && !p.deterministic && threadIdx.x / kWarpThreads == 1) {
+        } else if (Cfg::kDqWarp && !p.deterministic && threadIdx.x / kWarpThreads >= 1 &&
+                   threadIdx.x / kWarpThreads <= static_cast<unsigned>(kDqWarps)) {
             // ------------------------------ dQ warp ------------------------------
             // Walks the consumers' steps; per step and consumer: wait for its staged dQ slices,
-            // reduce-add them into the accumulator, and free the staging once read.
+            // reduce-add them into the accumulator, and free the staging once read. With two
+            // dQ warps, warp 1 + c serves consumer c alone.
             if constexpr (Cfg::kDqWarp) {
                 const int lane = threadIdx.x % kWarpThreads;
+                const int c_begin = kDqWarps == 1 ? 0 : static_cast<int>(threadIdx.x / kWarpThreads) - 1;
+                const int c_end = kDqWarps == 1 ? Cfg::kConsumers : c_begin + 1;
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
                     for (int m = m_begin; m < p.num_m_blocks; ++m) {
                         float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
-                        for (int c = 0; c < Cfg::kConsumers; ++c) {
+                        for (int c = c_begin; c < c_end; ++c) {
                             // "empty" pairs with the consumer's wait before it writes: the staging
                             // was read out (bulk_wait_group_read below, one step earlier).
                             DqStagingBarrier{kDqEmptyFirst + c}.arrive();
