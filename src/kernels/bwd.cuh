@@ -91,14 +91,36 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
 constexpr int kLptGroup = 4;
 
+// Build-time variant for A/B (scripts/ab_bwd.sh), head dim 128 only; 0 = the plain path.
+// HATTN_BWD_DQ_LATE=1: step i's consumer issues dQ of step i - 1 right after its dK of step i
+//   (once its own dS^T of step i is stored) and waits once for both, instead of issuing it at the
+//   start of step i and waiting for it alone: one drain of the warpgroup's wgmma queue per step
+//   instead of two, and dQ's accumulator is never live beside S^T and dP^T. Needs a third dS^T
+//   buffer and a third ds_ready barrier per warpgroup (see kDsPhases).
+// HATTN_BWD_DQ_LATE=2: the same, dQ of step i - 1 issued before dK of step i.
+#ifndef HATTN_BWD_DQ_LATE
+#define HATTN_BWD_DQ_LATE 0
+#endif
+constexpr int kDqLate = HATTN_BWD_DQ_LATE;
+// HATTN_BWD_DQ_WARPS=2: two dQ warps, one per consumer warpgroup (default 1, serving both in
+//   turn, which ties a warpgroup's staging to the other's progress).
+#ifndef HATTN_BWD_DQ_WARPS
+#define HATTN_BWD_DQ_WARPS 1
+#endif
+constexpr int kDqWarps = HATTN_BWD_DQ_WARPS;
+static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer warpgroup");
+
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
 
 // Q / dO slots: d64 gains from a third (+2-10%, its steps are short); d128 loses 1-2% with it.
 constexpr int default_stages(int head_dim) { return head_dim <= 64 ? 3 : 2; }
+// dS^T tiles: 2, so that a warpgroup never waits before rewriting one; 3 where the late dQ GEMM
+// (kLateDq) reads a tile one step longer.
+constexpr int default_ds_buffers(int head_dim) { return kDqLate != 0 && head_dim == 128 ? 3 : 2; }
 
 template <int kHeadDim_, class Elem_, Grads kGrads_ = Grads::kAll, int kStages_ = default_stages(kHeadDim_),
-          int kDsBuffers_ = 2>
+          int kDsBuffers_ = default_ds_buffers(kHeadDim_)>
 struct Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
@@ -107,7 +129,7 @@ struct Config {
     static constexpr int kBlockN = kConsumers * kMmaM;  // keys per CTA, 64 per consumer
     static constexpr int kBlockM = kQueryBlockRows;     // query rows per step
     static constexpr int kStages = kStages_;            // Q / dO slots in the ring
-    static constexpr int kDsBuffers = kDsBuffers_;      // dS^T tiles (2: no wait before rewriting)
+    static constexpr int kDsBuffers = kDsBuffers_;      // dS^T tiles (default_ds_buffers)
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
     // The consumers hold dK and dV (head_dim registers together) besides S, dP and dQ; the
     // producer warpgroup only issues TMA (and at d128 the dQ warp's bulk adds):
@@ -136,7 +158,18 @@ struct Config {
     // Step i's dQ GEMM is issued in step i + 1, so a warpgroup waits for the other's dS^T of the
     // step before rather than of the current one, and the two warpgroups can drift up to a step
     // apart: one's softmax then overlaps the other's GEMMs (+1-3% at d128).
-    static constexpr bool kDelayDq = kAccDk && !kDqOwnKeys && kDsBuffers_ == 2 && kHeadDim == 128;
+    static constexpr bool kDelayDq = kAccDk && !kDqOwnKeys && kDsBuffers_ >= 2 && kHeadDim == 128;
+    // kDelayDq, HATTN_BWD_DQ_LATE: step i - 1's dQ GEMM issued with step i's dK GEMM (not before
+    // step i's S^T), one wait for both.
+    static constexpr bool kLateDq = kDelayDq && kDqLate != 0;
+    // kDelayDq: ds_ready barriers per warpgroup, used in turn. A warpgroup arrives on one once per
+    // step; before it arrives on the same one again the other must have waited on it. Plain
+    // order: the other waits at its next step's start, before its own arrive, so 2 suffice. Late
+    // dQ: the other waits after its next step's arrive, and a warpgroup can be kStages steps
+    // ahead of the other's wait (the Q ring bounds it), so kStages + 1. Likewise the dS^T buffer
+    // of step i is read by the other's dQ GEMM up to the end of its step i + 1.
+    static constexpr int kDsPhases = kLateDq ? kStages + 1 : 2;
+    static_assert(!kLateDq || kDsBuffers >= kStages + 1, "the late dQ GEMM needs kStages + 1 dS^T buffers");
     // d64's steps are short: loading each column's LSE and D before the GEMMs are issued, and
     // exponentiating once both S and dP are done, measured +10-19% there against the order wider
     // heads use (loads after S, exps while dP runs), which in turn is 5-9% faster at d128.
@@ -157,8 +190,9 @@ enum BarrierId : uint32_t {
     kWarpgroupFirst = 2,  // + consumer: one warpgroup's own
     kDqFullFirst = 4,     // + consumer: its dQ staging is written (the consumer arrives, the dQ warp waits)
     kDqEmptyFirst = 6,    // + consumer: its dQ staging has been read out (the dQ warp arrives)
-    kDsReadyFirst = 8,    // + 2 consumer + parity: dS^T of a step is stored (it arrives, the other waits)
+    kDsReadyFirst = 8,    // + kDsPhases consumer + phase: dS^T of a step is stored (it arrives, the other waits)
 };
+constexpr uint32_t kHardwareBarriers = 16;
 constexpr int kWarpThreads = 32;
 using ConsumersBarrier = NamedBarrier<2 * kWarpgroupThreads>;
 using WarpgroupBarrier = NamedBarrier<kWarpgroupThreads>;
@@ -306,16 +340,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     st.advance();
                 }
             }
-        } else if (Cfg::kDqWarp && !p.deterministic && threadIdx.x / kWarpThreads == 1) {
+        } else if (Cfg::kDqWarp && !p.deterministic && threadIdx.x / kWarpThreads >= 1 &&
+                   threadIdx.x / kWarpThreads <= static_cast<unsigned>(kDqWarps)) {
             // ------------------------------ dQ warp ------------------------------
             // Walks the consumers' steps; per step and consumer: wait for its staged dQ slices,
-            // reduce-add them into the accumulator, and free the staging once read.
+            // reduce-add them into the accumulator, and free the staging once read. With two
+            // dQ warps, warp 1 + c serves consumer c alone.
             if constexpr (Cfg::kDqWarp) {
                 const int lane = threadIdx.x % kWarpThreads;
+                const int c_begin = kDqWarps == 1 ? 0 : static_cast<int>(threadIdx.x / kWarpThreads) - 1;
+                const int c_end = kDqWarps == 1 ? Cfg::kConsumers : c_begin + 1;
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
                     for (int m = m_begin; m < p.num_m_blocks; ++m) {
                         float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
-                        for (int c = 0; c < Cfg::kConsumers; ++c) {
+                        for (int c = c_begin; c < c_end; ++c) {
                             // "empty" pairs with the consumer's wait before it writes: the staging
                             // was read out (bulk_wait_group_read below, one step earlier).
                             DqStagingBarrier{kDqEmptyFirst + c}.arrive();
@@ -348,6 +386,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         const int first_key = n0 + first_key_in_block + acc_row_in_warpgroup(tid);  // this thread's key (and +8)
         const ConsumersBarrier consumers{kConsumersSync};
         const WarpgroupBarrier own_warpgroup{static_cast<uint32_t>(kWarpgroupFirst + cw)};
+        // The late dQ order (Config::kLateDq) in the non-deterministic instantiation only: the
+        // deterministic one (kWalkDown, picked on the host exactly when p.deterministic) keeps the
+        // plain order, whose ordered adds need the step's query block. So where kLate holds, the
+        // mode is known not to be deterministic, and the ordered-add path is not compiled in.
+        constexpr bool kLate = Cfg::kLateDq && !kWalkDown;
+        auto deterministic = [&] { return !kLate && p.deterministic; };  // (read where used, as p's other fields)
 
         float dv[kHeadDim / 2];
         float dk[kHeadDim / 2];
@@ -378,7 +422,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         typename Ring<1>::State kv_state;
         smem.kv_ring.consumer_wait(kv_state);
         typename Ring<Cfg::kStages>::State read_st, release_st;  // the slot to read next / to free next
-        int ds_buf = 0;
         [[maybe_unused]] float dq[Cfg::kDqSlices][kBlockM / 2];
 
         // A step's dV and dK GEMMs have completed: free its Q / dO slot.
@@ -400,7 +443,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 #pragma unroll
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
                 float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
-                if (Cfg::kDqWarp && !p.deterministic) {
+                if (Cfg::kDqWarp && !deterministic()) {
                     if constexpr (Cfg::kDqWarp) {
                         const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
                         empty.sync();  // the dQ warp has read out the previous step's slices
@@ -414,7 +457,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                         ptx::fence_proxy_async_shared_cta();  // the bulk reduce reads through the async proxy
                         full.arrive();
                     }
-                } else if (!p.deterministic) {
+                } else if (!deterministic()) {
                     add_dq(block, dq);
                 } else {
                     // KV block n_block is the n_block-th to add to this query block (every block
@@ -448,18 +491,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 ptx::wgmma_commit_group();
             }
         };
-        // kDelayDq: "warpgroup c stored its dS^T of a step of parity b" is barrier ds_ready(c, b).
-        // Two per warpgroup: a warpgroup cannot store twice before the other has waited once
-        // (it would first need the other's next dS^T), so consecutive stores never share a phase.
+        // kDelayDq: "warpgroup c stored its dS^T of a step of phase b" is barrier ds_ready(c, b),
+        // kDsPhases per warpgroup used in turn, so consecutive stores never share a barrier before
+        // the other warpgroup has waited (Config::kDsPhases).
         // The id is computed, not read from a table: a table indexed at run time lives on the
         // stack (a local load before each of these barriers, in every step).
+        constexpr int kDsPhases = Cfg::kDsPhases;
+        static_assert(kDsReadyFirst + Cfg::kConsumers * kDsPhases <= kHardwareBarriers, "named barrier ids");
         auto ds_ready = [](int c, int b) {
-            return DsReadyBarrier{kDsReadyFirst + 2 * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
+            return DsReadyBarrier{kDsReadyFirst + kDsPhases * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
         };
-        int parity = 0;
+        // The step's ds_ready barrier (ds_phase) and dS^T buffer (ds_buf). kLate: one counter for
+        // both (as many of each, advancing together; a register fewer, which it needs). Otherwise
+        // two, as in the plain build's code.
+        int ds_phase = 0;
+        [[maybe_unused]] int ds_buf = 0;
+        static_assert(!kLate || Cfg::kDsBuffers == kDsPhases, "kLate: a dS^T buffer per phase");
+        auto ds_buffer = [&] { return kLate ? ds_phase : ds_buf; };
+        auto previous_phase = [&] {
+            if constexpr (kDsPhases == 2) return ds_phase ^ 1;
+            else return ds_phase == 0 ? kDsPhases - 1 : ds_phase - 1;
+        };
         struct Previous {
             int head, m, ds_buf;
         } previous{-1, -1, 0};  // kDelayDq: the step whose dQ GEMM is still to be issued
+        // kLate: whether there is one (the first step has none); its dS^T buffer is the previous
+        // ds_phase's, and the kLate path needs neither its head nor its query block.
+        bool has_previous = false;
 
         // One query block: the five GEMMs, the softmax recomputed from LSE.
         auto step = [&](int head, int m, auto masked) {
@@ -470,14 +528,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             [[maybe_unused]] float dp[kBlockM / 2];
             // The previous step's dQ first, once the other warpgroup's dS^T of it is stored (it
             // was, unless that warpgroup is behind).
-            if constexpr (Cfg::kDelayDq) {
+            if constexpr (Cfg::kDelayDq && !kLate) {
                 if (previous.m >= 0) {
-                    ds_ready(1 - cw, parity ^ 1).sync();
+                    ds_ready(1 - cw, previous_phase()).sync();
                     issue_dq(previous.ds_buf);
                     ptx::wgmma_wait_group<0>();
                     finish_dq(previous.head, previous.m);
                 }
-                previous = {head, m, ds_buf};
+                previous = {head, m, ds_buffer()};
             }
 
             // Per query column of the fragment (columns 8j + 2 (lane % 4) + {0, 1}): its LSE and D.
@@ -539,29 +597,66 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
                 // the previous step must be done reading it.
                 if constexpr (Cfg::kDsBuffers == 1 && !Cfg::kDqOwnKeys) consumers.sync();
-                store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
+                store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buffer()], dp, first_key_in_block);
                 store_fence();
-                if constexpr (Cfg::kDelayDq) ds_ready(cw, parity).arrive();
+                if constexpr (Cfg::kDelayDq) ds_ready(cw, ds_phase).arrive();
                 // dK += dS^T Q, dS^T from registers (after dV when that is not issued early).
-                ptx::wgmma_fence();
-                if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv();
+                auto gemm_dk = [&] {
+                    ptx::wgmma_fence();
+                    if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv();
 #pragma unroll
-                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
-                    mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[stage].desc_mn_major(kk), 1u);
-                ptx::wgmma_commit_group();
+                    for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
+                        mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[stage].desc_mn_major(kk), 1u);
+                    ptx::wgmma_commit_group();
+                };
+                if constexpr (kLate) {
+                    // Late dQ: the previous step's dQ GEMM, once the other warpgroup's dS^T of it
+                    // is stored (it was, unless that warpgroup is behind), queued beside dK's, and
+                    // one wait for all. First the wait for dV's GEMM (issued long before): P^T's
+                    // registers are then free, the 32 consecutive ones dQ's accumulator needs
+                    // (else the compiler serializes dQ behind dK, or spills). The dQ registers are
+                    // written and read within the branch (a merge of them with the other path's
+                    // before the wait would read them while in flight, serializing every wgmma).
+                    auto wait_dv_issue_dq = [&] {
+                        ptx::wgmma_wait_group<kDqLate == 2 ? 0 : 1>();
+                        ptx::wgmma_fence_operand(dv);
+                        ds_ready(1 - cw, previous_phase()).sync();
+                        issue_dq(previous_phase());
+                    };
+                    if (has_previous) {
+                        if constexpr (kDqLate == 2) wait_dv_issue_dq();
+                        gemm_dk();
+                        if constexpr (kDqLate != 2) wait_dv_issue_dq();
+                        ptx::wgmma_wait_group<0>();
+                        release_stage();
+                        finish_dq(head, m);  // (head and m are unused in this mode)
+                    } else {
+                        gemm_dk();
+                        ptx::wgmma_wait_group<0>();
+                        release_stage();
+                    }
+                    has_previous = true;
+                } else {
+                    gemm_dk();
+                }
             }
 
-            // dQ^T = K^T dS^T once the dS^T rows it reads are in shared memory.
-            if constexpr (Cfg::kAccDk && !Cfg::kDelayDq) {
-                if constexpr (Cfg::kDqOwnKeys) own_warpgroup.sync();
-                else consumers.sync();
-                issue_dq(ds_buf);
+            if constexpr (!kLate) {
+                // dQ^T = K^T dS^T once the dS^T rows it reads are in shared memory.
+                if constexpr (Cfg::kAccDk && !Cfg::kDelayDq) {
+                    if constexpr (Cfg::kDqOwnKeys) own_warpgroup.sync();
+                    else consumers.sync();
+                    issue_dq(ds_buffer());
+                }
+                ptx::wgmma_wait_group<0>();
+                release_stage();
+                if constexpr (!Cfg::kDelayDq) finish_dq(head, m);
             }
-            ptx::wgmma_wait_group<0>();
-            release_stage();
-            if constexpr (!Cfg::kDelayDq) finish_dq(head, m);
-            if constexpr (Cfg::kAccDk && Cfg::kDsBuffers == 2) ds_buf ^= 1;
-            parity ^= 1;
+            // (xor where there are two: the compiler cannot know the value is 0 or 1)
+            if constexpr (!kLate && Cfg::kAccDk && Cfg::kDsBuffers == 2) ds_buf ^= 1;
+            if constexpr (!kLate && Cfg::kAccDk && Cfg::kDsBuffers > 2) ds_buf = ds_buf + 1 == Cfg::kDsBuffers ? 0 : ds_buf + 1;
+            if constexpr (kDsPhases == 2) ds_phase ^= 1;
+            else ds_phase = ds_phase + 1 == kDsPhases ? 0 : ds_phase + 1;
         };
 
         // The masked query blocks (m_begin .. masked_end - 1) come first when walking up, last
@@ -580,8 +675,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             }
         }
         if constexpr (Cfg::kDelayDq) {  // the last step's dQ
-            ds_ready(1 - cw, parity ^ 1).sync();
-            issue_dq(previous.ds_buf);
+            ds_ready(1 - cw, previous_phase()).sync();
+            issue_dq(kLate ? previous_phase() : previous.ds_buf);
             ptx::wgmma_wait_group<0>();
             finish_dq(previous.head, previous.m);
         }
