@@ -3,7 +3,7 @@
 # process (scripts/ab_fwd.py --bwd), after the backward GPU tests of every variant, on a GPU machine.
 #
 #   OUT=/tmp/ab bash scripts/ab_bwd.sh            # base dqlate dqlate2 dqlate_w2, 24 shapes, 3 rounds
-#   VARIANTS="base dqlate" ROUNDS=2 bash scripts/ab_bwd.sh
+#   VARIANTS="base early" ROUNDS=2 bash scripts/ab_bwd.sh
 #
 # The variants (defines at the top of src/kernels/bwd.cuh) all change src/host/bwd_launch_d128.cu
 # only, so one build folder holds them: build-ab/base is configured and built once (libhattn.so and
@@ -43,12 +43,13 @@ elapsed() { echo $(($(date +%s) - t0)); }
 # name -> defines (see the top of src/kernels/bwd.cuh)
 declare -A DEFINES=(
   [base]=""
-  [dqlate]="-DHATTN_BWD_DQ_LATE=1"   # d128: step i-1's dQ GEMM after step i's dK, one wait
+  [early]="-DHATTN_BWD_DQ_LATE=0"    # d128: dQ at the start of the step, waited for alone (before run 26)
+  [dqlate]="-DHATTN_BWD_DQ_LATE=1"   # d128: step i-1's dQ GEMM after step i's dK, one wait (the default)
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
 )
-VARIANTS=${VARIANTS:-base dqlate dqlate2 dqlate_w2}
+VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do
   if [ -z "${DEFINES[$v]+set}" ]; then echo "ab_bwd.sh: unknown variant '$v'" >&2; exit 2; fi
 done

@@ -91,7 +91,9 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
 constexpr int kLptGroup = 4;
 
-// Build-time variant for A/B (scripts/ab_bwd.sh), head dim 128 only; 0 = the plain path.
+// Build-time choice for A/B (scripts/ab_bwd.sh), head dim 128 only. The default, 1, won the A/B of
+// bench/RESULTS.md run 26 (d128 0.96-1.03x -> 1.06-1.16x cuDNN at 4k-16k; d64 and d256 unchanged);
+// 0 = the earlier order (dQ at the start of the step, waited for alone), kept for that A/B.
 // HATTN_BWD_DQ_LATE=1: step i's consumer issues dQ of step i - 1 right after its dK of step i
 //   (once its own dS^T of step i is stored) and waits once for both, instead of issuing it at the
 //   start of step i and waiting for it alone: one drain of the warpgroup's wgmma queue per step
@@ -99,7 +101,7 @@ constexpr int kLptGroup = 4;
 //   buffer and a third ds_ready barrier per warpgroup (see kDsPhases).
 // HATTN_BWD_DQ_LATE=2: the same, dQ of step i - 1 issued before dK of step i.
 #ifndef HATTN_BWD_DQ_LATE
-#define HATTN_BWD_DQ_LATE 0
+#define HATTN_BWD_DQ_LATE 1
 #endif
 constexpr int kDqLate = HATTN_BWD_DQ_LATE;
 // HATTN_BWD_DQ_WARPS=2: two dQ warps, one per consumer warpgroup (default 1, serving both in

@@ -73,20 +73,25 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
 constexpr int kPGainLog2 = 8;
 
-// Softmax and accumulation options (the defaults are the plain path; A/B builds instantiate others,
-// see src/host/fwd_fp8_variants.h):
-//   kExpPolyEighths  of every 8 weights of a row, this many exps on the FMA pipe (0: all on MUFU)
+// Softmax and accumulation options (Tuning<> is the plain path; the launcher's default is
+// DefaultTuning below; A/B builds instantiate the others, see src/host/fwd_fp8_variants.h):
 //   kLazyRescale     sm90::LazyBlockScaledSoftmax: V's descale in P's exponent, O rescaled only
 //                    when a row's max grows by more than kLazyRescaleLog2 (warp vote)
 //   kTwoLevel        each P V into a fresh fp32 accumulator, added to O in fp32 (the e4m3 wgmma
 //                    accumulates with fewer bits than fp32); +head_dim / 2 registers: d <= 128
-template <int kExpPolyEighths_ = 0, bool kLazyRescale_ = false, bool kTwoLevel_ = false>
+template <bool kLazyRescale_ = false, bool kTwoLevel_ = false>
 struct Tuning {
-    static constexpr int kExpPolyEighths = kExpPolyEighths_;
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
-    static_assert(kExpPolyEighths >= 0 && kExpPolyEighths <= 8, "eighths of a row");
 };
+
+// What the launcher uses, decided by the A/B of bench/RESULTS.md run 26 (fwd_fp8_ab, H200): the
+// lazy rescale at every head dim (+8-22% over the plain path, most at long rows: O is rescaled in
+// a few blocks instead of each), and at d = 64 also the two-level accumulation (+4-6% more there:
+// the fp32 add of each block's P V into O overlaps the next block's wgmma; at d = 128 it costs 5%,
+// and at d = 256 there are no registers for it).
+template <int kHeadDim>
+using DefaultTuning = Tuning<true, kHeadDim <= 64>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -270,8 +275,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         float s[kBlockN / 2];
         uint32_t pf[kBlockN / kMmaK][4];
         float o_scale[kAccRowsPerThread];
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, Opt::kExpPolyEighths>,
-                           BlockScaledSoftmax<kBlockN, kPGainLog2, Opt::kExpPolyEighths>>
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2>,
+                           BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
         bool rescale_pending = true;  // lazy: whether the last softmax moved some row of this warp
 
@@ -569,7 +574,7 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
 constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
 constexpr int default_stages(int head_dim) { return head_dim <= 128 ? 4 : 3; }
 
-template <int kHeadDim, class Opt = Tuning<>>
+template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
     if (a.o_dtype == fwd::Dtype::kBf16)

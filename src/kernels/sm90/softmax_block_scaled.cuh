@@ -13,35 +13,22 @@
 // the subnormals. O and the row sum carry the same gain, so O / sum is unchanged; only the LSE
 // subtracts it.
 //
-// The exp split (kPolyEighths > 0): of every 8 consecutive weights of a row in a thread's
-// fragment, the first kPolyEighths are computed on the FMA pipe (sm90/exp2_poly.cuh, degree 3)
-// and the rest on the MUFU, which is as busy as the FP8 tensor cores otherwise.
+// Every exponential is on the MUFU: moving 1-3 of every 8 of a row's weights to the FMA pipe
+// (sm90/exp2_poly.cuh, degree 3) measured 3-9% slower on the H200 (bench/RESULTS.md run 26):
+// each one moved costs ~7 issue slots, and issue, not the MUFU, bounds this softmax.
 //
 // LazyBlockScaledSoftmax (below) is the variant that rarely rescales O; see there.
 #pragma once
 
 #include <cmath>
 
-#include "kernels/sm90/exp2_poly.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/softmax.cuh"
 #include "ptx/mufu.cuh"
 
 namespace hattn::sm90 {
 
-constexpr int kExpSplitDegree = 3;  // max rel. error 7.5e-5: P is rounded to e4m3 (2^-4) anyway
-
-// 2^x for the fragment element i (a compile-time index once unrolled): on the FMA pipe for the
-// first kPolyEighths of every 8 weights of a row, else on the MUFU. x <= ~9 here (p <= 1 times the
-// gain), so the polynomial needs only its lower clamp (masked scores are -inf).
-template <int kPolyEighths>
-__device__ __forceinline__ float exp2_split(float x, int i) {
-    const int j = 2 * (i / 4) + i % 2;  // the element's position among its row's
-    if (kPolyEighths > 0 && j % 8 < kPolyEighths) return exp2_poly<kExpSplitDegree>(x);
-    return ptx::ex2_approx_f32(x);
-}
-
-template <int kN, int kGainLog2 = 0, int kPolyEighths = 0>
+template <int kN, int kGainLog2 = 0>
 struct BlockScaledSoftmax {
     static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
     float max_log2[kAccRowsPerThread];  // running max of scaled scores, log2 units (-inf: none yet)
@@ -76,7 +63,7 @@ struct BlockScaledSoftmax {
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i) {
                 if (acc_row_half(i) == r) {
-                    s[i] = exp2_split<kPolyEighths>(fmaf(s[i], scale_log2, -offset), i);
+                    s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
                     sum += s[i];
                 }
             }
@@ -113,7 +100,7 @@ struct BlockScaledSoftmax {
 // A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
 constexpr float kLazyRescaleLog2 = 0.75f;
 
-template <int kN, int kGainLog2 = 0, int kPolyEighths = 0>
+template <int kN, int kGainLog2 = 0>
 struct LazyBlockScaledSoftmax {
     static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
     float ref_log2[kAccRowsPerThread];  // R per row: scaled log2 score + log2 v_ds (-inf: no key yet)
@@ -173,7 +160,7 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i) {
                 if (acc_row_half(i) == r) {
-                    s[i] = exp2_split<kPolyEighths>(fmaf(s[i], scale_log2, -offset), i);
+                    s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
                     sum += s[i];
                 }
             }
