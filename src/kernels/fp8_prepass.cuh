@@ -30,8 +30,8 @@
 //     thread; the signs now come from the host.) An in-register butterfly level
 //     costs one FADD per element, a cross-lane level a SHFL plus an FFMA (and SHFL runs at 32
 //     lanes per clock). Fewer chunks per row mean more cross-lane levels but better coalesced
-//     loads and stores (see Layout): the default (fp8_default_chunks) is 2 chunks at d 64 / 128
-//     and 4 at d 256; Fp8PrepassVariant picks another layout per call (A/B measurements).
+//     loads and stores (see Layout): the default (fp8_default_variant) is the layout that measured
+//     fastest per head dim and transform; Fp8PrepassVariant picks another per call (A/B).
 //   * Rows past seqlen are zeros in registers (not loaded, not stored): they cannot raise amax.
 #pragma once
 
@@ -253,15 +253,17 @@ __device__ __forceinline__ BlockPlace place_block(const Fp8Tensors& tensors, int
 // cannot overlap its own math and stores, only other resident thread blocks' (and d = 256 has
 // one per SM: 512 threads at up to 128 registers). kStagedBlocks: block i + 1 is copied into
 // shared memory with cp.async (each thread copies exactly the chunks it will read: no barrier)
-// while block i is transformed and stored. HATTN_FP8_BLOCKS_PER_CTA (1 or kStagedBlocks) is the
-// build's default; Fp8PrepassVariant picks per call (A/B measurements).
+// while block i is transformed and stored. fp8_default_variant picks per head dim and transform;
+// HATTN_FP8_BLOCKS_PER_CTA (1 or kStagedBlocks; 0, the default: the table) overrides it for a
+// build, and Fp8PrepassVariant per call (A/B measurements).
 #ifndef HATTN_FP8_BLOCKS_PER_CTA
-#define HATTN_FP8_BLOCKS_PER_CTA 1
+#define HATTN_FP8_BLOCKS_PER_CTA 0
 #endif
 constexpr int kStagedBlocks = kFp8StagedBlocks;
 constexpr int kStageBuffers = 2;  // block i is read while block i + 1 lands
-static_assert(HATTN_FP8_BLOCKS_PER_CTA == 1 || HATTN_FP8_BLOCKS_PER_CTA == kStagedBlocks,
-              "HATTN_FP8_BLOCKS_PER_CTA: 1 or kStagedBlocks");
+static_assert(HATTN_FP8_BLOCKS_PER_CTA == 0 || HATTN_FP8_BLOCKS_PER_CTA == 1 ||
+                  HATTN_FP8_BLOCKS_PER_CTA == kStagedBlocks,
+              "HATTN_FP8_BLOCKS_PER_CTA: 0 (the default table), 1 or kStagedBlocks");
 
 // Shared memory of the staging buffers: [buffer][row][chunk][thread] 16-byte chunks (a warp's
 // reads of one chunk are consecutive 16-byte words: no bank conflicts).
@@ -562,8 +564,10 @@ cudaError_t launch_variant(const Fp8PrepassArgs& a, int chunks, int blocks_per_c
 // validated (the C API does it), the variant here.
 template <int kHeadDim>
 cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t stream, std::string* error) {
-    const int chunks = a.variant.chunks != 0 ? a.variant.chunks : fp8_default_chunks(kHeadDim);
-    const int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta : HATTN_FP8_BLOCKS_PER_CTA;
+    const Fp8PrepassVariant fallback = fp8_default_variant(kHeadDim, a.rope, a.hadamard);
+    const int build_blocks = HATTN_FP8_BLOCKS_PER_CTA != 0 ? HATTN_FP8_BLOCKS_PER_CTA : fallback.blocks_per_cta;
+    const int chunks = a.variant.chunks != 0 ? a.variant.chunks : fallback.chunks;
+    const int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta : build_blocks;
     if ((chunks != 2 && chunks != 4 && chunks != 8) || (blocks != 1 && blocks != detail::kStagedBlocks)) {
         if (error != nullptr) *error = "fp8 pre-pass: unknown variant (chunks 2, 4 or 8; blocks per CTA 1 or 4)";
         return cudaErrorInvalidValue;

@@ -56,9 +56,18 @@ constexpr Fp8PrepassVariant fp8_variant_run(int head_dim, int chunks, int blocks
     return {8, 1};
 }
 constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged variants
-// The default layout per head dim: the fewest shuffles at which a warp's loads still cover whole
-// 32-byte sectors and at most 8 lines (kernels/fp8_prepass.cuh: Layout).
-constexpr int fp8_default_chunks(int head_dim) { return head_dim == 256 ? 4 : 2; }
+// The layout a call gets unless it names one: the fastest per head dim and transform in the A/B of
+// bench/RESULTS.md run 26 (H200, 16k and 64k tokens, % of the copy bandwidth at 64k):
+//   quantize only      2 chunks x 4 staged blocks at d 64 / 128 (87 / 95%), 4 x 4 at 256 (96%)
+//   Hadamard           2 x 4 at d 64 (81%), 4 x 4 at 128 (81%), 8 x 4 at 256 (72%)
+//   RoPE + Hadamard    2 x 1 at d 64 / 128 (53 / 57%), 4 x 1 at 256 (54%): the staged copies
+//                      then cost more than they hide (the kernel is issue-bound)
+// (One launch quantizes Q, K and V: the transform is Q's and K's.)
+constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool hadamard) {
+    if (rope != Rope::kNone) return {head_dim == 256 ? 4 : 2, 1};
+    if (hadamard) return {head_dim == 64 ? 2 : head_dim == 128 ? 4 : 8, kFp8StagedBlocks};
+    return {head_dim == 256 ? 4 : 2, kFp8StagedBlocks};
+}
 
 struct Fp8PrepassArgs {
     Fp8Tensor q, k, v;
