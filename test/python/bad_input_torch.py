@@ -734,6 +734,30 @@ def check_validate(lib: hc.Hattn, case: Case, params: Optional[object]) -> list[
     return problems
 
 
+def child_setup(case: Case):
+    """The case's shape, its torch dtype, the CUDA device and a generator seeded by the case name."""
+    import torch
+
+    s = case.shape
+    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(sum(map(ord, case.name)))
+    return s, torch_dtype, dev, gen
+
+
+def finish_child(case: Case, problems: list[str], names, before, after) -> int:
+    """Inputs must be unchanged bit for bit; print the RESULT line and return the exit code."""
+    import torch
+
+    for name, b, a in zip(names, before, after):
+        if not torch.equal(b.view(torch.uint8), a.view(torch.uint8)):
+            problems.append(f"input {name} changed")
+    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+    print(f"RESULT {case.name} {verdict}")
+    return EXIT_PASS if not problems else EXIT_FAIL
+
+
 # ---- the child: one case, with torch ------------------------------------------------------------
 def run_child(case_name: str, lib_path: Path) -> int:
     import torch  # first, before libhattn is loaded: the point is hattn inside a torch process
@@ -756,11 +780,7 @@ def run_child(case_name: str, lib_path: Path) -> int:
             print(f"RESULT {case_name} SKIP: {lib_path} has no FP8 entry points")
             return EXIT_SKIP
         return run_child_fp8_prepass(case, lib) if case.kind == "fp8_prepass" else run_child_fwd_fp8(case, lib)
-    s = case.shape
-    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(sum(map(ord, case_name)))
+    s, torch_dtype, dev, gen = child_setup(case)
     q, k, v = (torch.randn((s.batch, s.seqlen, s.heads, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
                for _ in range(3))
     inputs_before = [t.clone() for t in (q, k, v)]
@@ -803,13 +823,7 @@ def run_child(case_name: str, lib_path: Path) -> int:
             problems.append(f"{o.numel() - o_kept} of {o.numel()} elements of O were written by a rejected call")
         if lse_kept != lse.numel():
             problems.append(f"{lse.numel() - lse_kept} of {lse.numel()} LSE elements were written by a rejected call")
-    for name, before, after in zip("qkv", inputs_before, (q, k, v)):
-        if not torch.equal(before.view(torch.int16), after.view(torch.int16)):
-            problems.append(f"input {name} changed")
-
-    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
-    print(f"RESULT {case_name} {verdict}")
-    return EXIT_PASS if not problems else EXIT_FAIL
+    return finish_child(case, problems, "qkv", inputs_before, (q, k, v))
 
 
 def reference_attention(qf, kf, vf, causal: bool, scale: float):
@@ -848,11 +862,7 @@ def per_row_descale(descale, seqlen: int):
 def run_child_fp8_prepass(case: Case, lib: hc.Hattn) -> int:
     import torch
 
-    s = case.shape
-    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(sum(map(ord, case.name)))
+    s, torch_dtype, dev, gen = child_setup(case)
     q = torch.randn((s.batch, s.seqlen, s.heads, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
     k, v = (torch.randn((s.batch, s.seqlen, s.kv, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
             for _ in range(2))
@@ -902,22 +912,13 @@ def run_child_fp8_prepass(case: Case, lib: hc.Hattn) -> int:
             if left != sizes[name]:
                 problems.append(f"{sizes[name] - left} of {sizes[name]} elements of {name} were written by a "
                                 "rejected call")
-    for name, before, after in zip(("q", "k", "v", "rope_cos", "rope_sin"), inputs_before, inputs):
-        if not torch.equal(before.view(torch.uint8), after.view(torch.uint8)):
-            problems.append(f"input {name} changed")
-    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
-    print(f"RESULT {case.name} {verdict}")
-    return EXIT_PASS if not problems else EXIT_FAIL
+    return finish_child(case, problems, ("q", "k", "v", "rope_cos", "rope_sin"), inputs_before, inputs)
 
 
 def run_child_fwd_fp8(case: Case, lib: hc.Hattn) -> int:
     import torch
 
-    s = case.shape
-    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(sum(map(ord, case.name)))
+    s, torch_dtype, dev, gen = child_setup(case)
     e4m3_max = 448.0
 
     def e4m3(heads):  # dequantized (times FP8_DESCALE): ~N(0, 1)
@@ -982,22 +983,13 @@ def run_child_fwd_fp8(case: Case, lib: hc.Hattn) -> int:
         touched = int((workspace != WORKSPACE_SENTINEL).sum().item())
         if touched:
             problems.append(f"{touched} of {workspace.numel()} workspace bytes were written by a rejected call")
-    for name, before, after in zip(("q", "k", "v") + DESCALES, inputs_before, inputs):
-        if not torch.equal(before.view(torch.uint8), after.view(torch.uint8)):
-            problems.append(f"input {name} changed")
-    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
-    print(f"RESULT {case.name} {verdict}")
-    return EXIT_PASS if not problems else EXIT_FAIL
+    return finish_child(case, problems, ("q", "k", "v") + DESCALES, inputs_before, inputs)
 
 
 def run_child_bwd(case: Case, lib: hc.Hattn) -> int:
     import torch
 
-    s = case.shape
-    torch_dtype = torch.bfloat16 if s.dtype == hc.HATTN_DTYPE_BF16 else torch.float16
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(sum(map(ord, case.name)))
+    s, torch_dtype, dev, gen = child_setup(case)
     q, o, dout = (torch.randn((s.batch, s.seqlen, s.heads, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
                   for _ in range(3))
     k, v = (torch.randn((s.batch, s.seqlen, s.kv, s.head_dim), device=dev, dtype=torch_dtype, generator=gen)
@@ -1067,13 +1059,7 @@ def run_child_bwd(case: Case, lib: hc.Hattn) -> int:
         touched = int((workspace != WORKSPACE_SENTINEL).sum().item())
         if touched:
             problems.append(f"{touched} of {workspace.numel()} workspace bytes were written by a rejected call")
-    for name, before, after in zip(("q", "k", "v", "o", "dout", "lse"), inputs_before, (q, k, v, o, dout, lse)):
-        if not torch.equal(before.view(torch.uint8), after.view(torch.uint8)):
-            problems.append(f"input {name} changed")
-
-    verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
-    print(f"RESULT {case.name} {verdict}")
-    return EXIT_PASS if not problems else EXIT_FAIL
+    return finish_child(case, problems, ("q", "k", "v", "o", "dout", "lse"), inputs_before, (q, k, v, o, dout, lse))
 
 
 def run_probe() -> int:
