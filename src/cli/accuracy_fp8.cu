@@ -74,20 +74,9 @@ std::vector<int> parse_list(const std::string& flag, const std::string& text) {
 AccuracyOptions parse_accuracy(int argc, char** argv, int first) {
     AccuracyOptions o;
     for (int i = first; i < argc; ++i) {
-        std::string arg = argv[i];
-        std::string value;
-        bool has_inline_value = false;
-        const size_t eq = arg.find('=');
-        if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-            value = arg.substr(eq + 1);
-            arg = arg.substr(0, eq);
-            has_inline_value = true;
-        }
-        auto next = [&]() -> std::string {
-            if (has_inline_value) return value;
-            if (i + 1 >= argc) usage_error("accuracy-fp8: " + arg + " needs a value");
-            return argv[++i];
-        };
+        FlagArg flag_arg(argc, argv, i, "accuracy-fp8: ");
+        const std::string& arg = flag_arg.flag;
+        auto next = [&] { return flag_arg.next(); };
         if (arg == "--help" || arg == "-h") {
             print_accuracy_help();
             std::exit(kExitPass);

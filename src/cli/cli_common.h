@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host/device_info.h"
@@ -65,6 +66,37 @@ struct Options {
     std::fprintf(stderr, "hattn: %s (see hattn --help)\n", what.c_str());
     std::exit(kExitUsage);
 }
+
+// argv[i] as "--flag value" or "--flag=value": flag is the part before any '='; next() returns the
+// value, stepping i past it when it is the following argument (a usage error names the flag,
+// after `context`, when there is none).
+class FlagArg {
+  public:
+    FlagArg(int argc, char** argv, int& i, std::string context)
+        : flag(argv[i]), argc_(argc), argv_(argv), i_(i), context_(std::move(context)) {
+        const size_t eq = flag.find('=');
+        if (flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+            inline_value_ = flag.substr(eq + 1);
+            flag = flag.substr(0, eq);
+            has_inline_value_ = true;
+        }
+    }
+    bool has_inline_value() const { return has_inline_value_; }
+    std::string next() {
+        if (has_inline_value_) return inline_value_;
+        if (i_ + 1 >= argc_) usage_error(context_ + flag + " needs a value");
+        return argv_[++i_];
+    }
+    std::string flag;
+
+  private:
+    int argc_;
+    char** argv_;
+    int& i_;
+    std::string context_;
+    std::string inline_value_;
+    bool has_inline_value_ = false;
+};
 
 inline int parse_int(const std::string& flag, const char* text) {
     char* end = nullptr;

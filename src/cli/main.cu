@@ -89,20 +89,9 @@ Options parse(int argc, char** argv) {
         ++i;
     }
     for (; i < argc; ++i) {
-        std::string arg = argv[i];
-        std::string value;
-        bool has_inline_value = false;
-        const size_t eq = arg.find('=');
-        if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-            value = arg.substr(eq + 1);
-            arg = arg.substr(0, eq);
-            has_inline_value = true;
-        }
-        auto next = [&]() -> std::string {
-            if (has_inline_value) return value;
-            if (i + 1 >= argc) usage_error(arg + " needs a value");
-            return argv[++i];
-        };
+        FlagArg flag_arg(argc, argv, i, "");
+        const std::string& arg = flag_arg.flag;
+        auto next = [&] { return flag_arg.next(); };
         auto next_int = [&]() { return parse_int(arg, next().c_str()); };
         if (arg == "--help" || arg == "-h") {
             print_help(stdout);
@@ -172,7 +161,7 @@ Options parse(int argc, char** argv) {
         } else {
             usage_error("unknown argument '" + arg + "'");
         }
-        if (has_inline_value && (arg == "--causal" || arg == "--no-verify" || arg == "--no-lse" ||
+        if (flag_arg.has_inline_value() && (arg == "--causal" || arg == "--no-verify" || arg == "--no-lse" ||
                                  arg == "--no-pingpong" || arg == "--no-intra-wg-overlap" || arg == "--deterministic" ||
                                  arg == "--hadamard")) {
             usage_error(arg + " takes no value");
