@@ -218,6 +218,24 @@ def add_size_cases(add, setter):
     add("heads_q_3_heads_kv_2", setter(heads_q=3), hc.HATTN_ERROR_HEADS_NOT_DIVISIBLE, field_word("heads_q"))
 
 
+def stride_cases(add, E, tensors, misaligned_extra: dict, misaligned_name: str = "not_16_bytes"):
+    """Zero and negative strides, and strides one step short of 16 bytes (misaligned_extra[t] is
+    that step in the tensor's stride unit), for every stride of every tensor named."""
+    for t in tensors:
+        for dim in ("batch", "seq", "head"):
+            name = f"{t}_{dim}_stride"
+
+            def scaled(factor, extra, name=name):
+                def mutate(lib, p, bases, shape):
+                    setattr(p, name, getattr(p, name) * factor + extra)
+                    return p
+                return mutate
+            add(f"{name}_zero", scaled(0, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_negative", scaled(-1, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
+            add(f"{name}_{misaligned_name}", scaled(1, misaligned_extra[t]), E.HATTN_ERROR_MISALIGNED,
+                field_word(name))
+
+
 def build_cases() -> list[Case]:
     E = hc
     cases: list[Case] = []
@@ -249,18 +267,7 @@ def build_cases() -> list[Case]:
     add("misaligned_lse_by_2", offset_pointer("lse", 2), E.HATTN_ERROR_MISALIGNED, field_word("lse"))
 
     # ---- strides: non-positive, or not a multiple of 8 elements (16 bytes) ----
-    for t in ("q", "k", "v", "o"):
-        for dim in ("batch", "seq", "head"):
-            name = f"{t}_{dim}_stride"
-
-            def scaled(factor, extra, name=name):
-                def mutate(lib, p, bases, shape):
-                    setattr(p, name, getattr(p, name) * factor + extra)
-                    return p
-                return mutate
-            add(f"{name}_zero", scaled(0, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
-            add(f"{name}_negative", scaled(-1, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
-            add(f"{name}_not_multiple_of_8", scaled(1, 4), E.HATTN_ERROR_MISALIGNED, field_word(name))
+    stride_cases(add, E, ("q", "k", "v", "o"), {t: 4 for t in "qkvo"}, "not_multiple_of_8")
 
     # ---- overlapping output rows ----
     o_stride = r"o_(batch|seq|head)_stride"
@@ -400,18 +407,7 @@ def build_bwd_cases() -> list[Case]:
     add("misaligned_lse_by_2", offset_pointer("lse", 2), E.HATTN_ERROR_MISALIGNED, field_word("lse"))
 
     # ---- strides: non-positive, or not a multiple of 8 elements (16 bytes) ----
-    for t in BWD_STRIDED:
-        for dim in ("batch", "seq", "head"):
-            name = f"{t}_{dim}_stride"
-
-            def scaled(factor, extra, name=name):
-                def mutate(lib, p, bases, shape):
-                    setattr(p, name, getattr(p, name) * factor + extra)
-                    return p
-                return mutate
-            add(f"{name}_zero", scaled(0, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
-            add(f"{name}_negative", scaled(-1, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
-            add(f"{name}_not_multiple_of_8", scaled(1, 4), E.HATTN_ERROR_MISALIGNED, field_word(name))
+    stride_cases(add, E, BWD_STRIDED, {t: 4 for t in BWD_STRIDED}, "not_multiple_of_8")
 
     # ---- overlapping rows of the outputs (dq, dk, dv are written by many CTAs) ----
     for t in ("dq", "dk", "dv"):
@@ -516,23 +512,6 @@ def offset_field(name: str, base: str, delta: int) -> Mutate:
         setattr(p, name, getattr(bases, base) + delta)
         return p
     return mutate
-
-
-def stride_cases(add, E, tensors, misaligned_extra: dict):
-    """Zero and negative strides, and strides one step short of 16 bytes (misaligned_extra[t] is
-    that step in the tensor's stride unit), for every stride of every tensor named."""
-    for t in tensors:
-        for dim in ("batch", "seq", "head"):
-            name = f"{t}_{dim}_stride"
-
-            def scaled(factor, extra, name=name):
-                def mutate(lib, p, bases, shape):
-                    setattr(p, name, getattr(p, name) * factor + extra)
-                    return p
-                return mutate
-            add(f"{name}_zero", scaled(0, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
-            add(f"{name}_negative", scaled(-1, 0), E.HATTN_ERROR_INVALID_STRIDE, field_word(name))
-            add(f"{name}_not_16_bytes", scaled(1, misaligned_extra[t]), E.HATTN_ERROR_MISALIGNED, field_word(name))
 
 
 def build_fp8_prepass_cases() -> list[Case]:
