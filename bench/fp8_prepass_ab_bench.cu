@@ -32,6 +32,7 @@
 #include "host/fp8_prepass_launch.h"
 #include "micro_harness.cuh"  // HATTN_BENCH_CHECK
 #include "testing/device_random.cuh"
+#include "testing/fp8_reference.h"
 
 namespace {
 
@@ -41,7 +42,6 @@ using hattn::fp8::Rope;
 constexpr int kModelWidth = 2048;  // heads x head_dim
 constexpr int kCalls = 10;
 constexpr int kDefaultRounds = 8;
-constexpr double kRopeBase = 10000.0;
 constexpr uint64_t kSeed = 0x5EED;
 constexpr int kHeadDims[] = {64, 128, 256};
 constexpr int kBatches[] = {1, 4};  // x 16384 rows: 16k and 64k tokens
@@ -98,14 +98,8 @@ void allocate(const Shape& s, Buffers& b) {
         HATTN_BENCH_CHECK(
             hattn::testing::fill_normal(b.in[i], size_t(s.elements()), HATTN_DTYPE_BF16, kSeed + i, 1.f, nullptr));
     }
-    const int half = s.head_dim / 2;
-    std::vector<float> cos(size_t(kSeqlen) * half), sin(cos.size());
-    for (int p = 0; p < kSeqlen; ++p)
-        for (int i = 0; i < half; ++i) {
-            const double theta = p * std::pow(kRopeBase, -2.0 * i / s.head_dim);
-            cos[size_t(p) * half + i] = float(std::cos(theta));
-            sin[size_t(p) * half + i] = float(std::sin(theta));
-        }
+    std::vector<float> cos, sin;
+    hattn::testing::rope_tables(kSeqlen, s.head_dim, &cos, &sin);
     HATTN_BENCH_CHECK(cudaMalloc(&b.cos, cos.size() * 4));
     HATTN_BENCH_CHECK(cudaMalloc(&b.sin, sin.size() * 4));
     HATTN_BENCH_CHECK(cudaMemcpy(b.cos, cos.data(), cos.size() * 4, cudaMemcpyHostToDevice));

@@ -27,6 +27,7 @@
 #include "hattn.h"
 #include "micro_harness.cuh"
 #include "testing/device_random.cuh"
+#include "testing/fp8_reference.h"
 
 namespace {
 
@@ -35,7 +36,6 @@ using namespace hattn::bench;
 
 constexpr int kModelWidth = 2048;  // heads x head_dim
 constexpr int kCallsPerIteration = 10;
-constexpr double kRopeBase = 10000.0;
 constexpr uint64_t kSeed = 0x5EED;
 
 struct Shape {
@@ -80,14 +80,8 @@ void allocate(const Shape& s, Buffers& b) {
         HATTN_BENCH_CHECK(cudaMalloc(&b.descale[i], size_t(s.blocks()) * 4));
         HATTN_BENCH_CHECK(hattn::testing::fill_normal(b.in[i], size_t(s.elements()), HATTN_DTYPE_BF16, kSeed + i, 1.f, nullptr));
     }
-    const int half = s.head_dim / 2;
-    std::vector<float> cos(size_t(s.seqlen) * half), sin(cos.size());
-    for (int p = 0; p < s.seqlen; ++p)
-        for (int i = 0; i < half; ++i) {
-            const double theta = p * std::pow(kRopeBase, -2.0 * i / s.head_dim);
-            cos[size_t(p) * half + i] = float(std::cos(theta));
-            sin[size_t(p) * half + i] = float(std::sin(theta));
-        }
+    std::vector<float> cos, sin;
+    hattn::testing::rope_tables(s.seqlen, s.head_dim, &cos, &sin);
     HATTN_BENCH_CHECK(cudaMalloc(&b.cos, cos.size() * 4));
     HATTN_BENCH_CHECK(cudaMalloc(&b.sin, sin.size() * 4));
     HATTN_BENCH_CHECK(cudaMemcpy(b.cos, cos.data(), cos.size() * 4, cudaMemcpyHostToDevice));

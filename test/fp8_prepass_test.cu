@@ -50,7 +50,6 @@ constexpr double kDescaleRelTol = 1e-6;
 constexpr double kMaxNearTieFraction = 0.01;         // bytes whose rounding fp32 error may flip
 constexpr double kUnitRoundoff = 0x1p-24;             // fp32
 constexpr double kTieSafety = 2.0;                    // the error bounds are first order
-constexpr double kRopeBase = 10000.0;
 constexpr double kOutlierProbability = 0.001;         // FA3's outlier inputs, scaled down
 constexpr double kOutlierScale = 10.0;
 constexpr uint64_t kSeed = 0xC0FFEEull;
@@ -296,14 +295,8 @@ TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     // Rotary tables for every position the rows use (queries end where the keys end).
     const int rope_offset = c.seqlen_k > c.seqlen_q ? c.seqlen_k - c.seqlen_q : 0;
     const int rope_rows = std::max(c.seqlen_k, rope_offset + c.seqlen_q);
-    const int half = c.head_dim / 2;
-    std::vector<float> cos(static_cast<size_t>(rope_rows) * half), sin(cos.size());
-    for (int p = 0; p < rope_rows; ++p)
-        for (int i = 0; i < half; ++i) {
-            const double theta = p * std::pow(kRopeBase, -2.0 * i / c.head_dim);
-            cos[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(theta));
-            sin[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(theta));
-        }
+    std::vector<float> cos, sin;
+    ht::rope_tables(rope_rows, c.head_dim, &cos, &sin);
 
     Tensor* tensors[3] = {&q, &k, &v};
     DeviceMemory in_q(q.in.size * 2), in_k(k.in.size * 2), in_v(v.in.size * 2);

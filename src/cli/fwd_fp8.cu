@@ -28,6 +28,7 @@
 #include "cli/cli_common.h"
 #include "testing/device_random.cuh"
 #include "testing/fp8_accuracy.h"
+#include "testing/fp8_reference.h"
 #include "testing/gpu_reference.h"
 #include "hattn.h"
 
@@ -39,7 +40,6 @@ constexpr double kMaxRowRelL2 = 0.25;
 constexpr double kLseAtol = 0.25;
 constexpr double kLseMaxRms = 0.05;
 constexpr uint64_t kHadamardSeed = 42;
-constexpr double kRopeBase = 10000.0;  // theta_i = base^(-2i / d), the common choice
 
 hattn_status validate_prepass(const void* p, char* msg, size_t len) {
     return hattn_fp8_prepass_validate(static_cast<const hattn_fp8_prepass_params*>(p), msg, len);
@@ -50,20 +50,6 @@ hattn_status validate_fwd_fp8(const void* p, char* msg, size_t len) {
 
 const char* rope_name(hattn_rope r) {
     return r == HATTN_ROPE_INTERLEAVED ? "rope interleaved" : r == HATTN_ROPE_HALF ? "rope half" : "no rope";
-}
-
-// Rotary tables [rows, d / 2]: angle = position * base^(-2i / d).
-void rope_tables(int rows, int d, std::vector<float>* cos_t, std::vector<float>* sin_t) {
-    const int half = d / 2;
-    cos_t->resize(static_cast<size_t>(rows) * half);
-    sin_t->resize(cos_t->size());
-    for (int p = 0; p < rows; ++p) {
-        for (int i = 0; i < half; ++i) {
-            const double angle = p * std::pow(kRopeBase, -2.0 * i / d);
-            (*cos_t)[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle));
-            (*sin_t)[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(angle));
-        }
-    }
 }
 
 bool verify(const Options& o, const DeviceBuffer& out, const DeviceBuffer* lse, const DeviceBuffer& o_ref,
@@ -189,7 +175,7 @@ int run_fwd_fp8(const Options& o) {
     if (o.with_lse) check_cuda(cudaMemset(lse.get(), kPoisonByte, lse.bytes()), "poison lse");
     std::vector<float> cos_h, sin_h;
     if (o.rope != HATTN_ROPE_NONE) {
-        rope_tables(rope_rows, o.dim, &cos_h, &sin_h);
+        hattn::testing::rope_tables(rope_rows, o.dim, &cos_h, &sin_h);
         check_cuda(cudaMemcpy(rope_cos.get(), cos_h.data(), rope_cos.bytes(), cudaMemcpyHostToDevice), "copy rope cos");
         check_cuda(cudaMemcpy(rope_sin.get(), sin_h.data(), rope_sin.bytes(), cudaMemcpyHostToDevice), "copy rope sin");
     }

@@ -92,6 +92,23 @@ inline double e4m3_tie_distance(double x) {
 
 // ---- The row transforms -----------------------------------------------------------------------
 
+constexpr double kRopeBase = 10000.0;  // angle(p, i) = p * base^(-2i / d), the common choice
+
+// Rotary tables [rows, d / 2] fp32 (hattn_fp8_prepass_params' rope_cos / rope_sin) for positions
+// 0 .. rows - 1.
+inline void rope_tables(int rows, int d, std::vector<float>* cos_t, std::vector<float>* sin_t) {
+    const int half = d / 2;
+    cos_t->resize(static_cast<size_t>(rows) * half);
+    sin_t->resize(cos_t->size());
+    for (int p = 0; p < rows; ++p) {
+        for (int i = 0; i < half; ++i) {
+            const double angle = p * std::pow(kRopeBase, -2.0 * i / d);
+            (*cos_t)[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle));
+            (*sin_t)[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(angle));
+        }
+    }
+}
+
 // Rotates one row of d values in place with table rows cos_row / sin_row (d / 2 values each).
 inline void rope_row(double* x, int d, hattn_rope rope, const float* cos_row, const float* sin_row) {
     if (rope == HATTN_ROPE_NONE) return;
