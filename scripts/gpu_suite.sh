@@ -9,7 +9,8 @@
 #             (the forward, backward and combined single files, each with its checked example)
 #   bench     build/bench/fwd_bench, JSON into $OUT/bench.json, TFLOPS grid in the summary; then
 #             build/bench/bwd_bench (when bench/bwd_bench.cu exists), JSON into logs.tgz, grid in the summary
-#   compare   scripts/compare_torch.py into $OUT (forward: hattn vs cuDNN vs FA2; compare.{json,csv,png}),
+#   compare   scripts/compare_torch.py into $OUT (forward: hattn vs cuDNN vs FA2 vs FA4 when it imports,
+#             interleaved rounds; compare.{json,csv,png}),
 #             then compare_torch.py --bwd (backward: hattn vs cuDNN vs FA2 vs FA4 when it imports;
 #             compare_bwd.png in $OUT, its JSON and CSV in logs.tgz), both over d 64/128/256 x
 #             seqlen 512..16k x full/causal, batch x seqlen = 16k tokens, heads = 2048 / d
@@ -38,7 +39,7 @@
 #   SUITE_BUDGET_S (570: the suite's time budget in seconds; no phase starts that cannot finish
 #   inside it, and each phase's timeout is clipped to what is left),
 #   TESTS_TIMEOUT_S (300), BENCH_TIMEOUT_S (180), BWD_BENCH_TIMEOUT_S (180), COMPARE_TIMEOUT_S (300),
-#   COMPARE_BWD_TIMEOUT_S (300), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300), ROBUST_TIMEOUT_S (420),
+#   COMPARE_BWD_TIMEOUT_S (300; 0: the forward comparison only), MICRO_TIMEOUT_S (180), SANITIZE_TIMEOUT_S (300), ROBUST_TIMEOUT_S (420),
 #   MAXLEN_TIMEOUT_S (300), PYTHON_TIMEOUT_S (290), SANITIZE_JOBS (6),
 #   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments for both
 #   directions, e.g. "--quick"), COMPARE_BWD_ARGS (backward only, e.g. "--deterministic --fa4-path DIR"),
@@ -283,7 +284,7 @@ phase_compare() {
   local t0=$SECONDS rc=0 brc=0 limit
   out_of_time compare && return 0
   limit=$(phase_limit "${COMPARE_TIMEOUT_S:-300}")
-  section "compare (hattn vs PyTorch SDPA cuDNN / FA2): forward"
+  section "compare (hattn vs PyTorch SDPA cuDNN / FA2 / FA4): forward"
   # shellcheck disable=SC2086  # COMPARE_ARGS is a list of words
   timeout -k 15 "$limit" "${PYTHON:-python3}" scripts/compare_torch.py --lib "$BUILD_DIR/libhattn.so" --out "$OUT" ${COMPARE_ARGS:-} \
       >"$LOGS/compare_table.md" 2>"$LOGS/compare_progress.log" || rc=$?
@@ -299,7 +300,9 @@ phase_compare() {
   # The backward: same grid, same process for every backend; the plot to $OUT, the rest in logs.tgz.
   section "compare (hattn vs PyTorch SDPA cuDNN / FA2 / FA4): backward"
   limit=$(phase_limit "${COMPARE_BWD_TIMEOUT_S:-300}")
-  if [ "$limit" -lt "$PHASE_MIN_S" ]; then
+  if [ "${COMPARE_BWD_TIMEOUT_S:-300}" -eq 0 ]; then
+    detail "backward not asked for (COMPARE_BWD_TIMEOUT_S=0)"
+  elif [ "$limit" -lt "$PHASE_MIN_S" ]; then
     detail "backward NOT RUN: only $((SUITE_BUDGET_S - SECONDS)) s of the ${SUITE_BUDGET_S} s budget left"
     brc=1
   else
