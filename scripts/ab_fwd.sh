@@ -9,7 +9,8 @@
 # case each in defs() below; "base" is the default build. The tile-boundary schedule A/B'd with
 # this script (early Q release, turns carried across tiles, deferred O-store wait, two Q slots:
 # +3-11% at 512-2k together) is the default path now; "narrow0" turns the d64 causal 128-row
-# tile off.
+# tile off; "chain" reduces the softmax's row max and row sum in one dependent chain per row (the
+# default is a balanced tree, kernels/sm90/fragment.cuh's row_reduce).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ab_fwd_out}
@@ -26,6 +27,7 @@ defs() {
   case "$1" in
     base) echo "" ;;
     narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;
+    chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }

@@ -37,10 +37,7 @@ struct OnlineSoftmax {
                                                float (&o_scale)[kAccRowsPerThread]) {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = row_max[r];
-#pragma unroll
-            for (int i = 0; i < kN / 2; ++i)
-                if (acc_row_half(i) == r) m = fmaxf(m, s[i]);
+            float m = fmaxf(row_max[r], row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); }));
             m = quad_max(m);
             // A row whose keys were all masked so far keeps max = -inf; exponentiate against 0
             // instead, so that exp2(-inf - (-inf)) never produces a NaN.
@@ -54,14 +51,10 @@ struct OnlineSoftmax {
                                                  const float (&o_scale)[kAccRowsPerThread]) {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float sum = 0.f;
 #pragma unroll
-            for (int i = 0; i < kN / 2; ++i) {
-                if (acc_row_half(i) == r) {
-                    s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
-                    sum += s[i];
-                }
-            }
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
+            const float sum = row_reduce(s, r, [](float a, float b) { return a + b; });
             row_sum[r] = row_sum[r] * o_scale[r] + sum;
         }
     }

@@ -49,24 +49,17 @@ struct BlockScaledSoftmax {
                                                   float (&o_scale)[kAccRowsPerThread]) {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < kN / 2; ++i)
-                if (acc_row_half(i) == r) m = fmaxf(m, s[i]);
+            float m = row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
             m = fmaxf(max_log2[r], quad_max(m) * scale_log2);
             // A row with no visible key so far keeps m = -inf: exponentiate against 0 instead
             // (exp2(-inf - (-inf)) would be NaN).
             const float offset = (m == -INFINITY ? 0.f : m) - kGainLog2f;
             o_scale[r] = ptx::ex2_approx_f32(max_log2[r] - (m == -INFINITY ? 0.f : m));
             max_log2[r] = m;
-            float sum = 0.f;
 #pragma unroll
-            for (int i = 0; i < kN / 2; ++i) {
-                if (acc_row_half(i) == r) {
-                    s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
-                    sum += s[i];
-                }
-            }
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
+            const float sum = row_reduce(s, r, [](float a, float b) { return a + b; });
             row_sum[r] = row_sum[r] * o_scale[r] + sum;
         }
     }
@@ -133,10 +126,7 @@ struct LazyBlockScaledSoftmax {
         bool any = false;
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < kN / 2; ++i)
-                if (acc_row_half(i) == r) m = fmaxf(m, s[i]);
+            float m = row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
             block_max[r] = fmaf(quad_max(m), scale_log2, v.log2);  // -inf: no visible key in this block
             need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
             any |= need[r];
@@ -156,14 +146,10 @@ struct LazyBlockScaledSoftmax {
             // A row with no visible key so far keeps R = -inf: exponentiate against 0 (its scores
             // are all -inf) instead of NaN.
             const float offset = (ref_log2[r] == -INFINITY ? 0.f : ref_log2[r]) - v.log2 - kGainLog2f;
-            float sum = 0.f;
 #pragma unroll
-            for (int i = 0; i < kN / 2; ++i) {
-                if (acc_row_half(i) == r) {
-                    s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
-                    sum += s[i];
-                }
-            }
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
+            const float sum = row_reduce(s, r, [](float a, float b) { return a + b; });
             row_sum[r] = fmaf(sum, v.inv, row_sum[r]);
         }
         return rescale;
