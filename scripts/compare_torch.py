@@ -204,6 +204,27 @@ def fill_tflops(row, prefixes: tuple[str, ...], flops: float) -> None:
         row.hattn_over_fa4 = row.hattn_tflops / row.fa4_tflops
 
 
+def interleaved_best(runners: dict, rounds: int, time_one, errors: tuple, on_failure) -> dict[str, float]:
+    """Times every runner once per round, in an order rotated from round to round, and returns each
+    one's best (smallest) time: a clock or power excursion during one round does not decide a ratio.
+    time_one(name, run) -> ms. A runner raising one of `errors` drops out: on_failure(name, error)."""
+    best: dict[str, float] = {}
+    failed: set[str] = set()
+    names = list(runners)
+    for rnd in range(rounds):
+        shift = rnd % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            if name in failed:
+                continue
+            try:
+                best[name] = min(best.get(name, float("inf")), time_one(name, runners[name]))
+            except errors as error:
+                failed.add(name)
+                best.pop(name, None)
+                on_failure(name, error)
+    return best
+
+
 def run_cases(cases: list[Case], rows: list, measure_case, tag: str, failed_row, skip_reason=None) -> None:
     """measure_case(case, index) for every case; one that raises becomes failed_row(case, note) and
     the sweep goes on, unless the CUDA context is broken. skip_reason(case) (optional): a note when
@@ -397,23 +418,13 @@ def run_sweep(args, hattn: Hattn, cases: list[Case], ablation_flags: dict[Case, 
             hattn_rows.append((row, key))
         peer_out.clear()
 
-        # --- interleaved rounds: every backend once per round, in a rotated order; each keeps its
-        # best round, so a clock or power excursion during one round does not decide a ratio ---
-        best: dict[str, float] = {}
-        failed: set[str] = set()
-        names = list(runners)
-        for rnd in range(args.rounds):
-            order = names[rnd % len(names):] + names[:rnd % len(names)] if names else []
-            for name in order:
-                if name in failed:
-                    continue
-                try:
-                    best[name] = min(best.get(name, float("inf")), elapsed_ms(runners[name], args.sets))
-                except (RuntimeError, torch.cuda.OutOfMemoryError) as error:
-                    failed.add(name)
-                    best.pop(name, None)
-                    for row, _ in hattn_rows:
-                        row.notes.append(f"{name} timing failed: {str(error).splitlines()[0]}")
+        # --- interleaved rounds, each backend keeping its best ---
+        def timing_failed(name, error):
+            for row, _ in hattn_rows:
+                row.notes.append(f"{name} timing failed: {str(error).splitlines()[0]}")
+
+        best = interleaved_best(runners, args.rounds, lambda name, run: elapsed_ms(run, args.sets),
+                                (RuntimeError, torch.cuda.OutOfMemoryError), timing_failed)
         for row, key in hattn_rows:
             row.hattn_ms = best.get(key)
             row.cudnn_ms, row.fa2_ms, row.fa4_ms = best.get("cudnn"), best.get("fa2"), best.get("fa4")
@@ -623,24 +634,13 @@ def run_bwd_sweep(args, hattn: Hattn, cases: list[Case], rows: list[BwdRow], met
                 row.notes.append(str(error).splitlines()[0])
                 row.check = "FAIL" if row.check == "n/a" else row.check
 
-        # --- interleaved rounds: every backend once per round, in a rotated order ---
-        best: dict[str, float] = {}
-        failed: set[str] = set()
-        names = list(runners)
-        for rnd in range(args.rounds):
-            order = names[rnd % len(names):] + names[:rnd % len(names)] if names else []
-            for name in order:
-                if name in failed:
-                    continue
-                try:
-                    ms = median_ms(runners[name])
-                    best[name] = min(best.get(name, float("inf")), ms)
-                except (HattnError, RuntimeError, torch.cuda.OutOfMemoryError) as error:
-                    failed.add(name)
-                    best.pop(name, None)
-                    message = f"{name} timing failed: {str(error).splitlines()[0]}"
-                    for row in hattn_rows:
-                        row.notes.append(message)
+        # --- interleaved rounds, each backend keeping its best ---
+        def timing_failed(name, error):
+            for row in hattn_rows:
+                row.notes.append(f"{name} timing failed: {str(error).splitlines()[0]}")
+
+        best = interleaved_best(runners, args.rounds, lambda name, run: median_ms(run),
+                                (HattnError, RuntimeError, torch.cuda.OutOfMemoryError), timing_failed)
         for row in hattn_rows:
             row.hattn_ms = best.get(f"hattn:{row.variant}")
             row.cudnn_ms, row.fa2_ms, row.fa4_ms = best.get("cudnn"), best.get("fa2"), best.get("fa4")
@@ -1031,27 +1031,21 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
                 runners.pop("cudnn_fp8", None)  # a wrong answer is not timed
                 row.notes.append("cuDNN FP8 output wrong: not timed")
 
-        # --- interleaved rounds: every leg once per round, in a rotated order; each keeps its best ---
-        best: dict[str, float] = {}
+        # --- interleaved rounds, each leg keeping its best (GPU time and host time apart) ---
         host: dict[str, float] = {}
-        failed: set[str] = set()
-        names = list(runners)
-        for rnd in range(args.rounds):
-            order = names[rnd % len(names):] + names[:rnd % len(names)] if names else []
-            for name in order:
-                if name in failed:
-                    continue
-                try:
-                    ms, host_us = timed(runners[name], len(sets))
-                    best[name] = min(best.get(name, float("inf")), ms)
-                    host[name] = min(host.get(name, float("inf")), host_us)
-                except Exception as error:
-                    failed.add(name)
-                    best.pop(name, None)
-                    row.notes.append(f"{name} timing failed: {type(error).__name__}: {first_line(error)}")
-                    if name == "cudnn_fp8":
-                        row.peer_check = "FAIL"
-                    torch.cuda.synchronize()  # raises if the context is gone: run_cases stops the sweep
+
+        def time_leg(name, run):
+            ms, host_us = timed(run, len(sets))
+            host[name] = min(host.get(name, float("inf")), host_us)
+            return ms
+
+        def timing_failed(name, error):
+            row.notes.append(f"{name} timing failed: {type(error).__name__}: {first_line(error)}")
+            if name == "cudnn_fp8":
+                row.peer_check = "FAIL"
+            torch.cuda.synchronize()  # raises if the context is gone: run_cases stops the sweep
+
+        best = interleaved_best(runners, args.rounds, time_leg, (Exception,), timing_failed)
         for name, ms in best.items():
             # The calls queue behind the GPU sleep; the host falls behind the GPU only when its lag over
             # all calls exceeds the sleep: then the figure measures the host.
