@@ -86,6 +86,7 @@ __device__ __forceinline__ void tree_fold(float (&v)[kCount], Op op) {
 
 template <int kN, class Op>
 __device__ __forceinline__ float row_reduce(const float (&acc)[kN], int row_half, Op op) {
+    static_assert(kN % 4 == 0, "an accumulator holds whole n8 groups");
     constexpr int kCount = kN / 2;  // values of one row: i = 4j + 2 * row_half + {0, 1}
     float v[kCount];
 #pragma unroll
@@ -100,6 +101,16 @@ __device__ __forceinline__ float row_reduce(const float (&acc)[kN], int row_half
         for (int i = 1; i < kCount; ++i) v[0] = op(v[0], v[i]);
     }
     return v[0];
+}
+
+// This thread's part of a row's max and sum (the quad's other lanes hold the rest).
+template <int kN>
+__device__ __forceinline__ float row_max_of(const float (&acc)[kN], int row_half) {
+    return row_reduce(acc, row_half, [](float a, float b) { return fmaxf(a, b); });
+}
+template <int kN>
+__device__ __forceinline__ float row_sum_of(const float (&acc)[kN], int row_half) {
+    return row_reduce(acc, row_half, [](float a, float b) { return a + b; });
 }
 
 // Multiply each of the thread's two rows by its factor.

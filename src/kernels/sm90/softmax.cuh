@@ -37,7 +37,7 @@ struct OnlineSoftmax {
                                                float (&o_scale)[kAccRowsPerThread]) {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = fmaxf(row_max[r], row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); }));
+            float m = fmaxf(row_max[r], row_max_of(s, r));
             m = quad_max(m);
             // A row whose keys were all masked so far keeps max = -inf; exponentiate against 0
             // instead, so that exp2(-inf - (-inf)) never produces a NaN.
@@ -54,7 +54,7 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i)
                 if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
-            const float sum = row_reduce(s, r, [](float a, float b) { return a + b; });
+            const float sum = row_sum_of(s, r);
             row_sum[r] = row_sum[r] * o_scale[r] + sum;
         }
     }

@@ -49,7 +49,7 @@ struct BlockScaledSoftmax {
                                                   float (&o_scale)[kAccRowsPerThread]) {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
+            float m = row_max_of(s, r);
             m = fmaxf(max_log2[r], quad_max(m) * scale_log2);
             // A row with no visible key so far keeps m = -inf: exponentiate against 0 instead
             // (exp2(-inf - (-inf)) would be NaN).
@@ -59,7 +59,7 @@ struct BlockScaledSoftmax {
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i)
                 if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
-            const float sum = row_reduce(s, r, [](float a, float b) { return a + b; });
+            const float sum = row_sum_of(s, r);
             row_sum[r] = row_sum[r] * o_scale[r] + sum;
         }
     }
@@ -126,7 +126,7 @@ struct LazyBlockScaledSoftmax {
         bool any = false;
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = row_reduce(s, r, [](float a, float b) { return fmaxf(a, b); });
+            float m = row_max_of(s, r);
             block_max[r] = fmaf(quad_max(m), scale_log2, v.log2);  // -inf: no visible key in this block
             need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
             any |= need[r];
@@ -149,7 +149,7 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i)
                 if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
-            const float sum = row_reduce(s, r, [](float a, float b) { return a + b; });
+            const float sum = row_sum_of(s, r);
             row_sum[r] = fmaf(sum, v.inv, row_sum[r]);
         }
         return rescale;
