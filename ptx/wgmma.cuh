@@ -80,6 +80,15 @@ __host__ __device__ constexpr uint64_t make_smem_desc(uint32_t smem_addr, uint32
            (static_cast<uint64_t>(swizzle) << 62);
 }
 
+// The descriptor of base + offset_bytes, from base's: one 32-bit add instead of re-packing every
+// field. Shared-memory addresses stay below 2^18 bytes, so address >> 4 fits the 14-bit start
+// field and adding offset >> 4 to it never carries into the LBO field above (offset_bytes: a
+// multiple of 16 that keeps the address inside the CTA's shared memory).
+__host__ __device__ constexpr uint64_t smem_desc_advance(uint64_t desc, uint32_t offset_bytes) {
+    constexpr uint64_t kHighWord = 0xFFFFFFFF00000000ull;
+    return (desc & kHighWord) | static_cast<uint32_t>(static_cast<uint32_t>(desc) + (offset_bytes >> 4));
+}
+
 // Descriptor for a tile whose rows along K are packed at the swizzle span (the layout a TMA
 // load with the same swizzle and an inner box of span bytes produces).
 __host__ __device__ constexpr uint64_t make_smem_desc_k_major(uint32_t smem_addr, Swizzle swizzle) {

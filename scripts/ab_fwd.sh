@@ -4,7 +4,8 @@
 # variants act on (persistent grids: seqlen 512..4k; SEQLENS=... widens it), plus a back-to-back
 # timing of the short shapes. Logs go to $OUT; a short table is printed last.
 #   OUT=/some/dir bash scripts/ab_fwd.sh
-#   (overrides: ROUNDS=4, JOBS=16, BUDGET_S=290, SEQLENS=512,1024,2048,4096, VARIANTS="base narrow0")
+#   (overrides: ROUNDS=4, JOBS=16, BUDGET_S=290, SEQLENS=512,1024,2048,4096, VARIANTS="base narrow0",
+#    HEAD_DIMS=64,128,256, REF_TREE=<dir> for the variant "ref")
 # Variants are compile-time definitions (-D..., e.g. the limits in kernels/fwd_rules.h), one
 # case each in defs() below; "base" is the default build. The tile-boundary schedule A/B'd with
 # this script (early Q release, turns carried across tiles, deferred O-store wait, two Q slots:
@@ -28,14 +29,19 @@ defs() {
     base) echo "" ;;
     narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
+    ref) echo "" ;;  # the default build of the source tree in REF_TREE (e.g. an earlier commit)
+    lazy) echo "${D}LAZY_RESCALE=1" ;;  # O rescaled only when a row's max grows by > 2^8
+    poly8|poly16) echo "${D}D64_POLY_EXP_EVERY=${1#poly}" ;;  # d64: every n-th exp on the FMA pipe
+    lazy_poly8|lazy_poly16) echo "${D}LAZY_RESCALE=1 ${D}D64_POLY_EXP_EVERY=${1#lazy_poly}" ;;
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }
 
 build() {  # name -> build-ab/<name>/libhattn.so
-  local name=$1 flags
+  local name=$1 flags src=.
   flags=$(defs "$name") || return 1
-  cmake -S . -B "build-ab/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
+  if [ "$name" = ref ]; then src=${REF_TREE:?variant ref needs REF_TREE=<source tree>}; fi
+  cmake -S "$src" -B "build-ab/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
     -DHATTN_BUILD_TESTS=OFF -DHATTN_BUILD_BENCH=OFF -DHATTN_BUILD_CLI=OFF -DHATTN_INSTALL=OFF \
     "-DCMAKE_CUDA_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" >"$LOGDIR/build_$name.log" 2>&1 &&
     cmake --build "build-ab/$name" -j"$JOBS" --target hattn_shared >>"$LOGDIR/build_$name.log" 2>&1
@@ -80,7 +86,7 @@ echo "smoke runs: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
 
 if [ ${#libs[@]} -gt 0 ]; then
   left=$(( ${BUDGET_S:-290} - ($(date +%s) - T0) ))  # the whole script stays inside its budget
-  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --seqlens "$SEQLENS" --json "$OUT/ab.json" \
+  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --seqlens "$SEQLENS" --head-dims "${HEAD_DIMS:-64,128,256}" --json "$OUT/ab.json" \
     >"$OUT/ab.txt" 2>"$LOGDIR/ab.err"
   echo "ab_fwd.py exit $?" | tee -a "$OUT/summary.txt"
   tail -5 "$LOGDIR/ab.err" >>"$OUT/summary.txt"

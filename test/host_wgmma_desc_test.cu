@@ -18,6 +18,7 @@ namespace {
 using hattn::ptx::make_smem_desc;
 using hattn::ptx::make_smem_desc_k_major;
 using hattn::ptx::make_smem_desc_mn_major;
+using hattn::ptx::smem_desc_advance;
 using hattn::ptx::Swizzle;
 using hattn::ptx::swizzle_span_bytes;
 
@@ -92,6 +93,23 @@ TEST(HostWgmmaDesc, FieldsDoNotBleed) {
     EXPECT_EQ(all & kBaseOffsetMask, 0ull);
     EXPECT_EQ((all & kSwizzleMask) >> 62, 3ull);
     EXPECT_EQ(all & ~(kStartMask | kLboMask | kSboMask | kSwizzleMask), 0ull) << "reserved bits stay zero";
+}
+
+// Advancing a descriptor by a byte offset equals encoding the advanced address, for every
+// 16-byte step across the whole 227 KB of shared memory a CTA can have, both majors and spans.
+TEST(HostWgmmaDesc, AdvanceEqualsReencoding) {
+    constexpr uint32_t kMaxSharedBytes = 227 * 1024;
+    constexpr uint32_t kStep = 16;
+    for (Swizzle sw : {Swizzle::k128B, Swizzle::k64B}) {
+        for (uint32_t base : {0u, 1024u, 49152u, 131072u}) {
+            const uint64_t k0 = make_smem_desc_k_major(base, sw);
+            const uint64_t m0 = make_smem_desc_mn_major(base, sw, 16384);
+            for (uint32_t off = 0; base + off < kMaxSharedBytes; off += kStep) {
+                ASSERT_EQ(smem_desc_advance(k0, off), make_smem_desc_k_major(base + off, sw)) << base << "+" << off;
+                ASSERT_EQ(smem_desc_advance(m0, off), make_smem_desc_mn_major(base + off, sw, 16384)) << base << "+" << off;
+            }
+        }
+    }
 }
 
 TEST(HostWgmmaDesc, NoSwizzleModeIsZero) {

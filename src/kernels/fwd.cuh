@@ -89,6 +89,7 @@ struct Config {
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
     static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
     static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
+    using Softmax = OnlineSoftmax<kBlockN, lazy_rescale(kHeadDim), poly_exp_every(kHeadDim)>;
 
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
@@ -219,7 +220,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         float s[kBlockN / 2];
         uint32_t pf[kBlockN / Elem::kMmaK][4];
         float o_scale[kAccRowsPerThread];
-        OnlineSoftmax<kBlockN> softmax;
+        bool rescale_o = true;  // O needs o_scale before the next PV (the lazy softmax skips most)
+        typename Cfg::Softmax softmax;
         typename Ring<Cfg::kQStages>::State q_state;
         typename Ring<Cfg::kStages>::State k_state, v_state;
         Tile t;
@@ -283,7 +285,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 release(smem.k_ring, k_state);
                 k_state.advance();
                 if (it < n_masked) mask(it);
-                softmax.online_update(s, p.scale_log2, o_scale);
+                rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
             };
             // O += P V for the V slot in v_state (already waited for), alone on the tensor cores.
             auto pv_block = [&]() {
@@ -318,7 +320,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             release(smem.v_ring, v_release);
                             v_release.advance();
                         }
-                        rescale_rows(o, o_scale);
+                        if (rescale_o) rescale_rows(o, o_scale);
                         acc_to_a_fragment<Elem, kBlockN>(s, pf);
                         issue_qk_then_pv(
                             take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         k_state.advance();
                         v_state.advance();
                         if constexpr (decltype(masked)::value) mask(it);
-                        softmax.online_update(s, p.scale_log2, o_scale);
+                        rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
                     };
                     int it = 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});
@@ -341,14 +343,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     ptx::wgmma_wait_group<0>();
                     ptx::wgmma_fence_operand(o);
                     if (n_blocks >= 2) release(smem.v_ring, v_release);
-                    rescale_rows(o, o_scale);
+                    if (rescale_o) rescale_rows(o, o_scale);
                     acc_to_a_fragment<Elem, kBlockN>(s, pf);
                     pv_block();
                 } else {
                     // One block at a time: S, softmax, PV, with no overlap inside the warpgroup.
                     for (int it = 0; it < n_blocks; ++it) {
                         s_block(it);
-                        rescale_rows(o, o_scale);
+                        if (rescale_o) rescale_rows(o, o_scale);
                         acc_to_a_fragment<Elem, kBlockN>(s, pf);
                         smem.v_ring.consumer_wait(v_state);
                         pv_block();

@@ -88,20 +88,21 @@ struct alignas(1024) SwizzledTile {
     }
 
     // K-major descriptor of k-step kk for the rows starting at `first_row` (a multiple of 8):
-    // inside an atom a k-step is kKStepBytes further along the 128-byte row.
+    // inside an atom a k-step is kKStepBytes further along the 128-byte row. Every k-step's
+    // descriptor is the tile's plus a constant (ptx::smem_desc_advance), so the tile's is built
+    // once per GEMM and each wgmma costs one integer add (re-packing the fields per k-step took
+    // ~5 uniform-datapath instructions per wgmma, ~15% of the d64 mainloop's issue slots).
     __device__ __forceinline__ uint64_t desc_k_major(int first_row, int kk) const {
-        const uint32_t base = ptx::smem_u32(bytes) + first_row * kSpan;
-        return ptx::make_smem_desc_k_major(
-            base + (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes, kSwizzle);
+        const uint64_t base = ptx::make_smem_desc_k_major(ptx::smem_u32(bytes) + first_row * kSpan, kSwizzle);
+        return ptx::smem_desc_advance(base, (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes);
     }
     // MN-major descriptor of k-step kk (rows are the reduction): kMmaK rows further per step; the
     // atoms along MN lie one atom apart (the leading byte offset). first_col (a multiple of
     // kAtomCols) starts the operand at a later atom: the backward reads K^T one 64-column slice
     // of head_dim at a time.
     __device__ __forceinline__ uint64_t desc_mn_major(int kk, int first_col = 0) const {
-        return ptx::make_smem_desc_mn_major(
-            ptx::smem_u32(bytes) + (first_col / kAtomCols) * kAtomBytes + kk * Elem::kMmaK * kSpan, kSwizzle,
-            kAtomBytes);
+        const uint64_t base = ptx::make_smem_desc_mn_major(ptx::smem_u32(bytes), kSwizzle, kAtomBytes);
+        return ptx::smem_desc_advance(base, (first_col / kAtomCols) * kAtomBytes + kk * Elem::kMmaK * kSpan);
     }
 
     // Byte offset of element (row, col): the 16-byte chunk index is XORed with address bits 7 and
