@@ -31,8 +31,6 @@ defs() {
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
     ref) echo "" ;;  # the default build of the source tree in REF_TREE (e.g. an earlier commit)
     lazy) echo "${D}LAZY_RESCALE=1" ;;  # O rescaled only when a row's max grows by > 2^8
-    poly8|poly16) echo "${D}D64_POLY_EXP_EVERY=${1#poly}" ;;  # d64: every n-th exp on the FMA pipe
-    lazy_poly8|lazy_poly16) echo "${D}LAZY_RESCALE=1 ${D}D64_POLY_EXP_EVERY=${1#lazy_poly}" ;;
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }

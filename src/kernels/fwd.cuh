@@ -89,7 +89,7 @@ struct Config {
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
     static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
     static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
-    using Softmax = OnlineSoftmax<kBlockN, lazy_rescale(kHeadDim), poly_exp_every(kHeadDim)>;
+    using Softmax = OnlineSoftmax<kBlockN, lazy_rescale(kHeadDim)>;
 
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;

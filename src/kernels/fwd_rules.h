@@ -33,16 +33,12 @@ constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
 // consumer's 160 registers).
 constexpr int kWideBlockMinSeqlenK = 4096;
 
-// The online softmax's options (kernels/sm90/softmax.cuh): the lazy rescale (O rescaled only when a
-// row's max grows by more than 2^8) and every n-th score's exp on the FMA pipe (0: all on the MUFU).
+// The online softmax's lazy rescale (kernels/sm90/softmax.cuh: O rescaled only when a row's max
+// grows by more than 2^8).
 #ifndef HATTN_FWD_LAZY_RESCALE
 #define HATTN_FWD_LAZY_RESCALE 0
 #endif
-#ifndef HATTN_FWD_D64_POLY_EXP_EVERY
-#define HATTN_FWD_D64_POLY_EXP_EVERY 0
-#endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
-constexpr int poly_exp_every(int head_dim) { return head_dim == 64 ? HATTN_FWD_D64_POLY_EXP_EVERY : 0; }
 constexpr int wide_block_n(int head_dim) { return head_dim == 128 ? 176 : 0; }
 
 }  // namespace hattn::fwd

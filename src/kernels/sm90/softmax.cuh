@@ -9,20 +9,18 @@
 // exp(x) is computed as exp2(x * log2 e) with log2 e folded into the scale once (one FFMA and one
 // MUFU.EX2 per score).
 //
-// Two compile-time options:
-//   * kLazy: a row's exponent offset (its reference max) moves only when a block's max exceeds it
+// kLazy (compile time): a row's exponent offset (its reference max) moves only when a block's max exceeds it
 //     by more than kLazyMaxLagLog2 (log2 units), and a warp skips O's rescale when none of its 16
 //     rows moved (a warp vote). P then reaches up to 2^kLazyMaxLagLog2 instead of 1, which 16-bit
 //     P and fp32 O and sums hold as exactly as before; once a row has seen its first blocks its
 //     max rarely grows that much, so O's d/2 FMULs and the rescale's two exps per block go away.
-//   * kPolyEvery > 0: every kPolyEvery-th score of a row is exponentiated on the FMA pipe
-//     (sm90/exp2_poly.cuh) instead of the MUFU: at d = 64 (one exp per 256 FLOPs) the MUFU is as
-//     busy as the tensor cores.
+// Every exp is on the MUFU: at d = 64, where the MUFU is as busy as the tensor cores, moving 1 of
+// every 8 to the FMA pipe (sm90/exp2_poly.cuh) measured 5% slower (bench/RESULTS.md run 33): the
+// ~9 issue slots each costs matter more there than the MUFU's time.
 #pragma once
 
 #include <cmath>
 
-#include "kernels/sm90/exp2_poly.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "ptx/mufu.cuh"
 
@@ -30,17 +28,8 @@ namespace hattn::sm90 {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLazyMaxLagLog2 = 8.0f;  // P <= 256: far inside bf16/fp16, exact in fp32 sums
-constexpr int kPolyExpDegree = 3;         // relative error 7.5e-5, below half a bf16 ulp (2^-9)
 
-// 2^x on the FMA pipe for x <= kLazyMaxLagLog2, 0 for x below the polynomial's range (masked
-// scores are -inf): the same results as the MUFU's ex2 within bf16's rounding.
-__device__ __forceinline__ float exp2_fma_pipe(float x) {
-    const float p = exp2_poly<kPolyExpDegree>(x);  // ~2^-127 below the range
-    // A select, not a branch: the polynomial is cheap enough to evaluate for every score.
-    return __uint_as_float(__float_as_uint(p) & (x >= kExp2PolyMinArg ? ~0u : 0u));
-}
-
-template <int kN, bool kLazy = false, int kPolyEvery = 0>  // the score fragment is m64 x kN
+template <int kN, bool kLazy = false>  // the score fragment is m64 x kN
 struct OnlineSoftmax {
     float row_max[kAccRowsPerThread];     // running max of raw scores (-inf: nothing seen yet);
                                           // with kLazy the reference max, which may lag behind
@@ -52,6 +41,7 @@ struct OnlineSoftmax {
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             row_max[r] = -INFINITY;
             row_sum[r] = 0.f;
+            max_scaled[r] = 0.f;  // the lazy update leaves it alone until a row of the warp moves
         }
     }
 
@@ -104,13 +94,8 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
 #pragma unroll
-            for (int i = 0; i < kN / 2; ++i) {
-                if (acc_row_half(i) != r) continue;
-                const float x = fmaf(s[i], scale_log2, -max_scaled[r]);
-                // i / 4 is the score's 8-column group: every kPolyEvery-th group of a row.
-                const bool on_fma_pipe = kPolyEvery > 0 && (i / 4) % kPolyEvery == kPolyEvery - 1;
-                s[i] = on_fma_pipe ? exp2_fma_pipe(x) : ptx::ex2_approx_f32(x);
-            }
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
             const float sum = row_sum_of(s, r);
             if constexpr (kLazy) row_sum[r] += sum;  // rescaled in update_max, when it moved
             else row_sum[r] = row_sum[r] * o_scale[r] + sum;
