@@ -36,7 +36,7 @@ constexpr int kWideBlockMinSeqlenK = 4096;
 // The online softmax's lazy rescale (kernels/sm90/softmax.cuh: O rescaled only when a row's max
 // grows by more than 2^8).
 #ifndef HATTN_FWD_LAZY_RESCALE
-#define HATTN_FWD_LAZY_RESCALE 0
+#define HATTN_FWD_LAZY_RESCALE 1
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
 constexpr int wide_block_n(int head_dim) { return head_dim == 128 ? 176 : 0; }
