@@ -72,7 +72,7 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // head dims get narrower KV blocks to stay inside the register and 227 KB shared-memory budgets.
 constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
-constexpr int default_stages(int head_dim) { return head_dim <= 64 ? 3 : 2; }
+constexpr int default_stages(int head_dim) { return head_dim <= 64 ? HATTN_FWD_D64_STAGES : 2; }
 
 template <int kHeadDim_, class Elem_, bool kPingPong_ = true, bool kIntraWgOverlap_ = true,
           int kConsumers_ = default_consumers(kHeadDim_), int kBlockN_ = default_block_n(kHeadDim_),
@@ -460,8 +460,9 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
 
 template <int kHeadDim, int kConsumers, int kBlockN, int kStages>
 cudaError_t launch_fwd_dtype(const FwdArgs& a, cudaStream_t stream, std::string* error) {
-    if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, true, kConsumers, kBlockN, kStages>>(a, stream, error);
-    return launch_fwd<Config<kHeadDim, Fp16, true, true, kConsumers, kBlockN, kStages>>(a, stream, error);
+    constexpr bool kOverlap = default_intra_wg_overlap(kHeadDim);
+    if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, kOverlap, kConsumers, kBlockN, kStages>>(a, stream, error);
+    return launch_fwd<Config<kHeadDim, Fp16, true, kOverlap, kConsumers, kBlockN, kStages>>(a, stream, error);
 }
 
 // Entry point for one head dim: picks dtype and (d = 128, bf16 only) the ablation variant.

@@ -31,7 +31,10 @@ constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
 // short problems lose up to 27% with it (fewer, more masked blocks; RESULTS run 12). d = 64 on
 // three consumers has no room for wider blocks: 160 spills (S, P and O alone take 152 of a
 // consumer's 160 registers).
-constexpr int kWideBlockMinSeqlenK = 4096;
+#ifndef HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K
+#define HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K 4096
+#endif
+constexpr int kWideBlockMinSeqlenK = HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K;
 
 // The online softmax's lazy rescale (kernels/sm90/softmax.cuh: O rescaled only when a row's max
 // grows by more than 2^8).
@@ -39,6 +42,16 @@ constexpr int kWideBlockMinSeqlenK = 4096;
 #define HATTN_FWD_LAZY_RESCALE 1
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
+
+// d = 64's K/V ring depth and whether its warpgroups overlap their own softmax with their PV GEMM
+// (with three consumer warpgroups the ping-pong alone may hide enough).
+#ifndef HATTN_FWD_D64_STAGES
+#define HATTN_FWD_D64_STAGES 3
+#endif
+#ifndef HATTN_FWD_D64_INTRA_WG_OVERLAP
+#define HATTN_FWD_D64_INTRA_WG_OVERLAP 1
+#endif
+constexpr bool default_intra_wg_overlap(int head_dim) { return head_dim != 64 || HATTN_FWD_D64_INTRA_WG_OVERLAP != 0; }
 constexpr int wide_block_n(int head_dim) { return head_dim == 128 ? 176 : 0; }
 
 }  // namespace hattn::fwd

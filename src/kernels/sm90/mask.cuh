@@ -54,15 +54,17 @@ struct Mask {
 
     // Scores of a forward fragment: rows first_row and first_row + 8, keys from col0 (the
     // fragment's column 0 for this tile). Invisible ones become -inf.
+    // The lane's part of each column (acc_col(0, lane)) moves to the row's limit, so every score
+    // is compared with a compile-time constant: one ISETP and one FSEL per score, no add.
     template <int kN>
     __device__ __forceinline__ void apply(float (&s)[kN / 2], int first_row, int col0) const {
-        const int lane = threadIdx.x % 32;
+        const int base = col0 + acc_col(0, threadIdx.x % 32);
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            const int end = key_end(first_row + 8 * r);
+            const int end = key_end(first_row + 8 * r) - base;
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i)
-                if (acc_row_half(i) == r && col0 + acc_col(i, lane) >= end) s[i] = -INFINITY;
+                if (acc_row_half(i) == r && acc_col(i, 0) >= end) s[i] = -INFINITY;
         }
     }
 
@@ -70,15 +72,16 @@ struct Mask {
     // query rows from query0.
     template <int kN>
     __device__ __forceinline__ void apply_transposed(float (&s)[kN / 2], int first_key, int query0) const {
-        const int lane = threadIdx.x % 32;
+        const int base = query0 + acc_col(0, threadIdx.x % 32);  // as in apply: constants per score
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             const int key = first_key + 8 * r;
-            const int begin = key < seqlen_k ? query_begin(key) : seqlen_q;  // past the tail: nobody
+            const int begin = (key < seqlen_k ? query_begin(key) : seqlen_q) - base;  // past the tail: nobody
+            const int end = seqlen_q - base;
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i) {
-                const int q = query0 + acc_col(i, lane);
-                if (acc_row_half(i) == r && (q < begin || q >= seqlen_q)) s[i] = -INFINITY;
+                const int q = acc_col(i, 0);
+                if (acc_row_half(i) == r && (q < begin || q >= end)) s[i] = -INFINITY;
             }
         }
     }
