@@ -310,6 +310,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         typename Ring<Cfg::kStages>::State k_state, v_state;
         Tile t;
         int m0, n_blocks;
+        // The turn carries over from tile to tile, as in the 16-bit forward: both consumers of a
+        // tile see the same n_blocks and so take the same number of turns (n_blocks + 1, none when
+        // n_blocks is 0), and the rotation ends where it began (the last consumer hands to the
+        // first). The first consumer can then issue tile t+1's first GEMM as soon as the last one
+        // has issued tile t's last P V, instead of waiting at the end of tile t for that hand-over
+        // before its own epilogue and then for a fresh grant. The last consumer grants the opening
+        // turn once per walk; the first consumer's barrier is then one arrival richer than its
+        // waits, and it consumes that arrival after the walk so every barrier is left balanced.
+        // (No barrier sees a second arrival before its wait for the first: between two arrivals
+        // on a consumer's barrier, the arriving consumer waits for a hand-over that follows that
+        // wait.)
+        if (cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
         for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
              ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);
@@ -376,8 +388,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             smem.q_ring.consumer_wait(q_state);
 
             if (n_blocks > 0) {
-                if (cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
-
                 // Prologue: S_0 alone, its softmax.
                 {
                     const float k_ds = k_ds_row[descale_index(0)];
@@ -449,8 +459,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     release(smem.v_ring, v_state);
                     v_state.advance();
                 }
-                // Balance the opening grant (as the 16-bit forward).
-                if (cw == 0) my_turn.sync();
             }
             if (lane == 0) smem.q_ring.consumer_release(q_state);
 
@@ -478,6 +486,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             q_state.advance();
         }
+        if (cw == 0) my_turn.sync();  // the opening grant's arrival
     }
 }
 
