@@ -115,6 +115,14 @@ struct Config {
     using KTile = SwizzledTile<E4m3, kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
     using OTile = SwizzledTile<OElem, kBlockM, kHeadDim>;
+    // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
+    // the next tile's Q then loads during the current tile and is there when the consumers
+    // arrive, instead of after every consumer's last QK^T.
+    static constexpr int kQStages = 2 * sizeof(QTile) + kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) +
+                                                2 * kSharedAlign <=
+                                            kMaxSharedBytes
+                                        ? 2
+                                        : 1;
     static_assert(kDescaleRows % kBlockN == 0, "a KV block must lie inside one descale block");
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(kBlockN % kE4m3KeyGroup == 0 && kBlockN <= 256, "wgmma N / K limits");
@@ -130,11 +138,11 @@ using EpilogueBarrier = NamedBarrier<kWarpgroupThreads>;
 
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
-    typename Cfg::QTile q;
+    typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KTile k[Cfg::kStages];
     typename Cfg::VtTile vt[Cfg::kStages];
     typename Cfg::OTile o;
-    Ring<1> q_ring;
+    Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
 };
@@ -224,7 +232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
     const uint32_t warpgroup = ptx::warpgroup_index();
 
-    // O has its own staging buffer, so Q is free after the last QK^T (one lane per warp).
+    // O has its own staging buffer, so Q is free after the last QK^T (one lane per consumer warp).
     init_barriers([&] {
         prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_vt, &tmap_o);
         smem.q_ring.init(kConsumerWarps);
@@ -236,13 +244,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
-            typename Ring<1>::State q_state;
+            typename Ring<Cfg::kQStages>::State q_state;
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
             for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
                  ++pass) {
-                smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
+                // Q is loaded for every tile, even one with nothing to attend to, so that Q's
+                // phases never depend on the mask.
+                smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
+                                           t.batch);
                 q_state.advance();
                 // KV block `it` counts from the last block (load_kv_blocks orders K before V^T).
                 auto load_k = [&](int it) {
@@ -279,12 +290,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
         bool rescale_pending = true;  // lazy: whether the last softmax moved some row of this warp
+        typename Ring<Cfg::kQStages>::State q_state;
+        typename Ring<Cfg::kStages>::State k_state, v_state;
+        Tile t;
+        int m0, n_blocks;
 
         auto gemm_qk = [&](int stage) {
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / kMmaK; ++kk)
-                mma_ss_e4m3<kBlockN>(s, smem.q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
-                                     kk > 0 ? 1u : 0u);
+                mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(first_row_in_tile, kk),
+                                     smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
         };
         auto gemm_pv = [&](int stage) {
 #pragma unroll
@@ -306,10 +321,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (lane == 0) ring.consumer_release(state);
         };
 
-        typename Ring<1>::State q_state;
-        typename Ring<Cfg::kStages>::State k_state, v_state;
-        Tile t;
-        int m0, n_blocks;
         // The turn carries over from tile to tile, as in the 16-bit forward: both consumers of a
         // tile see the same n_blocks and so take the same number of turns (n_blocks + 1, none when
         // n_blocks is 0), and the rotation ends where it began (the last consumer hands to the
@@ -435,6 +446,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 int it = 1;
                 for (; it < n_masked; ++it) step(it, std::true_type{});
                 for (; it < n_blocks; ++it) step(it, std::false_type{});
+                // Our last QK^T has completed (waited for in the last step, or in the prologue) and
+                // the drain's P V reads only P (registers) and V^T: Q is free one softmax and one
+                // P V before the epilogue, and the producer can fill the slot for a later tile.
+                release(smem.q_ring, q_state);
 
                 // Drain: the last P V.
                 {
@@ -459,8 +474,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     release(smem.v_ring, v_state);
                     v_state.advance();
                 }
+            } else {
+                release(smem.q_ring, q_state);  // a tile that sees no key never reads its Q
             }
-            if (lane == 0) smem.q_ring.consumer_release(q_state);
 
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
