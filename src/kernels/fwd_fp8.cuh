@@ -491,6 +491,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
             rescale_rows(o, inv_sum);
+            // The barrier keeps us from overwriting our rows of the staging buffer before the
+            // previous tile's store has read them out. Thread 0 waits for those reads only here,
+            // not right after issuing the store: a bulk group is tracked per issuing thread and
+            // nothing else touches our rows of the O buffer in between, so the reads overlap this
+            // tile's GEMMs instead of delaying its start.
+            if (tid == 0) ptx::bulk_wait_group_read<0>();
             epilogue_barrier.sync();
             store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, first_row_in_tile);
             store_fence();
@@ -498,11 +504,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (tid == 0) {
                 smem.o.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
                 ptx::bulk_commit_group();
-                ptx::bulk_wait_group_read<0>();
             }
             q_state.advance();
         }
         if (cw == 0) my_turn.sync();  // the opening grant's arrival
+        if (tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
 
