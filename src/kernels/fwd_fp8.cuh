@@ -33,6 +33,10 @@
 //   * A V block of all zeros has descale 0: it contributes nothing and O keeps its unit. The
 //     ratio of two descales is in fp32; descales come from amax / 448 of real data, so their
 //     ratios stay far from fp32's range limits.
+//   * Grid: one CTA per tile, or for short keys one persistent CTA per SM walking several tiles
+//     (kPersistentMaxSeqlenK). On a walk the schedule runs on across tile boundaries as in the
+//     16-bit forward: the ping-pong turn passes straight to the next tile, Q is freed after the
+//     last QK^T into one of two slots, and the O store's read wait moves to the next epilogue.
 #pragma once
 
 #include <cuda.h>
@@ -240,6 +244,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.v_ring.init(kConsumerWarps);
     });
 
+    // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
+    // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
@@ -289,7 +295,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2>,
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
-        bool rescale_pending = true;  // lazy: whether the last softmax moved some row of this warp
+        // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
+        // sets it before it is read; O, the softmax state and O's unit start afresh per tile).
+        bool rescale_pending = true;
         typename Ring<Cfg::kQStages>::State q_state;
         typename Ring<Cfg::kStages>::State k_state, v_state;
         Tile t;
@@ -515,6 +523,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // ---------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------
+// Problems with at most this many keys run on a persistent grid (one CTA per SM walking the
+// tiles, see launch_fwd_fp8), the causal and non-causal limits separately, as in the 16-bit
+// forward (kernels/fwd_rules.h), whose limits these start from. Each can be overridden at build
+// time (-D...=N) for an A/B; 0 turns the persistent grid off. Fp8FwdArgs::grid_ctas > 0 overrides
+// the rule per call (bench/fwd_fp8_ab's --grids compares the two grids in one process).
+#ifndef HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K
+#define HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K 4096
+#endif
+#ifndef HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K
+#define HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
+#endif
+constexpr int kPersistentMaxSeqlenK = HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K;
+constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
+
 inline bool check_args(const Fp8FwdArgs& a, std::string* error) {
     auto fail = [&](const char* what) {
         if (error) *error = what;
@@ -526,6 +548,7 @@ inline bool check_args(const Fp8FwdArgs& a, std::string* error) {
         return fail("batch, heads_q, heads_kv, seqlen_q and seqlen_k must be positive");
     if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
     if (!(a.softmax_scale > 0.f) || std::isinf(a.softmax_scale)) return fail("softmax_scale must be resolved, > 0");
+    if (a.grid_ctas < 0) return fail("grid_ctas must be >= 0 (0: automatic)");
     return true;
 }
 
@@ -593,10 +616,25 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
         if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
         return rc;
     }
-    // One CTA per tile (the 16-bit forward's persistent grid for short keys is not tuned here).
-    kernel<<<p.scheduler.num_tiles, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
-    rc = cudaGetLastError();
-    if (rc != cudaSuccess && error) *error = std::string("FP8 forward kernel launch: ") + cudaGetErrorString(rc);
+    int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
+    const char* what = "kernel launch";
+    const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
+    if (a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
+        // Short tiles spend much of their time starting up (barriers, the first Q and K loads, the
+        // pipeline's prologue and drain, the O store); a persistent CTA per SM overlaps that with
+        // its previous tile.
+        int device = 0, sms = 0;
+        what = "querying the SM count";
+        rc = cudaGetDevice(&device);
+        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        ctas = std::min(p.scheduler.num_tiles, sms);
+    }
+    if (rc == cudaSuccess) {
+        what = "kernel launch";
+        kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
+        rc = cudaGetLastError();
+    }
+    if (rc != cudaSuccess && error) *error = std::string("FP8 forward ") + what + ": " + cudaGetErrorString(rc);
     return rc;
 }
 
