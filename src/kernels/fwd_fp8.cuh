@@ -122,11 +122,10 @@ struct Config {
     // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
-    static constexpr int kQStages = 2 * sizeof(QTile) + kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) +
-                                                2 * kSharedAlign <=
-                                            kMaxSharedBytes
-                                        ? 2
-                                        : 1;
+    static constexpr int kQStages =
+        2 * sizeof(QTile) + kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
+            ? 2
+            : 1;
     static_assert(kDescaleRows % kBlockN == 0, "a KV block must lie inside one descale block");
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(kBlockN % kE4m3KeyGroup == 0 && kBlockN <= 256, "wgmma N / K limits");
