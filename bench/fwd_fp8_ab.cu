@@ -3,22 +3,29 @@
 // shape before round r + 1 starts; the variant order rotates per round), each variant's best
 // round kept, so clock and power drift hit every variant alike.
 //
-//   fwd_fp8_ab [--variants base,lazy,...] [--head-dims 64,128,256] [--seqlens 2048,8192,16384]
-//              [--masks full,causal] [--rounds 3] [--reps 10] [--tokens 16384] [--width 2048]
-//              [--check-only]
+//   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms] [--head-dims 64,128,256]
+//              [--seqlens 2048,8192,16384] [--masks full,causal] [--rounds 3] [--reps 10]
+//              [--tokens 16384] [--width 2048] [--check-only]
+//
+// --grids runs each variant on each grid (Fp8FwdArgs::grid_ctas): auto (the launcher's rule: one
+// persistent CTA per SM up to fwd_fp8's kPersistentMaxSeqlenK keys, else one CTA per tile), tiles
+// (one CTA per tile), sms (one CTA per SM at any length). Columns are then named variant@grid,
+// and with two grids or more a last table gives each grid's ratio to the first grid, per variant.
 //
 // Inputs per shape: bf16 N(0, 1) Q, K, V (batch = tokens / seqlen, heads = width / head_dim)
 // through hattn_fp8_prepass (random-sign Hadamard) into e4m3 and per-block descales, two input
 // sets rotated from call to call (a K or V tensor of e4m3 is 32 MB at 16k tokens: most of one
 // set would stay in the 50 MB L2). Timed: the whole hattn_fwd_fp8 call (its V^T pass included),
 // no LSE, bf16 O, events around each call queued behind a spin kernel (no host time inside).
-// Before timing, every variant's O is checked against the base variant's on the first set
+// Before timing, every column's O is checked against the first column's on the first set
 // (finite, relative L2 below kMaxRelL2VsBase; the accuracy against float64 is fwd_fp8_test's).
-// TFLOPS = 4 b h s^2 d / time (half for causal). Prints one TFLOPS table, then the ratio of each
-// variant to base, last. Exit status 3 when a check failed, 1 on a CUDA or API error.
+// TFLOPS = 4 b h s^2 d / time (half for causal). Prints one TFLOPS table, then each column's ratio
+// to the first (base on the first grid) and, with two grids or more, each grid's ratio to the first
+// grid per variant, last. Exit status 3 when a check failed, 1 on a CUDA or API error.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -62,8 +69,22 @@ __global__ void spin_kernel(long long cycles) {
     }
 }
 
+// The grids --grids names; kOneCtaPerTile is more CTAs than any problem has tiles (the launcher
+// takes min(grid_ctas, tiles)).
+enum class Grid { kAuto, kTiles, kSms };
+constexpr int kOneCtaPerTile = INT_MAX;
+const char* grid_name(Grid g) { return g == Grid::kAuto ? "auto" : g == Grid::kTiles ? "tiles" : "sms"; }
+
+Grid grid_of(const std::string& name) {
+    for (Grid g : {Grid::kAuto, Grid::kTiles, Grid::kSms})
+        if (name == grid_name(g)) return g;
+    std::fprintf(stderr, "unknown grid %s (known: auto tiles sms)\n", name.c_str());
+    std::exit(1);
+}
+
 struct Options {
     std::vector<int> variants, head_dims{64, 128, 256}, seqlens{2048, 8192, 16384};
+    std::vector<Grid> grids{Grid::kAuto};
     std::vector<bool> causal{false, true};
     int rounds = 3, reps = 10, tokens = 16384, width = 2048;
     bool check_only = false;
@@ -104,6 +125,9 @@ Options parse(int argc, char** argv) {
         };
         if (a == "--variants") {
             for (const std::string& n : split(value())) o.variants.push_back(variant_index(n));
+        } else if (a == "--grids") {
+            o.grids.clear();
+            for (const std::string& n : split(value())) o.grids.push_back(grid_of(n));
         } else if (a == "--head-dims") {
             o.head_dims = ints();
         } else if (a == "--seqlens") {
@@ -131,7 +155,39 @@ Options parse(int argc, char** argv) {
     // base (index 0) is every check's reference and the ratios' denominator: always run, first.
     o.variants.erase(std::remove(o.variants.begin(), o.variants.end(), 0), o.variants.end());
     o.variants.insert(o.variants.begin(), 0);
+    if (o.grids.empty()) {
+        std::fprintf(stderr, "--grids needs at least one grid\n");
+        std::exit(1);
+    }
     return o;
+}
+
+// One column of the tables: a variant on a grid. Entry 0 (base on the first grid) is every
+// check's reference and the ratios' denominator.
+struct Entry {
+    int variant;
+    Grid grid;
+    int grid_ctas;  // Fp8FwdArgs::grid_ctas for this grid
+    std::string name;
+};
+
+std::vector<Entry> entries_of(const Options& o) {
+    int sms = 0;
+    if (std::find(o.grids.begin(), o.grids.end(), Grid::kSms) != o.grids.end()) {
+        int device = 0;
+        AB_CHECK(cudaGetDevice(&device));
+        AB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    }
+    const bool named_by_grid = o.grids.size() > 1 || o.grids[0] != Grid::kAuto;
+    std::vector<Entry> entries;
+    for (int v : o.variants)
+        for (Grid g : o.grids) {
+            const int ctas = g == Grid::kAuto ? 0 : g == Grid::kTiles ? kOneCtaPerTile : sms;
+            std::string name = kFp8Variants[v].name;
+            if (named_by_grid) name += std::string("@") + grid_name(g);
+            entries.push_back({v, g, ctas, name});
+        }
+    return entries;
 }
 
 struct DeviceBuffer {
@@ -210,7 +266,9 @@ struct ShapeData {
     }
 };
 
-hattn_status run(int variant, const hattn_fwd_fp8_params& p) { return hattn::host::fwd_fp8_variant(variant, &p, nullptr); }
+hattn_status run(const Entry& e, const hattn_fwd_fp8_params& p) {
+    return hattn::host::fwd_fp8_variant(e.variant, &p, nullptr, e.grid_ctas);
+}
 
 std::vector<uint16_t> download_o(const ShapeData& data) {
     std::vector<uint16_t> o(data.elems);
@@ -232,11 +290,11 @@ double rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 }
 
 // Median milliseconds of `reps` calls (sets rotated), after warm-up calls.
-double time_ms(int variant, const ShapeData& data, int reps, bool* failed) {
+double time_ms(const Entry& entry, const ShapeData& data, int reps, bool* failed) {
     hattn_fwd_fp8_params p[kInputSets];
     for (int set = 0; set < kInputSets; ++set) p[set] = data.params(set);
     for (int i = 0; i < kWarmupCalls; ++i)
-        if (run(variant, p[i % kInputSets]) != HATTN_SUCCESS) *failed = true;
+        if (run(entry, p[i % kInputSets]) != HATTN_SUCCESS) *failed = true;
     std::vector<cudaEvent_t> start(reps), stop(reps);
     for (int r = 0; r < reps; ++r) {
         AB_CHECK(cudaEventCreate(&start[r]));
@@ -246,7 +304,7 @@ double time_ms(int variant, const ShapeData& data, int reps, bool* failed) {
     AB_CHECK(cudaGetLastError());
     for (int r = 0; r < reps; ++r) {
         AB_CHECK(cudaEventRecord(start[r], nullptr));
-        if (run(variant, p[r % kInputSets]) != HATTN_SUCCESS) *failed = true;
+        if (run(entry, p[r % kInputSets]) != HATTN_SUCCESS) *failed = true;
         AB_CHECK(cudaEventRecord(stop[r], nullptr));
     }
     AB_CHECK(cudaDeviceSynchronize());
@@ -274,61 +332,61 @@ int main(int argc, char** argv) {
         for (int s : opt.seqlens)
             for (bool causal : opt.causal) shapes.push_back({d, s, std::max(1, opt.tokens / s), opt.width / d, causal});
 
+    const std::vector<Entry> entries = entries_of(opt);
+    const size_t ne = entries.size();
     std::vector<std::string> failures;
-    // best[shape][variant index in opt.variants] (ms); -1 when the variant does not run the shape.
-    std::vector<std::vector<double>> best(shapes.size(), std::vector<double>(opt.variants.size(), INFINITY));
-    std::vector<std::vector<double>> err(shapes.size(), std::vector<double>(opt.variants.size(), 0.0));
-    std::vector<std::vector<bool>> skip(shapes.size(), std::vector<bool>(opt.variants.size(), false));
+    // best[shape][entry] (ms; INFINITY until timed), err[shape][entry] (rel L2 vs entry 0),
+    // skip[shape][entry] (not built for the shape's head dim, or failed).
+    std::vector<std::vector<double>> best(shapes.size(), std::vector<double>(ne, INFINITY));
+    std::vector<std::vector<double>> err(shapes.size(), std::vector<double>(ne, 0.0));
+    std::vector<std::vector<bool>> skip(shapes.size(), std::vector<bool>(ne, false));
     for (int round = 0; round < (opt.check_only ? 1 : opt.rounds); ++round) {
         for (size_t si = 0; si < shapes.size(); ++si) {
             const ShapeData data(shapes[si]);  // made per round: one shape's tensors on the GPU at a time
             if (round == 0) {
-                // Correctness against base on the first set.
+                // Correctness against base (on the first grid) on the first set.
                 std::vector<uint16_t> ref;
-                for (size_t vi = 0; vi < opt.variants.size(); ++vi) {
-                    const int v = opt.variants[vi];
-                    if (!hattn::host::fp8_variant_built(v, shapes[si].d)) {
-                        skip[si][vi] = true;
+                for (size_t ei = 0; ei < ne; ++ei) {
+                    const Entry& e = entries[ei];
+                    if (!hattn::host::fp8_variant_built(e.variant, shapes[si].d)) {
+                        skip[si][ei] = true;
                         continue;
                     }
                     AB_CHECK(cudaMemset(data.o, 0xFF, data.elems * 2));  // NaN poison
-                    const hattn_status st = run(v, data.params(0));
+                    const hattn_status st = run(e, data.params(0));
                     AB_CHECK(cudaDeviceSynchronize());
                     if (st != HATTN_SUCCESS) {
-                        failures.push_back(std::string(kFp8Variants[v].name) + " " + shapes[si].label() + ": " +
-                                           hattn_status_string(st));
-                        skip[si][vi] = true;
+                        failures.push_back(e.name + " " + shapes[si].label() + ": " + hattn_status_string(st));
+                        skip[si][ei] = true;
                         continue;
                     }
                     std::vector<uint16_t> o = download_o(data);
-                    if (vi == 0) {
+                    if (ei == 0) {
                         ref = std::move(o);
-                        err[si][vi] = rel_l2(ref, ref);
+                        err[si][ei] = rel_l2(ref, ref);
                     } else {
-                        err[si][vi] = rel_l2(o, ref);
+                        err[si][ei] = rel_l2(o, ref);
                     }
-                    if (!(err[si][vi] < kMaxRelL2VsBase)) {
+                    if (!(err[si][ei] < kMaxRelL2VsBase)) {
                         char buf[160];
-                        std::snprintf(buf, sizeof buf, "%s %s: rel L2 vs base %.3e", kFp8Variants[v].name,
-                                      shapes[si].label().c_str(), err[si][vi]);
+                        std::snprintf(buf, sizeof buf, "%s %s: rel L2 vs %s %.3e", e.name.c_str(),
+                                      shapes[si].label().c_str(), entries[0].name.c_str(), err[si][ei]);
                         failures.push_back(buf);
                     }
                 }
                 if (opt.check_only) continue;
             }
-            const size_t nv = opt.variants.size();
-            for (size_t k = 0; k < nv; ++k) {
-                const size_t vi = (k + round) % nv;  // rotate: no variant always runs first
-                if (skip[si][vi]) continue;
+            for (size_t k = 0; k < ne; ++k) {
+                const size_t ei = (k + round) % ne;  // rotate: no entry always runs first
+                if (skip[si][ei]) continue;
                 bool failed = false;
-                const double ms = time_ms(opt.variants[vi], data, opt.reps, &failed);
+                const double ms = time_ms(entries[ei], data, opt.reps, &failed);
                 if (failed) {
-                    failures.push_back(std::string(kFp8Variants[opt.variants[vi]].name) + " " + shapes[si].label() +
-                                       ": a timed call failed");
-                    skip[si][vi] = true;
+                    failures.push_back(entries[ei].name + " " + shapes[si].label() + ": a timed call failed");
+                    skip[si][ei] = true;
                     continue;
                 }
-                best[si][vi] = std::min(best[si][vi], ms);
+                best[si][ei] = std::min(best[si][ei], ms);
             }
         }
         std::fprintf(stderr, "round %d/%d done\n", round + 1, opt.rounds);
@@ -336,57 +394,88 @@ int main(int argc, char** argv) {
 
     if (opt.check_only) {
         std::printf("| shape |");
-        for (int v : opt.variants) std::printf(" %s rel L2 vs base |", kFp8Variants[v].name);
+        for (const Entry& e : entries) std::printf(" %s rel L2 vs %s |", e.name.c_str(), entries[0].name.c_str());
         std::printf("\n");
         for (size_t si = 0; si < shapes.size(); ++si) {
             std::printf("| %s |", shapes[si].label().c_str());
-            for (size_t vi = 0; vi < opt.variants.size(); ++vi)
-                if (skip[si][vi]) std::printf(" - |");
-                else std::printf(" %.2e |", err[si][vi]);
+            for (size_t ei = 0; ei < ne; ++ei)
+                if (skip[si][ei]) std::printf(" - |");
+                else std::printf(" %.2e |", err[si][ei]);
             std::printf("\n");
         }
     } else {
-        auto tflops = [&](size_t si, size_t vi) { return shapes[si].flops() / (best[si][vi] * 1e-3) / 1e12; };
+        auto tflops = [&](size_t si, size_t ei) { return shapes[si].flops() / (best[si][ei] * 1e-3) / 1e12; };
         std::printf("TFLOPS (best of %d rounds, median of %d calls each; hattn_fwd_fp8 incl. its V^T pass)\n", opt.rounds,
                     opt.reps);
         std::printf("| shape |");
-        for (int v : opt.variants) std::printf(" %s |", kFp8Variants[v].name);
-        std::printf(" err vs base (max over variants) |\n");
+        for (const Entry& e : entries) std::printf(" %s |", e.name.c_str());
+        std::printf(" err vs %s (max over the others) |\n", entries[0].name.c_str());
         for (size_t si = 0; si < shapes.size(); ++si) {
             std::printf("| %s |", shapes[si].label().c_str());
             double worst = 0;
-            for (size_t vi = 0; vi < opt.variants.size(); ++vi) {
-                if (skip[si][vi] || !std::isfinite(best[si][vi])) std::printf(" - |");
-                else std::printf(" %.0f |", tflops(si, vi));
-                if (!skip[si][vi]) worst = std::max(worst, err[si][vi]);
+            for (size_t ei = 0; ei < ne; ++ei) {
+                if (skip[si][ei] || !std::isfinite(best[si][ei])) std::printf(" - |");
+                else std::printf(" %.0f |", tflops(si, ei));
+                if (!skip[si][ei]) worst = std::max(worst, err[si][ei]);
             }
             std::printf(" %.1e |\n", worst);
         }
-        std::printf("\nratio to base (TFLOPS / base's); last row: geomean over the shapes\n| shape |");
-        for (size_t vi = 1; vi < opt.variants.size(); ++vi) std::printf(" %s |", kFp8Variants[opt.variants[vi]].name);
-        std::printf("\n");
-        std::vector<double> log_sum(opt.variants.size(), 0.0);
-        std::vector<int> count(opt.variants.size(), 0);
-        for (size_t si = 0; si < shapes.size(); ++si) {
-            std::printf("| %s |", shapes[si].label().c_str());
-            for (size_t vi = 1; vi < opt.variants.size(); ++vi) {
-                const bool ok = !skip[si][vi] && !skip[si][0] && std::isfinite(best[si][vi]) && std::isfinite(best[si][0]);
-                if (!ok) {
-                    std::printf(" - |");
-                    continue;
-                }
-                const double r = best[si][0] / best[si][vi];
-                log_sum[vi] += std::log(r);
-                ++count[vi];
-                std::printf(" %.3f |", r);
+        // One table of speed ratios: column c is entry num[c]'s TFLOPS over entry den[c]'s (named
+        // "num / den" when the denominators differ from column to column).
+        auto print_ratios = [&](const char* title, const std::vector<size_t>& num, const std::vector<size_t>& den,
+                                bool name_den) {
+            std::printf("\n%s; last row: geomean over the shapes\n| shape |", title);
+            for (size_t c = 0; c < num.size(); ++c) {
+                if (!name_den) std::printf(" %s |", entries[num[c]].name.c_str());
+                else std::printf(" %s / %s |", entries[num[c]].name.c_str(), entries[den[c]].name.c_str());
             }
             std::printf("\n");
+            std::vector<double> log_sum(num.size(), 0.0);
+            std::vector<int> count(num.size(), 0);
+            for (size_t si = 0; si < shapes.size(); ++si) {
+                std::printf("| %s |", shapes[si].label().c_str());
+                for (size_t c = 0; c < num.size(); ++c) {
+                    const size_t a = num[c], b = den[c];
+                    const bool ok = !skip[si][a] && !skip[si][b] && std::isfinite(best[si][a]) && std::isfinite(best[si][b]);
+                    if (!ok) {
+                        std::printf(" - |");
+                        continue;
+                    }
+                    const double r = best[si][b] / best[si][a];
+                    log_sum[c] += std::log(r);
+                    ++count[c];
+                    std::printf(" %.3f |", r);
+                }
+                std::printf("\n");
+            }
+            std::printf("| geomean |");
+            for (size_t c = 0; c < num.size(); ++c)
+                if (count[c]) std::printf(" %.3f |", std::exp(log_sum[c] / count[c]));
+                else std::printf(" - |");
+            std::printf("\n");
+        };
+        std::vector<size_t> num, den;
+        for (size_t ei = 1; ei < ne; ++ei) {
+            num.push_back(ei);
+            den.push_back(0);
         }
-        std::printf("| geomean |");
-        for (size_t vi = 1; vi < opt.variants.size(); ++vi)
-            if (count[vi]) std::printf(" %.3f |", std::exp(log_sum[vi] / count[vi]));
-            else std::printf(" - |");
-        std::printf("\n");
+        char title[128];
+        std::snprintf(title, sizeof title, "ratio to %s (TFLOPS / its TFLOPS)", entries[0].name.c_str());
+        print_ratios(title, num, den, false);
+        // Entries are variant-major: the ng grids of one variant are consecutive, the first grid first.
+        const size_t ng = opt.grids.size();
+        if (ng > 1) {
+            num.clear();
+            den.clear();
+            for (size_t first = 0; first < ne; first += ng)
+                for (size_t g = 1; g < ng; ++g) {
+                    num.push_back(first + g);
+                    den.push_back(first);
+                }
+            std::snprintf(title, sizeof title, "ratio of each grid to %s, per variant (TFLOPS / its TFLOPS)",
+                          grid_name(opt.grids[0]));
+            print_ratios(title, num, den, true);
+        }
     }
     if (!failures.empty()) {
         std::printf("%zu FAILURES:\n", failures.size());

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The FP8 forward's kernel variants (src/host/fwd_fp8_variants.h: MUFU/FMA exp split, lazy O
-# rescale, two-level accumulation) on a GPU host, from the repository root:
+# The FP8 forward's kernel variants (src/host/fwd_fp8_variants.h: lazy O rescale, two-level
+# accumulation) and grids (automatic / one CTA per tile / one per SM) on a GPU host, from the
+# repository root:
 #
 #   OUT=/some/dir bash scripts/ab_fp8.sh
 #
@@ -11,13 +12,16 @@
 #   tests      fwd_fp8_test once (the default path's cases + a set per variant against float64),
 #              in 4 shards at once (the float64 reference is CPU-bound)
 #   memcheck   compute-sanitizer memcheck on a few variant cases
-#   ab         bench/fwd_fp8_ab: every variant interleaved, best of 3 rounds, d 64/128/256 x
-#              seqlen 2k/8k/16k x full/causal, 16k tokens, heads = 2048 / d; the TFLOPS table,
-#              then each variant's ratio to base (the default path) LAST
+#   ab         bench/fwd_fp8_ab: every variant (on every grid of GRIDS) interleaved, best of 3
+#              rounds, d 64/128/256 x seqlen 2k/8k/16k (SEQLENS) x full/causal, 16k tokens,
+#              heads = 2048 / d; the TFLOPS table, then each column's ratio to base (the plain
+#              path; the library's default is lazy, lazy_twolevel at d64) and, with two grids or
+#              more, each grid's ratio to the first per variant LAST
 # Writes $OUT/summary.txt (printed last), $OUT/ab.txt and $OUT/logs.tgz (every log).
 #
 # Environment: OUT (default ./ab_fp8_out), BUILD_DIR (build-ab-fp8), JOBS (16), BUDGET_S (300),
-#   VARIANTS (all: base,lazy,twolevel,lazy_twolevel).
+#   VARIANTS (all: base,lazy,twolevel,lazy_twolevel), GRIDS (auto; e.g. tiles,auto: one CTA per tile
+#   against the launcher's persistent rule), SEQLENS (2048,8192,16384).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -26,6 +30,8 @@ BUILD_DIR=${BUILD_DIR:-build-ab-fp8}
 JOBS=${JOBS:-16}
 BUDGET_S=${BUDGET_S:-300}
 VARIANTS=${VARIANTS:-}
+GRIDS=${GRIDS:-}
+SEQLENS=${SEQLENS:-}
 RESERVE_S=8
 SHARDS=4
 
@@ -70,6 +76,8 @@ if [ "$BUILD_OK" -eq 1 ]; then
   # ---- the A/B ------------------------------------------------------------------------------------
   ab_args=(--rounds 3 --reps 10)
   [ -n "$VARIANTS" ] && ab_args+=(--variants "$VARIANTS")
+  [ -n "$GRIDS" ] && ab_args+=(--grids "$GRIDS")
+  [ -n "$SEQLENS" ] && ab_args+=(--seqlens "$SEQLENS")
   run ab 120 "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
   cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
 
@@ -111,7 +119,7 @@ fi
   [ "$BUILD_OK" -eq 1 ] || tail -40 "$LOGS/build.log"
   grep -E 'error|warning' "$LOGS/build.log" 2>/dev/null | head -20
   if [ -f "$OUT/ab.txt" ]; then
-    echo "-- A/B (bench/fwd_fp8_ab; ratio to base LAST)"
+    echo "-- A/B (bench/fwd_fp8_ab; ratios LAST)"
     cat "$OUT/ab.txt"
   fi
 } >"$OUT/summary.txt"

@@ -10,8 +10,9 @@
 #             fwd_fp8_test (GPU: the kernel against the float64 attention of the dequantized
 #             e4m3 inputs, and bf16 -> hattn_fp8_prepass -> hattn_fwd_fp8 against the float64
 #             attention of the bf16 inputs; prints "fp8 rel_l2" lines)
-#   memcheck  compute-sanitizer memcheck on five small fwd_fp8_test cases (d 64, 128, 256)
-#   racecheck compute-sanitizer racecheck on one small case
+#   memcheck  compute-sanitizer memcheck on seven small fwd_fp8_test cases (d 64, 128, 256; two
+#             of them walks of several tiles per CTA)
+#   racecheck compute-sanitizer racecheck on one small case and one small walk
 #   bench     bench/fwd_fp8_bench (TFLOPS of hattn_fwd_fp8 beside hattn_fwd, d128, s 2k-16k)
 # Writes $OUT/summary.txt (printed last), $OUT/bench.json and $OUT/logs.tgz (every log).
 #
@@ -34,8 +35,8 @@ STATUS="$LOGS/status.txt"
 : >"$STATUS"
 SECONDS=0
 
-SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq1_hkv1_sq17_sk17_d128_causal_bf16:Cases/Fp8Kernel.*/b2_hq2_hkv1_sq333_sk444_d128_full_strided_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d64_full_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d256_full_bf16'
-RACE_FILTER='Cases/Fp8Kernel.*/b1_hq1_hkv1_sq17_sk1000_d128_causal_bf16'
+SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq1_hkv1_sq17_sk17_d128_causal_bf16:Cases/Fp8Kernel.*/b2_hq2_hkv1_sq333_sk444_d128_full_strided_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d64_full_bf16:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d256_full_bf16:Cases/Fp8Kernel.*/b3_hq4_hkv4_sq17_sk17_d64_full_bf16_ctas2:Cases/Fp8Kernel.*/b2_hq4_hkv1_sq1000_sk17_d256_causal_bf16_ctas3'
+RACE_FILTER='Cases/Fp8Kernel.*/b1_hq1_hkv1_sq17_sk1000_d128_causal_bf16:Cases/Fp8Kernel.*/b3_hq4_hkv4_sq17_sk17_d128_full_bf16_ctas2'
 
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh  # limit, record, run, select_generator

@@ -5,7 +5,8 @@
 //     so every descale path is exercised), against the float64 attention of the DEQUANTIZED
 //     inputs: what is measured is the kernel's own error, dominated by P's rounding to e4m3
 //     (half an ulp is 2^-4 relative) before P V. Lengths 1, 17, 1000, 4097, causal with
-//     sq != sk, GQA/MQA, strided layouts, bf16 and fp16 O, the LSE.
+//     sq != sk, GQA/MQA, strided layouts, bf16 and fp16 O, the LSE; and walks: 1-3 CTAs for
+//     dozens of tiles (Fp8FwdArgs::grid_ctas), and persistent grids with more tiles than SMs.
 //   * End to end: bf16 Q, K, V -> hattn_fp8_prepass (random-sign Hadamard) -> hattn_fwd_fp8
 //     against the float64 attention of the bf16 inputs: the error FP8 attention costs a user.
 // Built with HATTN_FP8_VARIANTS (CMake option), the kernel check also runs a set of cases on every
@@ -25,6 +26,7 @@
 
 #include "gpu_test_util.h"
 #include "hattn.h"
+#include "host/fwd_fp8_launch.h"
 #include "testing/cpu_reference.h"
 #include "testing/fp8_reference.h"
 #include "testing/numerics.h"
@@ -69,17 +71,26 @@ struct Case {
     hattn_dtype o_dtype;
     int head_dim = 128;
     int variant = 0;  // > 0: kFp8Variants[variant] (HATTN_FP8_VARIANTS builds) instead of hattn_fwd_fp8
+    int grid_ctas = 0;  // > 0: at most this many CTAs, each walking many tiles (0: the launcher's grid)
 };
+
+// c on a grid of at most `ctas` CTAs.
+Case walked(Case c, int ctas) {
+    c.grid_ctas = ctas;
+    return c;
+}
 
 std::string case_name(const Case& c) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "b%d_hq%d_hkv%d_sq%d_sk%d_d%d_%s%s_%s", c.batch, c.heads_q, c.heads_kv, c.seqlen_q,
                   c.seqlen_k, c.head_dim, c.causal ? "causal" : "full", c.strided ? "_strided" : "",
                   hattn::test::dtype_name(c.o_dtype));
+    std::string name = buf;
+    if (c.grid_ctas > 0) name += "_ctas" + std::to_string(c.grid_ctas);
 #ifdef HATTN_FP8_VARIANTS
-    if (c.variant > 0) return std::string(buf) + "_" + hattn::host::kFp8Variants[c.variant].name;
+    if (c.variant > 0) name += std::string("_") + hattn::host::kFp8Variants[c.variant].name;
 #endif
-    return buf;
+    return name;
 }
 
 // Byte/element strides of one [b, s, h, d] tensor.
@@ -145,9 +156,10 @@ struct Result {
     hattn_status status;
 };
 
-// Uploads, runs hattn_fwd_fp8 and downloads O and LSE.
+// Uploads, runs hattn_fwd_fp8 (or a variant, or either on at most grid_ctas CTAs) and downloads
+// O and LSE.
 void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const Fp8Host& v, const Layout& o_layout,
-             Result& r, int variant = 0) {
+             Result& r, int variant = 0, int grid_ctas = 0) {
     auto upload = [](const void* src, size_t bytes, DeviceMemory& dst) {
         return cudaMemcpy(dst.ptr, src, bytes, cudaMemcpyHostToDevice);
     };
@@ -177,11 +189,15 @@ void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const F
     p.workspace = dws.ptr;
     p.workspace_size = ws;
 #ifdef HATTN_FP8_VARIANTS
-    r.status = variant > 0 ? hattn::host::fwd_fp8_variant(variant, &p, nullptr) : hattn_fwd_fp8(&p, nullptr);
+    if (variant > 0) r.status = hattn::host::fwd_fp8_variant(variant, &p, nullptr, grid_ctas);
 #else
     ASSERT_EQ(variant, 0) << "kernel variants are built with HATTN_FP8_VARIANTS only";
-    r.status = hattn_fwd_fp8(&p, nullptr);
 #endif
+    if (variant == 0) {
+        // The C API's own path; with grid_ctas, the same checks and launcher on that grid.
+        r.status = grid_ctas > 0 ? hattn::host::fwd_fp8_with_launch(&p, nullptr, hattn::host::launch_fwd_fp8_any, grid_ctas)
+                                 : hattn_fwd_fp8(&p, nullptr);
+    }
     ASSERT_EQ(r.status, HATTN_SUCCESS) << hattn_status_string(r.status);
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
     r.o.resize(o_elems);
@@ -253,7 +269,7 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     const Layout ol = layout_of(c.seqlen_q, c.heads_q, c.head_dim, c.strided, kOutSeqPad, kFp8BatchPad);
     hattn_fwd_fp8_params p = params_for(c, q.layout, k.layout, v.layout, ol);
     Result r;
-    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant));
+    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant, c.grid_ctas));
     const hattn::test::ReferenceResult ref = hattn::test::reference_attention_fp64(p, q.deq.data(), k.deq.data(), v.deq.data());
     double max_abs_v = 0;
     for (float x : v.deq) max_abs_v = std::max(max_abs_v, static_cast<double>(std::fabs(x)));
@@ -284,6 +300,21 @@ std::vector<Case> kernel_cases() {
         all.push_back({2, 4, 2, 333, 4097, false, true, HATTN_DTYPE_FP16, d});
         all.push_back({1, 2, 2, 1000, 300, true, false, HATTN_DTYPE_BF16, d});
     }
+    // Walks: a CTA runs tile after tile, so every ring's stage and phase, the Q slots, the O
+    // staging buffer (and its deferred read wait), the ping-pong turn carried from tile to tile
+    // and the per-tile softmax and accumulator state must run on across tile boundaries. 1-3 CTAs
+    // walk up to 64 tiles (odd lengths, GQA/MQA, both masks, strides and fp16 O, causal sq > sk
+    // with tiles that see no key between ones that do), at every head dim; then automatic grids
+    // with more tiles than an H200 has SMs (192), where some persistent CTAs walk two tiles.
+    for (int d : {64, 128, 256}) {
+        all.push_back(walked({2, 3, 1, 1000, 555, false, false, HATTN_DTYPE_BF16, d}, 1));   // 48 tiles on one CTA
+        all.push_back(walked({1, 4, 2, 1000, 1000, true, false, HATTN_DTYPE_BF16, d}, 2));   // longest first, back and forth
+        all.push_back(walked({3, 6, 3, 17, 1000, true, true, HATTN_DTYPE_FP16, d}, 3));      // causal sq < sk, strided
+        all.push_back(walked({2, 4, 1, 1000, 17, true, false, HATTN_DTYPE_BF16, d}, 3));     // MQA; 7 of 8 tiles see no key
+        all.push_back(walked({3, 4, 4, 17, 17, false, false, HATTN_DTYPE_BF16, d}, 2));      // one block per tile
+        all.push_back(walked({1, 1, 1, 17, 1000, false, false, HATTN_DTYPE_BF16, d}, 1000)); // more CTAs asked than tiles
+        all.push_back({4, 16, 4, 290, 333, d == 128, false, HATTN_DTYPE_BF16, d});           // automatic: 192 tiles
+    }
 #ifdef HATTN_FP8_VARIANTS
     // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:
     // the lazy rescale's skipped steps), causal sq < sk and sq > sk (rows without keys), GQA,
@@ -300,6 +331,15 @@ std::vector<Case> kernel_cases() {
         };
         for (const Case& c : vc)
             if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);
+        // Walks: each variant's own per-tile state (the lazy rescale's flags, two-level's second
+        // accumulator, the plain path's O unit) must start afresh on every tile.
+        const Case walks[] = {
+            walked({1, 4, 2, 1000, 1000, true, false, HATTN_DTYPE_BF16, 128, v}, 2),
+            walked({2, 4, 1, 1000, 1000, false, true, HATTN_DTYPE_BF16, 64, v}, 3),
+            walked({2, 4, 2, 1000, 17, true, false, HATTN_DTYPE_BF16, 256, v}, 1),
+        };
+        for (const Case& c : walks)
+            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);
     }
 #endif
     return all;
@@ -307,6 +347,30 @@ std::vector<Case> kernel_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, Fp8Kernel, ::testing::ValuesIn(kernel_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// A negative CTA count is refused by the launcher (the C API never sets one): an error status,
+// nothing launched, O untouched.
+TEST(Fp8Grid, NegativeCtaCountIsRefused) {
+    HATTN_REQUIRE_HOPPER();
+    constexpr int kSeqlen = 17, kHeadDim = 128;
+    constexpr size_t kElems = size_t{kSeqlen} * kHeadDim;
+    constexpr uint8_t kPoison = 0x5A;
+    DeviceMemory q(kElems), k(kElems), v(kElems), o(kElems * 2), descales(3 * sizeof(float));
+    const size_t ws = hattn_fwd_fp8_workspace_size(1, 1, kSeqlen, kHeadDim);
+    DeviceMemory dws(ws);
+    ASSERT_TRUE(q.ptr && k.ptr && v.ptr && o.ptr && descales.ptr && dws.ptr);
+    HATTN_CUDA_CHECK(cudaMemset(o.ptr, kPoison, kElems * 2));
+    const float* ds = static_cast<const float*>(descales.ptr);
+    hattn_fwd_fp8_params p = hattn_fwd_fp8_params_contiguous(q.ptr, k.ptr, v.ptr, o.ptr, ds, ds + 1, ds + 2, 1, 1, 1,
+                                                             kSeqlen, kSeqlen, kHeadDim, HATTN_DTYPE_BF16);
+    p.workspace = dws.ptr;
+    p.workspace_size = ws;
+    EXPECT_EQ(hattn::host::fwd_fp8_with_launch(&p, nullptr, hattn::host::launch_fwd_fp8_any, -1), HATTN_ERROR_CUDA);
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> got(kElems * 2);
+    HATTN_CUDA_CHECK(cudaMemcpy(got.data(), o.ptr, got.size(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::count(got.begin(), got.end(), kPoison), static_cast<std::ptrdiff_t>(got.size()));
+}
 
 // ---- End to end: bf16 -> pre-pass (Hadamard) -> FP8 forward -------------------------------------
 

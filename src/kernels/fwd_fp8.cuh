@@ -33,6 +33,10 @@
 //   * A V block of all zeros has descale 0: it contributes nothing and O keeps its unit. The
 //     ratio of two descales is in fp32; descales come from amax / 448 of real data, so their
 //     ratios stay far from fp32's range limits.
+//   * Grid: one CTA per tile, or for short keys one persistent CTA per SM walking several tiles
+//     (kPersistentMaxSeqlenK). On a walk the schedule runs on across tile boundaries as in the
+//     16-bit forward: the ping-pong turn passes straight to the next tile, Q is freed after the
+//     last QK^T into one of two slots, and the O store's read wait moves to the next epilogue.
 #pragma once
 
 #include <cuda.h>
@@ -115,6 +119,13 @@ struct Config {
     using KTile = SwizzledTile<E4m3, kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
     using OTile = SwizzledTile<OElem, kBlockM, kHeadDim>;
+    // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
+    // the next tile's Q then loads during the current tile and is there when the consumers
+    // arrive, instead of after every consumer's last QK^T.
+    static constexpr int kQStages =
+        2 * sizeof(QTile) + kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
+            ? 2
+            : 1;
     static_assert(kDescaleRows % kBlockN == 0, "a KV block must lie inside one descale block");
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(kBlockN % kE4m3KeyGroup == 0 && kBlockN <= 256, "wgmma N / K limits");
@@ -130,11 +141,11 @@ using EpilogueBarrier = NamedBarrier<kWarpgroupThreads>;
 
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
-    typename Cfg::QTile q;
+    typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KTile k[Cfg::kStages];
     typename Cfg::VtTile vt[Cfg::kStages];
     typename Cfg::OTile o;
-    Ring<1> q_ring;
+    Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
 };
@@ -224,7 +235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
     const uint32_t warpgroup = ptx::warpgroup_index();
 
-    // O has its own staging buffer, so Q is free after the last QK^T (one lane per warp).
+    // O has its own staging buffer, so Q is free after the last QK^T (one lane per consumer warp).
     init_barriers([&] {
         prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_vt, &tmap_o);
         smem.q_ring.init(kConsumerWarps);
@@ -232,17 +243,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.v_ring.init(kConsumerWarps);
     });
 
+    // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
+    // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
-            typename Ring<1>::State q_state;
+            typename Ring<Cfg::kQStages>::State q_state;
             typename Ring<Cfg::kStages>::State k_state, v_state;
             Tile t;
             int m0, n_blocks;
             for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
                  ++pass) {
-                smem.q.load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head, t.batch);
+                // Q is loaded for every tile, even one with nothing to attend to, so that Q's
+                // phases never depend on the mask.
+                smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
+                                           t.batch);
                 q_state.advance();
                 // KV block `it` counts from the last block (load_kv_blocks orders K before V^T).
                 auto load_k = [&](int it) {
@@ -278,13 +294,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2>,
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
-        bool rescale_pending = true;  // lazy: whether the last softmax moved some row of this warp
+        // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
+        // sets it before it is read; O, the softmax state and O's unit start afresh per tile).
+        bool rescale_pending = true;
+        typename Ring<Cfg::kQStages>::State q_state;
+        typename Ring<Cfg::kStages>::State k_state, v_state;
+        Tile t;
+        int m0, n_blocks;
 
         auto gemm_qk = [&](int stage) {
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / kMmaK; ++kk)
-                mma_ss_e4m3<kBlockN>(s, smem.q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
-                                     kk > 0 ? 1u : 0u);
+                mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(first_row_in_tile, kk),
+                                     smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
         };
         auto gemm_pv = [&](int stage) {
 #pragma unroll
@@ -306,10 +328,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (lane == 0) ring.consumer_release(state);
         };
 
-        typename Ring<1>::State q_state;
-        typename Ring<Cfg::kStages>::State k_state, v_state;
-        Tile t;
-        int m0, n_blocks;
+        // The turn carries over from tile to tile, as in the 16-bit forward: both consumers of a
+        // tile see the same n_blocks and so take the same number of turns (n_blocks + 1, none when
+        // n_blocks is 0), and the rotation ends where it began (the last consumer hands to the
+        // first). The first consumer can then issue tile t+1's first GEMM as soon as the last one
+        // has issued tile t's last P V, instead of waiting at the end of tile t for that hand-over
+        // before its own epilogue and then for a fresh grant. The last consumer grants the opening
+        // turn once per walk; the first consumer's barrier is then one arrival richer than its
+        // waits, and it consumes that arrival after the walk so every barrier is left balanced.
+        // (No barrier sees a second arrival before its wait for the first: between two arrivals
+        // on a consumer's barrier, the arriving consumer waits for a hand-over that follows that
+        // wait.)
+        if (cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
         for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
              ++pass) {
             const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);
@@ -376,8 +406,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             smem.q_ring.consumer_wait(q_state);
 
             if (n_blocks > 0) {
-                if (cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
-
                 // Prologue: S_0 alone, its softmax.
                 {
                     const float k_ds = k_ds_row[descale_index(0)];
@@ -425,6 +453,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 int it = 1;
                 for (; it < n_masked; ++it) step(it, std::true_type{});
                 for (; it < n_blocks; ++it) step(it, std::false_type{});
+                // Our last QK^T has completed (waited for in the last step, or in the prologue) and
+                // the drain's P V reads only P (registers) and V^T: Q is free one softmax and one
+                // P V before the epilogue, and the producer can fill the slot for a later tile.
+                release(smem.q_ring, q_state);
 
                 // Drain: the last P V.
                 {
@@ -449,10 +481,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     release(smem.v_ring, v_state);
                     v_state.advance();
                 }
-                // Balance the opening grant (as the 16-bit forward).
-                if (cw == 0) my_turn.sync();
+            } else {
+                release(smem.q_ring, q_state);  // a tile that sees no key never reads its Q
             }
-            if (lane == 0) smem.q_ring.consumer_release(q_state);
 
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
@@ -467,6 +498,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
             rescale_rows(o, inv_sum);
+            // The barrier keeps us from overwriting our rows of the staging buffer before the
+            // previous tile's store has read them out. Thread 0 waits for those reads only here,
+            // not right after issuing the store: a bulk group is tracked per issuing thread and
+            // nothing else touches our rows of the O buffer in between, so the reads overlap this
+            // tile's GEMMs instead of delaying its start.
+            if (tid == 0) ptx::bulk_wait_group_read<0>();
             epilogue_barrier.sync();
             store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, first_row_in_tile);
             store_fence();
@@ -474,16 +511,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (tid == 0) {
                 smem.o.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
                 ptx::bulk_commit_group();
-                ptx::bulk_wait_group_read<0>();
             }
             q_state.advance();
         }
+        if (cw == 0) my_turn.sync();  // the opening grant's arrival
+        if (tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // Launcher
 // ---------------------------------------------------------------------------------------
+// Problems with at most this many keys run on a persistent grid (one CTA per SM walking the
+// tiles, see launch_fwd_fp8), the causal and non-causal limits separately, as in the 16-bit
+// forward (kernels/fwd_rules.h), whose limits these start from. Each can be overridden at build
+// time (-D...=N) for an A/B; 0 turns the persistent grid off. Fp8FwdArgs::grid_ctas > 0 overrides
+// the rule per call (bench/fwd_fp8_ab's --grids compares the two grids in one process).
+#ifndef HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K
+#define HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K 4096
+#endif
+#ifndef HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K
+#define HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
+#endif
+constexpr int kPersistentMaxSeqlenK = HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K;
+constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
+
 inline bool check_args(const Fp8FwdArgs& a, std::string* error) {
     auto fail = [&](const char* what) {
         if (error) *error = what;
@@ -495,6 +547,7 @@ inline bool check_args(const Fp8FwdArgs& a, std::string* error) {
         return fail("batch, heads_q, heads_kv, seqlen_q and seqlen_k must be positive");
     if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
     if (!(a.softmax_scale > 0.f) || std::isinf(a.softmax_scale)) return fail("softmax_scale must be resolved, > 0");
+    if (a.grid_ctas < 0) return fail("grid_ctas must be >= 0 (0: automatic)");
     return true;
 }
 
@@ -562,10 +615,25 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
         if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
         return rc;
     }
-    // One CTA per tile (the 16-bit forward's persistent grid for short keys is not tuned here).
-    kernel<<<p.scheduler.num_tiles, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
-    rc = cudaGetLastError();
-    if (rc != cudaSuccess && error) *error = std::string("FP8 forward kernel launch: ") + cudaGetErrorString(rc);
+    int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
+    const char* what = "kernel launch";
+    const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
+    if (a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
+        // Short tiles spend much of their time starting up (barriers, the first Q and K loads, the
+        // pipeline's prologue and drain, the O store); a persistent CTA per SM overlaps that with
+        // its previous tile.
+        int device = 0, sms = 0;
+        what = "querying the SM count";
+        rc = cudaGetDevice(&device);
+        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        ctas = std::min(p.scheduler.num_tiles, sms);
+    }
+    if (rc == cudaSuccess) {
+        what = "kernel launch";
+        kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
+        rc = cudaGetLastError();
+    }
+    if (rc != cudaSuccess && error) *error = std::string("FP8 forward ") + what + ": " + cudaGetErrorString(rc);
     return rc;
 }
 

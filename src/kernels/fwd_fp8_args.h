@@ -34,6 +34,8 @@ struct Fp8FwdArgs {
     fwd::Dtype o_dtype = fwd::Dtype::kBf16;
     float softmax_scale = 0.f;  // resolved (never 0 here)
     bool causal = false;
+    int grid_ctas = 0;          // CTAs to launch: 0 = automatic (one per tile, or one per SM
+                                // when tiles are short); N > 0 = at most N, walking the tiles
 };
 
 // V^T's row length (keys) and its byte size.
