@@ -16,8 +16,7 @@ constexpr int kHeadDim = HATTN_FP8_VARIANT_HEAD_DIM;
 constexpr Fp8VariantInfo kInfo = kFp8Variants[kVariant];
 static_assert(fp8_variant_built(kVariant, kHeadDim), "CMake builds only the pairs fp8_variant_built allows");
 using Opt = fwd_fp8::Tuning<kInfo.lazy_rescale, kInfo.two_level>;
-constexpr int kBlockN = kInfo.block_n > 0 ? kInfo.block_n : fwd_fp8::default_block_n(kHeadDim);
-using Cfg = fwd_fp8::Config<kHeadDim, sm90::Bf16, kInfo.consumers, kBlockN, fwd_fp8::default_stages(kHeadDim), Opt>;
+using Cfg = fwd_fp8::Config<kHeadDim, sm90::Bf16, 2, fwd_fp8::default_block_n(kHeadDim), fwd_fp8::default_stages(kHeadDim), Opt>;
 }  // namespace
 
 template <>

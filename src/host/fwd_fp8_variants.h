@@ -18,8 +18,6 @@ struct Fp8VariantInfo {
     const char* name;
     bool lazy_rescale;  // fwd_fp8::Tuning's options
     bool two_level;
-    int consumers = 2;  // consumer warpgroups (the tile's query rows / 64)
-    int block_n = 0;    // KV block width; 0: fwd_fp8::default_block_n
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
@@ -30,7 +28,6 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy", true, false},
     {"twolevel", false, true},
     {"lazy_twolevel", true, true},
-    {"lazy_c3", true, false, 3, 64},  // 192 x 64 tiles: a third warpgroup's softmax beside two GEMMs
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
@@ -45,11 +42,8 @@ constexpr int fp8_variant_index(const char* name) {
     return -1;
 }
 
-// Two-level accumulation needs a second O in registers, three consumers leave 160 registers each:
-// neither is built at head_dim 256.
-constexpr bool fp8_variant_built(int variant, int head_dim) {
-    return !((kFp8Variants[variant].two_level || kFp8Variants[variant].consumers > 2) && head_dim > 128);
-}
+// Two-level accumulation needs a second O in registers: not built at head_dim 256.
+constexpr bool fp8_variant_built(int variant, int head_dim) { return !(kFp8Variants[variant].two_level && head_dim > 128); }
 
 // One (variant, head dim) kernel's launch; defined in src/host/fwd_fp8_variant.cu, which is
 // compiled once per built pair.
