@@ -31,7 +31,6 @@ defs() {
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
     ref) echo "" ;;  # the default build of the source tree in REF_TREE (e.g. an earlier commit)
     eager) echo "${D}LAZY_RESCALE=0" ;;  # O rescaled after every block
-    repack) echo "-DHATTN_SMEM_DESC_ADVANCE=0" ;;  # wgmma descriptors re-packed per k-step
     d64s2|d64s4) echo "${D}D64_STAGES=${1#d64s}" ;;  # d64's K/V ring depth
     d64noovl) echo "${D}D64_INTRA_WG_OVERLAP=0" ;;  # d64 without the intra-warpgroup overlap
     narrow128) echo "${D}WIDE_BLOCK_MIN_SEQLEN_K=1000000000" ;;  # d128 keeps 128-key blocks at every length

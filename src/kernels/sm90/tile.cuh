@@ -41,12 +41,6 @@ struct E4m3 {
     static constexpr CUtensorMapDataType kTmaType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
 };
 
-// 0: every k-step's descriptor re-packed from its address (the A/B's "repack" variant).
-#ifndef HATTN_SMEM_DESC_ADVANCE
-#define HATTN_SMEM_DESC_ADVANCE 1
-#endif
-constexpr bool kDescAdvance = HATTN_SMEM_DESC_ADVANCE != 0;
-
 constexpr int kSwizzleBytes = 128;  // TMA + wgmma swizzle span: one row of an atom
 constexpr int kSwizzleRowsPerAtom = 8;
 constexpr int kSwizzleChunkBytes = 16;
@@ -99,20 +93,16 @@ struct alignas(1024) SwizzledTile {
     // once per GEMM and each wgmma costs one integer add (re-packing the fields per k-step took
     // ~5 uniform-datapath instructions per wgmma, ~15% of the d64 mainloop's issue slots).
     __device__ __forceinline__ uint64_t desc_k_major(int first_row, int kk) const {
-        const uint32_t start = ptx::smem_u32(bytes) + first_row * kSpan;
-        const uint32_t step = (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes;
-        if constexpr (!kDescAdvance) return ptx::make_smem_desc_k_major(start + step, kSwizzle);
-        return ptx::smem_desc_advance(ptx::make_smem_desc_k_major(start, kSwizzle), step);
+        const uint64_t base = ptx::make_smem_desc_k_major(ptx::smem_u32(bytes) + first_row * kSpan, kSwizzle);
+        return ptx::smem_desc_advance(base, (kk / kKStepsPerAtom) * kAtomBytes + (kk % kKStepsPerAtom) * kKStepBytes);
     }
     // MN-major descriptor of k-step kk (rows are the reduction): kMmaK rows further per step; the
     // atoms along MN lie one atom apart (the leading byte offset). first_col (a multiple of
     // kAtomCols) starts the operand at a later atom: the backward reads K^T one 64-column slice
     // of head_dim at a time.
     __device__ __forceinline__ uint64_t desc_mn_major(int kk, int first_col = 0) const {
-        const uint32_t start = ptx::smem_u32(bytes);
-        const uint32_t step = (first_col / kAtomCols) * kAtomBytes + kk * Elem::kMmaK * kSpan;
-        if constexpr (!kDescAdvance) return ptx::make_smem_desc_mn_major(start + step, kSwizzle, kAtomBytes);
-        return ptx::smem_desc_advance(ptx::make_smem_desc_mn_major(start, kSwizzle, kAtomBytes), step);
+        const uint64_t base = ptx::make_smem_desc_mn_major(ptx::smem_u32(bytes), kSwizzle, kAtomBytes);
+        return ptx::smem_desc_advance(base, (first_col / kAtomCols) * kAtomBytes + kk * Elem::kMmaK * kSpan);
     }
 
     // Byte offset of element (row, col): the 16-byte chunk index is XORed with address bits 7 and
