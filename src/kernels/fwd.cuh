@@ -180,30 +180,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
-            typename Ring<Cfg::kQStages>::State q_state;
-            typename Ring<Cfg::kStages>::State k_state, v_state;
-            Tile t;
-            int m0, n_blocks;
-            for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
-                 ++pass) {
-                // Q is loaded for every tile, even one with nothing to attend to, so that Q's
-                // phases never depend on the mask.
-                smem.q[q_state.stage].load(&tmap_q, smem.q_ring.producer_acquire(q_state, Cfg::QTile::kTxBytes), m0, t.head,
-                                           t.batch);
-                q_state.advance();
-                // KV block `it` counts from the last block (load_kv_blocks orders K before V).
-                auto load_k = [&](int it) {
-                    uint64_t* full = smem.k_ring.producer_acquire(k_state, Cfg::KvTile::kTxBytes);
-                    smem.k[k_state.stage].load(&tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
-                    k_state.advance();
-                };
-                auto load_v = [&](int it) {
-                    uint64_t* full = smem.v_ring.producer_acquire(v_state, Cfg::KvTile::kTxBytes);
-                    smem.v[v_state.stage].load(&tmap_v, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
-                    v_state.advance();
-                };
-                load_kv_blocks(n_blocks, load_k, load_v);
-            }
+            produce_forward_tiles<kBlockM, kBlockN, Cfg::KvTile::kTxBytes>(
+                p.scheduler, p.mask, smem, &tmap_q, &tmap_k, [&](int stage, uint64_t* full, const Tile& t, int key0) {
+                    smem.v[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);
+                });
         }
     } else {
         // ================================ consumers ===============================
@@ -404,7 +384,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // The checks a vendoring user gets without the C API in front (which checks much more, with
 // messages naming each field): what would otherwise crash the host or launch nonsense.
 inline bool check_args(FwdArgs& a, std::string* error) {
-    const char* what = !a.q || !a.k || !a.v || !a.o ? "q, k, v and o must be non-NULL" : fwd::check_shape_dtype_scale(a);
+    const char* what = !a.q || !a.k || !a.v || !a.o ? "q, k, v and o must be non-NULL"
+                       : a.grid_ctas < 0              ? "grid_ctas must be >= 0 (0: automatic)"
+                                                      : fwd::check_shape_dtype_scale(a);
     if (what != nullptr && error) *error = what;
     return what == nullptr;  // base alignment, strides and sizes are checked by encode_tensor_map below
 }
@@ -437,17 +419,12 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     auto kernel = fwd_kernel<Cfg>;
     cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     const char* what = "cudaFuncSetAttribute";
-    int ctas = a.grid_ctas > 0 ? std::min(a.grid_ctas, p.scheduler.num_tiles) : p.scheduler.num_tiles;
-    const int persistent_limit = a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK;
-    if (rc == cudaSuccess && a.grid_ctas == 0 && a.seqlen_k <= persistent_limit) {
-        // Short tiles spend much of their time starting up (barriers, first loads, O store); a
-        // persistent CTA per SM overlaps that with its previous tile: +4-15% at seqlen_k <= 2k,
-        // +1-2% at 4k, causal +8-14% up to 4k with the back-and-forth walk, -10-40% at 8k-16k.
-        int device = 0, sms = 0;
+    // Persistent for short keys: +4-15% at seqlen_k <= 2k, +1-2% at 4k, causal +8-14% up to 4k
+    // with the back-and-forth walk, -10-40% at 8k-16k.
+    int ctas = 0;
+    if (rc == cudaSuccess) {
         what = "querying the SM count";
-        rc = cudaGetDevice(&device);
-        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        ctas = std::min(p.scheduler.num_tiles, sms);
+        rc = p.scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
     }
     if (rc == cudaSuccess) {
         what = "kernel launch";

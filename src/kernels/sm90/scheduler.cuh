@@ -15,6 +15,12 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "kernels/sm90/pipeline.cuh"
 
 namespace hattn::sm90 {
 
@@ -76,6 +82,52 @@ struct TileScheduler {
     __host__ __device__ static int walk(int pass, int cta, int grid) {
         return pass * grid + (pass % 2 == 0 ? cta : grid - 1 - cta);
     }
+
+    // Host: the CTAs to launch. `requested` > 0: that many (at most one per tile); else one per SM
+    // of the current device when `persistent` (short tiles spend much of their time starting up --
+    // barriers, first loads, the pipeline's prologue and drain, the O store -- and a persistent
+    // CTA overlaps that with its previous tile), else one per tile.
+    cudaError_t grid_ctas(int requested, bool persistent, int* ctas) const {
+        *ctas = requested > 0 ? (requested < num_tiles ? requested : num_tiles) : num_tiles;
+        if (requested > 0 || !persistent) return cudaSuccess;
+        int device = 0, sms = 0;
+        cudaError_t rc = cudaGetDevice(&device);
+        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        if (rc == cudaSuccess && sms < num_tiles) *ctas = sms;
+        return rc;
+    }
 };
+
+// The forward kernels' TMA thread: for every tile of this CTA, Q once (even for a tile with nothing
+// to attend to, so that Q's phases never depend on the mask), then its KV blocks from the last to
+// the first (load_kv_blocks: K one block ahead of V). smem holds q[] / q_ring, k[] / k_ring and
+// v_ring; the V tile differs per kernel (V or V^T), so load_v(slot, full barrier, tile, key0)
+// issues it, kVTxBytes being its size.
+template <int kBlockM, int kBlockN, uint32_t kVTxBytes, class MaskT, class Smem, class LoadV>
+__device__ __forceinline__ void produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
+                                                      const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
+                                                      LoadV&& load_v) {
+    using QTile = std::remove_reference_t<decltype(smem.q[0])>;
+    using KTile = std::remove_reference_t<decltype(smem.k[0])>;
+    typename decltype(smem.q_ring)::State q_state;
+    typename decltype(smem.k_ring)::State k_state;
+    typename decltype(smem.v_ring)::State v_state;
+    Tile t;
+    int m0, n_blocks;
+    for (int pass = 0; scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, mask, t, m0, n_blocks); ++pass) {
+        smem.q[q_state.stage].load(tmap_q, smem.q_ring.producer_acquire(q_state, QTile::kTxBytes), m0, t.head, t.batch);
+        q_state.advance();
+        auto load_k = [&](int it) {
+            uint64_t* full = smem.k_ring.producer_acquire(k_state, KTile::kTxBytes);
+            smem.k[k_state.stage].load(tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
+            k_state.advance();
+        };
+        auto load_v_block = [&](int it) {
+            load_v(v_state.stage, smem.v_ring.producer_acquire(v_state, kVTxBytes), t, (n_blocks - 1 - it) * kBlockN);
+            v_state.advance();
+        };
+        load_kv_blocks(n_blocks, load_k, load_v_block);
+    }
+}
 
 }  // namespace hattn::sm90
