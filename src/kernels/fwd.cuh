@@ -45,6 +45,7 @@
 #include "kernels/fwd_args.h"
 #include "kernels/fwd_rules.h"
 #include "kernels/sm90/epilogue.cuh"
+#include "kernels/sm90/forward_roles.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
@@ -77,43 +78,26 @@ constexpr int default_stages(int head_dim) { return head_dim <= 64 ? HATTN_FWD_D
 template <int kHeadDim_, class Elem_, bool kPingPong_ = true, bool kIntraWgOverlap_ = true,
           int kConsumers_ = default_consumers(kHeadDim_), int kBlockN_ = default_block_n(kHeadDim_),
           int kStages_ = default_stages(kHeadDim_)>
-struct Config {
+struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers, kBlockM, kBlockN, kStages, kThreads, regs
+    using Shape = ForwardShape<kConsumers_, kBlockN_, kStages_>;
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
-    static constexpr int kConsumers = kConsumers_;
-    static constexpr int kBlockM = kConsumers * kMmaM;
-    static constexpr int kBlockN = kBlockN_;
-    static constexpr int kStages = kStages_;
-    static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
-    static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
-    using Softmax = OnlineSoftmax<kBlockN, lazy_rescale(kHeadDim)>;
+    using Softmax = OnlineSoftmax<Shape::kBlockN, lazy_rescale(kHeadDim)>;
 
-    using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
-    using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
+    using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
+    using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
     // O is staged in its own buffer when shared memory allows, so the next tile's Q can land
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
     static constexpr bool kSeparateO =
-        2 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
+        2 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
     // Two Q slots where they fit too (d64, d128 with 128-wide blocks): the next tile's Q then
     // loads during this whole tile, not only after our last QK^T, and is there on arrival.
     static constexpr int kQStages =
-        3 * sizeof(QTile) + 2 * kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
-    static_assert(kBlockN % Elem::kMmaK == 0 && kBlockN <= 256, "wgmma N / K limits");
-    static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
+        3 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
+    static_assert(Shape::kBlockN % Elem::kMmaK == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
 };
-
-// Named barriers (0 is __syncthreads): a consumer waits on its own "turn" before issuing GEMMs
-// and hands it to the next consumer once issued; each consumer has an epilogue barrier.
-constexpr int kMaxConsumers = 3;
-enum BarrierId : uint32_t {
-    kTurnFirst = 1,                            // kTurnFirst + consumer
-    kEpilogueFirst = kTurnFirst + kMaxConsumers,  // kEpilogueFirst + consumer
-};
-using TurnBarrier = NamedBarrier<2 * kWarpgroupThreads>;  // the waiting consumer + the one handing over
-using EpilogueBarrier = NamedBarrier<kWarpgroupThreads>;
 
 // ---------------------------------------------------------------------------------------
 // Shared memory
@@ -188,13 +172,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
         // ================================ consumers ===============================
         ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-        const int cw = warpgroup - 1;  // which 64-row slice of the tile
-        const int tid = threadIdx.x % kWarpgroupThreads;
-        const int lane = tid % 32;
-        const TurnBarrier my_turn{static_cast<uint32_t>(kTurnFirst + cw)};
-        const TurnBarrier next_turn{static_cast<uint32_t>(kTurnFirst + (cw + 1) % Cfg::kConsumers)};
-        const EpilogueBarrier epilogue_barrier{static_cast<uint32_t>(kEpilogueFirst + cw)};
-        const int first_row_in_tile = cw * kMmaM;
+        const ConsumerRole<Cfg::kConsumers> me(warpgroup);
 
         float o[kHeadDim / 2];
         float s[kBlockN / 2];
@@ -211,7 +189,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const auto& q = smem.q[q_state.stage];
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                mma_ss<kBlockN, Elem, 0>(s, q.desc_k_major(first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
+                mma_ss<kBlockN, Elem, 0>(s, q.desc_k_major(me.first_row_in_tile, kk), smem.k[stage].desc_k_major(0, kk),
                                          kk > 0 ? 1u : 0u);
         };
         auto gemm_pv = [&](int stage) {
@@ -221,10 +199,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         };
         // Ping-pong: wait for our turn on the tensor cores / hand it to the next consumer.
         auto take_turn = [&]() {
-            if constexpr (Cfg::kPingPong) my_turn.sync();
+            if constexpr (Cfg::kPingPong) me.my_turn.sync();
         };
         auto pass_turn = [&]() {
-            if constexpr (Cfg::kPingPong) next_turn.arrive();
+            if constexpr (Cfg::kPingPong) me.next_turn.arrive();
         };
         // One GEMM batch in our turn, waited for before anything else runs.
         auto gemm_alone = [&](auto issue) {
@@ -236,10 +214,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             ptx::wgmma_wait_group<0>();
         };
         auto release = [&](auto& ring, const auto& state) {
-            if (lane == 0) ring.consumer_release(state);
+            if (me.lane == 0) ring.consumer_release(state);
         };
         auto release_q = [&] {
-            if (Cfg::kSeparateO && lane == 0) smem.q_ring.consumer_release(q_state);
+            if (Cfg::kSeparateO && me.lane == 0) smem.q_ring.consumer_release(q_state);
         };
         // The turn carries over from tile to tile: every consumer of a tile sees the same n_blocks
         // and so takes the same number of turns, and the rotation ends where it began (the last
@@ -248,11 +226,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // after the last one's. The last consumer grants the opening turn once per walk; the
         // first consumer's barrier is then one arrival richer than its waits, and it consumes
         // that arrival after the walk so every barrier is left balanced.
-        if (Cfg::kPingPong && cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
+        if (Cfg::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
 
         for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
              ++pass) {
-            const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);  // this thread's row (and +8)
+            const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
@@ -345,7 +323,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // O /= rowsum, then O -> smem (stmatrix) -> TMA store. LSE straight to global.
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
             softmax.finalize(p.scale, inv_sum, lse);
-            if (p.lse != nullptr && lane % 4 == 0) {
+            if (p.lse != nullptr && me.lane % 4 == 0) {
                 float* lse_row = p.lse + (static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head) * p.mask.seqlen_q;
 #pragma unroll
                 for (int r = 0; r < kAccRowsPerThread; ++r)
@@ -357,13 +335,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // not right after issuing the store: a bulk group is tracked per issuing thread and
             // nothing else touches our rows of a separate O buffer in between, so the reads
             // overlap this tile's GEMMs instead of delaying its start (O in Q waits at once).
-            if (Cfg::kSeparateO && tid == 0) ptx::bulk_wait_group_read<0>();
-            epilogue_barrier.sync();
-            store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, first_row_in_tile);
+            if (Cfg::kSeparateO && me.tid == 0) ptx::bulk_wait_group_read<0>();
+            me.epilogue.sync();
+            store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, me.first_row_in_tile);
             store_fence();
-            epilogue_barrier.sync();
-            if (tid == 0) {
-                o_staging.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
+            me.epilogue.sync();
+            if (me.tid == 0) {
+                o_staging.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
                 ptx::bulk_commit_group();
                 if (!Cfg::kSeparateO) {  // O was staged in Q: the next Q may land once it is read out
                     ptx::bulk_wait_group_read<0>();
@@ -372,8 +350,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             q_state.advance();
         }
-        if (Cfg::kPingPong && cw == 0) my_turn.sync();  // the opening grant's arrival
-        if (Cfg::kSeparateO && tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
+        if (Cfg::kPingPong && me.cw == 0) me.my_turn.sync();  // the opening grant's arrival
+        if (Cfg::kSeparateO && me.tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
 

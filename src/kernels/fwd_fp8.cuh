@@ -52,6 +52,7 @@
 
 #include "kernels/fwd_fp8_args.h"
 #include "kernels/sm90/epilogue.cuh"
+#include "kernels/sm90/forward_roles.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/fragment_e4m3.cuh"
 #include "kernels/sm90/mask.cuh"
@@ -99,45 +100,31 @@ using DefaultTuning = Tuning<true, kHeadDim <= 64>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
-struct Config {
+struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
+    using Shape = ForwardShape<kConsumers_, kBlockN_, kStages_>;
     using OElem = OElem_;
     using Opt = Tuning_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kConsumers = kConsumers_;
-    static constexpr int kBlockM = kConsumers * kMmaM;
-    static constexpr int kBlockN = kBlockN_;
-    static constexpr int kStages = kStages_;
-    static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-    static constexpr uint32_t kProducerRegs = producer_regs(kConsumers);
-    static constexpr uint32_t kConsumerRegs = consumer_regs(kConsumers);
-    static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for 2 or 3 consumers");
 
     // 8-bit rows are head_dim (Q, K) or kBlockN (V^T) bytes: 64-byte rows take the 64-byte swizzle.
     static constexpr int kQkSpan = kHeadDim < kSwizzleBytes ? kHeadDim : kSwizzleBytes;
-    static constexpr int kVtSpan = kBlockN < kSwizzleBytes ? kBlockN : kSwizzleBytes;
-    using QTile = SwizzledTile<E4m3, kBlockM, kHeadDim, kQkSpan>;
-    using KTile = SwizzledTile<E4m3, kBlockN, kHeadDim, kQkSpan>;
-    using VtTile = SwizzledTile<E4m3, kHeadDim, kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
-    using OTile = SwizzledTile<OElem, kBlockM, kHeadDim>;
+    static constexpr int kVtSpan = Shape::kBlockN < kSwizzleBytes ? Shape::kBlockN : kSwizzleBytes;
+    using QTile = SwizzledTile<E4m3, Shape::kBlockM, kHeadDim, kQkSpan>;
+    using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
+    using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
+    using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim>;
     // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
     static constexpr int kQStages =
-        2 * sizeof(QTile) + kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
+        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
             ? 2
             : 1;
-    static_assert(kDescaleRows % kBlockN == 0, "a KV block must lie inside one descale block");
+    static_assert(kDescaleRows % Shape::kBlockN == 0, "a KV block must lie inside one descale block");
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
-    static_assert(kBlockN % kE4m3KeyGroup == 0 && kBlockN <= 256, "wgmma N / K limits");
+    static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
 };
-
-enum BarrierId : uint32_t {
-    kTurnFirst = 1,  // kTurnFirst + consumer
-    kEpilogueFirst = kTurnFirst + 3,  // + consumer (at most 3)
-};
-using TurnBarrier = NamedBarrier<2 * kWarpgroupThreads>;
-using EpilogueBarrier = NamedBarrier<kWarpgroupThreads>;
 
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
@@ -257,13 +244,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
         // ================================ consumers ===============================
         ptx::setmaxnreg_inc<Cfg::kConsumerRegs>();
-        const int cw = warpgroup - 1;
-        const int tid = threadIdx.x % kWarpgroupThreads;
-        const int lane = tid % 32;
-        const TurnBarrier my_turn{static_cast<uint32_t>(kTurnFirst + cw)};
-        const TurnBarrier next_turn{static_cast<uint32_t>(kTurnFirst + (cw + 1) % Cfg::kConsumers)};
-        const EpilogueBarrier epilogue_barrier{static_cast<uint32_t>(kEpilogueFirst + cw)};
-        const int first_row_in_tile = cw * kMmaM;
+        const ConsumerRole<Cfg::kConsumers> me(warpgroup);
 
         using Opt = typename Cfg::Opt;
         float o[kHeadDim / 2];
@@ -285,7 +266,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         auto gemm_qk = [&](int stage) {
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / kMmaK; ++kk)
-                mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(first_row_in_tile, kk),
+                mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
                                      smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
         };
         auto gemm_pv = [&](int stage) {
@@ -302,10 +283,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if constexpr (Opt::kTwoLevel) ptx::wgmma_fence_operand(o_part);
             else ptx::wgmma_fence_operand(o);
         };
-        auto take_turn = [&]() { my_turn.sync(); };
-        auto pass_turn = [&]() { next_turn.arrive(); };
+        auto take_turn = [&]() { me.my_turn.sync(); };
+        auto pass_turn = [&]() { me.next_turn.arrive(); };
         auto release = [&](auto& ring, const auto& state) {
-            if (lane == 0) ring.consumer_release(state);
+            if (me.lane == 0) ring.consumer_release(state);
         };
 
         // The turn carries over from tile to tile, as in the 16-bit forward: both consumers of a
@@ -319,15 +300,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // (No barrier sees a second arrival before its wait for the first: between two arrivals
         // on a consumer's barrier, the arriving consumer waits for a hand-over that follows that
         // wait.)
-        if (cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
+        if (me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
         for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
              ++pass) {
-            const int first_row = m0 + first_row_in_tile + acc_row_in_warpgroup(tid);
+            const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             // Descales of this slice of Q and of the KV blocks of this head.
             const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
             const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;
-            const float q_ds = p.q_descale[q_head * p.q_descale_blocks + (m0 + first_row_in_tile) / kDescaleRows];
+            const float q_ds = p.q_descale[q_head * p.q_descale_blocks + (m0 + me.first_row_in_tile) / kDescaleRows];
             const float* k_ds_row = p.k_descale + kv_head * p.kv_descale_blocks;
             const float* v_ds_row = p.v_descale + kv_head * p.kv_descale_blocks;
             auto descale_index = [&](int it) { return (n_blocks - 1 - it) * kBlockN / kDescaleRows; };
@@ -468,7 +449,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
             softmax.finalize(inv_sum, lse);
-            if (p.lse != nullptr && lane % 4 == 0) {
+            if (p.lse != nullptr && me.lane % 4 == 0) {
                 float* lse_row = p.lse + q_head * p.mask.seqlen_q;
 #pragma unroll
                 for (int r = 0; r < kAccRowsPerThread; ++r)
@@ -483,19 +464,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // not right after issuing the store: a bulk group is tracked per issuing thread and
             // nothing else touches our rows of the O buffer in between, so the reads overlap this
             // tile's GEMMs instead of delaying its start.
-            if (tid == 0) ptx::bulk_wait_group_read<0>();
-            epilogue_barrier.sync();
-            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, first_row_in_tile);
+            if (me.tid == 0) ptx::bulk_wait_group_read<0>();
+            me.epilogue.sync();
+            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, me.first_row_in_tile);
             store_fence();
-            epilogue_barrier.sync();
-            if (tid == 0) {
-                smem.o.store_rows(&tmap_o, first_row_in_tile, m0 + first_row_in_tile, t.head, t.batch);
+            me.epilogue.sync();
+            if (me.tid == 0) {
+                smem.o.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
                 ptx::bulk_commit_group();
             }
             q_state.advance();
         }
-        if (cw == 0) my_turn.sync();  // the opening grant's arrival
-        if (tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
+        if (me.cw == 0) me.my_turn.sync();  // the opening grant's arrival
+        if (me.tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
 

@@ -28,6 +28,21 @@
 
 namespace hattn::sm90 {
 
+// Both softmaxes' last step: the per-thread sums reduced over the quad; inv_sum is what O is
+// multiplied by (0 for a row that saw no key), lse the natural-log LSE (-inf for such a row), from
+// each row's exponent offset in log2 units (with the gain still in it).
+__device__ __forceinline__ void finalize_log2_rows(const float (&row_sum)[kAccRowsPerThread],
+                                                   const float (&offset_log2)[kAccRowsPerThread], float gain_log2,
+                                                   float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) {
+    constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+    for (int r = 0; r < kAccRowsPerThread; ++r) {
+        const float sum = quad_sum(row_sum[r]);
+        inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
+        lse[r] = sum == 0.f ? -INFINITY : (offset_log2[r] - gain_log2) * kLn2 + logf(sum);
+    }
+}
+
 template <int kN, int kGainLog2 = 0>
 struct BlockScaledSoftmax {
     static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
@@ -67,13 +82,7 @@ struct BlockScaledSoftmax {
     // inv_sum: what O is multiplied by (0 for a row that saw no key); lse: natural-log LSE (-inf
     // for such a row).
     __device__ __forceinline__ void finalize(float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) const {
-        constexpr float kLn2 = 0.6931471805599453f;
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) {
-            const float sum = quad_sum(row_sum[r]);
-            inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
-            lse[r] = sum == 0.f ? -INFINITY : (max_log2[r] - kGainLog2f) * kLn2 + logf(sum);
-        }
+        finalize_log2_rows(row_sum, max_log2, kGainLog2f, inv_sum, lse);
     }
 };
 
@@ -157,13 +166,7 @@ struct LazyBlockScaledSoftmax {
 
     // As BlockScaledSoftmax::finalize; O needs no unit (V's descales are in P).
     __device__ __forceinline__ void finalize(float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) const {
-        constexpr float kLn2 = 0.6931471805599453f;
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) {
-            const float sum = quad_sum(row_sum[r]);
-            inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
-            lse[r] = sum == 0.f ? -INFINITY : (ref_log2[r] - kGainLog2f) * kLn2 + logf(sum);
-        }
+        finalize_log2_rows(row_sum, ref_log2, kGainLog2f, inv_sum, lse);
     }
 };
 

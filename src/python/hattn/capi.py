@@ -98,14 +98,15 @@ def _stride_fields(*tensors: str) -> list[tuple[str, type]]:
     return [(f"{t}_{dim}_stride", ctypes.c_int64) for t in tensors for dim in ("batch", "seq", "head")]
 
 
+def _pointer_fields(*names: str) -> list[tuple[str, type]]:
+    """Device pointers (const or not, any element type: ctypes sees them all as void*)."""
+    return [(name, ctypes.c_void_p) for name in names]
+
+
 class HattnFwdParams(ctypes.Structure):
     """struct hattn_fwd_params, field by field (enums are C ints, `unsigned` is c_uint)."""
     _fields_ = [
-        ("q", ctypes.c_void_p),
-        ("k", ctypes.c_void_p),
-        ("v", ctypes.c_void_p),
-        ("o", ctypes.c_void_p),
-        ("lse", ctypes.c_void_p),  # float*
+        *_pointer_fields("q", "k", "v", "o", "lse"),  # lse: float*
         *_SHAPE_FIELDS,
         *_stride_fields("q", "k", "v", "o"),
         *_TAIL_FIELDS,
@@ -210,15 +211,7 @@ EXPECTED_FP8_PREPASS_OFFSETS = {
 class HattnFwdFp8Params(ctypes.Structure):
     """struct hattn_fwd_fp8_params, field by field (enums are C ints, `unsigned` is c_uint)."""
     _fields_ = [
-        ("q", ctypes.c_void_p),
-        ("k", ctypes.c_void_p),
-        ("v", ctypes.c_void_p),
-        ("o", ctypes.c_void_p),
-        ("lse", ctypes.c_void_p),  # float*
-        ("q_descale", ctypes.c_void_p),  # const float*
-        ("k_descale", ctypes.c_void_p),
-        ("v_descale", ctypes.c_void_p),
-        ("workspace", ctypes.c_void_p),
+        *_pointer_fields("q", "k", "v", "o", "lse", "q_descale", "k_descale", "v_descale", "workspace"),
         ("workspace_size", ctypes.c_size_t),
         *_SHAPE_FIELDS,
         *_stride_fields("q", "k", "v", "o"),
