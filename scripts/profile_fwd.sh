@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Where the forward kernels' time goes, per shape, from Nsight Compute on a GPU host (an H200), from
+# the repository root:
+#
+#   OUT=/some/dir bash scripts/profile_fwd.sh
+#
+# For each shape of SHAPES (dim:seqlen:mask[:dtype], dtype bf16 by default, e4m3 for the FP8
+# forward) it runs `hattn fwd` once under ncu, profiling only hattn's forward kernel (not the GPU
+# reference that checks it), with the sections that answer "which unit is the limit": the tensor
+# and MUFU (XU) pipes' utilisation (ComputeWorkloadAnalysis, InstructionStats), issue-slot use and
+# eligible warps (SchedulerStats), why warps stall (WarpStateStats) and the SASS lines they stall
+# on (SourceCounters). batch x seqlen = TOKENS, heads = WIDTH / dim, as in compare_torch.py.
+# With FA4_PATH=<a folder where flash-attn-4 is pip-installed --target>, FlashAttention-4's
+# Hopper forward is profiled on the same shapes beside it (bf16 only).
+# Writes $OUT/summary.txt (the key figures per shape, printed last) and $OUT/ncu.tgz (the CSV of
+# every section per shape).
+#
+# Environment: OUT (profile_fwd_out), BUILD_DIR (build), JOBS (nproc), TOKENS (16384), WIDTH (2048),
+#   SHAPES ("64:8192:full 64:8192:causal 128:8192:full 128:16384:full"), NCU (ncu), PYTHON (python3),
+#   FA4_PATH (unset: hattn only), TIMEOUT_S (120 per profiled run).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+OUT=${OUT:-profile_fwd_out}
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+TOKENS=${TOKENS:-16384}
+WIDTH=${WIDTH:-2048}
+SHAPES=${SHAPES:-"64:8192:full 64:8192:causal 128:8192:full 128:16384:full"}
+NCU=${NCU:-ncu}
+PYTHON=${PYTHON:-python3}
+TIMEOUT_S=${TIMEOUT_S:-120}
+SECTIONS=(ComputeWorkloadAnalysis InstructionStats SchedulerStats WarpStateStats SourceCounters)
+# hattn's kernels by mangled name: the forward (not reference_fwd_kernel) and the FP8 forward.
+KERNEL_BF16='regex:^_ZN5hattn3fwd10fwd_kernel'
+KERNEL_E4M3='regex:^_ZN5hattn7fwd_fp814fwd_fp8_kernel'
+
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/hattn-profile.XXXXXX")
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+if ! command -v "$NCU" >/dev/null 2>&1; then
+  say "NOT RUN: ncu (Nsight Compute) is not on PATH; set NCU=/path/to/ncu"
+  exit 2
+fi
+if [ ! -x "$BUILD_DIR/bin/hattn" ]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON >"$LOGS/configure.log" 2>&1 &&
+    cmake --build "$BUILD_DIR" -j"$JOBS" --target hattn_cli >"$LOGS/build.log" 2>&1 ||
+    { say "BUILD FAILED (tail follows)"; tail -20 "$LOGS/build.log" | tee -a "$SUMMARY"; exit 1; }
+fi
+
+section_args=()
+for s in "${SECTIONS[@]}"; do section_args+=(--section "$s"); done
+
+# The figures the summary keeps from ncu's CSV (metric names as its sections print them).
+summarize() {  # csv label
+  "$PYTHON" - "$1" "$2" <<'PY' | tee -a "$SUMMARY"
+import csv, sys
+path, label = sys.argv[1], sys.argv[2]
+keep = ("Duration", "Issue Slots Busy", "Issued Warp Per Scheduler", "No Eligible", "Eligible Warps Per Scheduler",
+        "Warp Cycles Per Issued Instruction", "Executed Ipc Active", "SM Busy")
+rows = []
+try:
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            name = r.get("Metric Name", "")
+            if any(name.startswith(k) for k in keep) or "Pipe" in r.get("Section Name", "") or "pipe" in name.lower():
+                rows.append((r.get("Section Name", ""), name, r.get("Metric Value", ""), r.get("Metric Unit", "")))
+except (OSError, csv.Error) as e:
+    print(f"{label}: no CSV ({e})")
+    sys.exit(0)
+print(f"== {label}")
+for sec, name, value, unit in rows:
+    print(f"  {sec:28.28} {name:60.60} {value} {unit}")
+PY
+}
+
+for shape in $SHAPES; do
+  IFS=: read -r dim seqlen mask dtype <<<"$shape"
+  dtype=${dtype:-bf16}
+  batch=$((TOKENS / seqlen)); [ "$batch" -ge 1 ] || batch=1
+  heads=$((WIDTH / dim))
+  label="d${dim}_s${seqlen}_${mask}_${dtype}"
+  kernel=$KERNEL_BF16; [ "$dtype" = e4m3 ] && kernel=$KERNEL_E4M3
+  cli=(--batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim" --dtype "$dtype" --iters 1 --warmup 0)
+  [ "$mask" = causal ] && cli+=(--causal)
+  timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 \
+    "${section_args[@]}" --csv --page details "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
+    >"$LOGS/hattn_$label.raw" 2>"$LOGS/hattn_$label.err"
+  rc=$?
+  # ncu's CSV starts at its first quoted header line; the CLI's own output comes before it.
+  sed -n '/^"ID"/,$p' "$LOGS/hattn_$label.raw" >"$LOGS/hattn_$label.csv"
+  [ $rc -eq 0 ] || say "hattn $label: ncu exit $rc (see its .err in ncu.tgz)"
+  summarize "$LOGS/hattn_$label.csv" "hattn $label"
+
+  if [ -n "${FA4_PATH:-}" ] && [ "$dtype" = bf16 ]; then
+    causal_py=False; [ "$mask" = causal ] && causal_py=True
+    cat >"$LOGS/fa4_$label.py" <<PY
+import sys
+sys.path.insert(0, "$FA4_PATH")
+import torch
+from flash_attn.cute.interface import flash_attn_func
+q, k, v = (torch.randn($batch, $seqlen, $heads, $dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+for _ in range(2):  # the first call compiles; the profiled launch is the last one
+    flash_attn_func(q, k, v, causal=$causal_py)
+torch.cuda.synchronize()
+PY
+    # Profile FA4's last forward launch only (the earlier ones include its compilation's warm-up).
+    timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base demangled --kernel-name 'regex:(?i)flash.*fwd|FlashAttentionForward' \
+      --launch-skip 1 --launch-count 1 "${section_args[@]}" --csv --page details "$PYTHON" "$LOGS/fa4_$label.py" \
+      >"$LOGS/fa4_$label.raw" 2>"$LOGS/fa4_$label.err"
+    rc=$?
+    sed -n '/^"ID"/,$p' "$LOGS/fa4_$label.raw" >"$LOGS/fa4_$label.csv"
+    [ $rc -eq 0 ] || say "FA4 $label: ncu exit $rc (see its .err in ncu.tgz)"
+    summarize "$LOGS/fa4_$label.csv" "FA4 $label"
+  fi
+done
+
+tar -czf "$OUT/ncu.tgz" -C "$LOGS" . 2>/dev/null
+say "wrote $SUMMARY and $OUT/ncu.tgz"
