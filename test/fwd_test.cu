@@ -62,6 +62,10 @@ struct Case {
     bool with_lse = true;
     Layout layout = Layout::kContiguous;
     Distribution distribution = Distribution::kNormal;
+    // > 0: a row's scores rise toward lower keys by about this much (log2 units) per 128 keys, so
+    // the kernel, which visits KV blocks last to first, sees each row's max grow block by block:
+    // small steps keep the lazy softmax's reference max (P grows up to 2^8), large ones move it.
+    float rise_log2_per_block = 0.f;
     uint64_t seed = 1;
 };
 
@@ -165,6 +169,28 @@ struct Problem {
         fill_tensor(host[layouts.q.buffer], layouts.q, c.batch, c.seqlen_q, c.heads_q, d, c, rng);
         fill_tensor(host[layouts.k.buffer], layouts.k, c.batch, c.seqlen_k, c.heads_kv, d, c, rng);
         fill_tensor(host[layouts.v.buffer], layouts.v, c.batch, c.seqlen_k, c.heads_kv, d, c, rng);
+        if (c.rise_log2_per_block > 0.f) add_rising_scores();
+    }
+
+    // Q's channel 0 := kRiseQ and K's channel 0 += a ramp over the keys, so score(i, j) carries
+    // kRiseQ * ramp(j), ramp falling with j by rise_log2_per_block per kRiseBlockKeys keys once
+    // scaled (scale * log2 e).
+    void add_rising_scores() {
+        constexpr float kRiseQ = 4.f;
+        constexpr int kRiseBlockKeys = 128;
+        constexpr float kLog2e = 1.4426950408889634f;
+        const float scale = c.scale != 0.f ? c.scale : 1.f / std::sqrt(static_cast<float>(c.head_dim));
+        const float per_key = c.rise_log2_per_block / kRiseBlockKeys / (scale * kLog2e) / kRiseQ;
+        for (int b = 0; b < c.batch; ++b) {
+            for (int i = 0; i < c.seqlen_q; ++i)
+                for (int h = 0; h < c.heads_q; ++h)
+                    host[layouts.q.buffer][layouts.q.index(b, i, h, 0)] = nm::float_to_half(kRiseQ, c.dtype);
+            for (int j = 0; j < c.seqlen_k; ++j)
+                for (int h = 0; h < c.heads_kv; ++h) {
+                    uint16_t& x = host[layouts.k.buffer][layouts.k.index(b, j, h, 0)];
+                    x = nm::float_to_half(nm::half_to_float(x, c.dtype) + per_key * (c.seqlen_k - 1 - j), c.dtype);
+                }
+        }
     }
 
     hattn_fwd_params params(const std::vector<void*>& dev, float* lse) const {
@@ -418,7 +444,8 @@ std::vector<Case> finish(std::vector<Case> cases, uint64_t seed_base) {
         c.name = "d" + std::to_string(c.head_dim) + "_" + dtype_name(c.dtype) + (c.causal ? "_causal" : "_full") + "_b" +
                  std::to_string(c.batch) + "_h" + std::to_string(c.heads_q) + "x" + std::to_string(c.heads_kv) + "_q" +
                  std::to_string(c.seqlen_q) + "_k" + std::to_string(c.seqlen_k) + "_" + layout_name(c.layout) +
-                 flags_name(c.flags) + (c.with_lse ? "" : "_nolse") + (c.scale != 0.f ? "_scaled" : "") + "_" +
+                 flags_name(c.flags) + (c.with_lse ? "" : "_nolse") + (c.scale != 0.f ? "_scaled" : "") +
+                 (c.rise_log2_per_block > 0.f ? "_rise" + std::to_string(static_cast<int>(c.rise_log2_per_block)) : "") + "_" +
                  std::to_string(i);
     }
     return cases;
@@ -528,6 +555,23 @@ std::vector<Case> sweep_cases() {
     return finish(cases, 5);
 }
 
+// Row maxima that grow from block to block (the lazy rescale's two paths, P up to 2^8), every head
+// dim, both masks and dtypes, odd lengths, GQA, a persistent multi-tile walk (seqlen_k <= 4096).
+std::vector<Case> rising_max_cases() {
+    std::vector<Case> cases;
+    for (float rise : {3.f, 12.f})
+        for (int d : {64, 128, 256})
+            for (bool causal : {false, true}) {
+                Case c = make_case(2, 4, 2, 1000, 1017, d, (d == 128 && causal) ? HATTN_DTYPE_FP16 : HATTN_DTYPE_BF16, causal);
+                c.rise_log2_per_block = rise;
+                cases.push_back(c);
+            }
+    Case wide = make_case(1, 2, 1, 300, 4097, 128, HATTN_DTYPE_BF16, false);  // 176-key blocks
+    wide.rise_log2_per_block = 6.f;
+    cases.push_back(wide);
+    return finish(cases, 7);
+}
+
 class FwdTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FwdTest, MatchesReference) {
@@ -542,6 +586,7 @@ INSTANTIATE_TEST_SUITE_P(OddLengths, FwdTest, ::testing::ValuesIn(odd_length_cas
 INSTANTIATE_TEST_SUITE_P(Features, FwdTest, ::testing::ValuesIn(feature_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Ablation, FwdTest, ::testing::ValuesIn(ablation_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Sweep, FwdTest, ::testing::ValuesIn(sweep_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(RisingMax, FwdTest, ::testing::ValuesIn(rising_max_cases()), case_name);
 
 // FA3's accuracy test: Q, K, V ~ N(0,1) + N(0,100) * Bernoulli(0.001), fp16, RMSE of O against
 // float64. FA3 reports 1.9e-4 for its fp16 kernel; we require <= 3e-4.
