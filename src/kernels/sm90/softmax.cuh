@@ -9,9 +9,9 @@
 // exp(x) is computed as exp2(x * log2 e) with log2 e folded into the scale once (one FFMA and one
 // MUFU.EX2 per score).
 //
-// kLazy (compile time): a row's exponent offset (its reference max) moves only when a block's max exceeds it
-//     by more than kLazyMaxLagLog2 (log2 units), and a warp skips O's rescale when none of its 16
-//     rows moved (a warp vote). P then reaches up to 2^kLazyMaxLagLog2 instead of 1, which 16-bit
+// kLazy (compile time): a row's exponent offset (its reference max) moves only when a block's max
+//     exceeds it by more than kLazyMaxLagLog2 (log2 units), and a warp skips O's rescale when none
+//     of its 16 rows moved (a warp vote). P then reaches up to 2^kLazyMaxLagLog2 instead of 1, which 16-bit
 //     P and fp32 O and sums hold as exactly as before; once a row has seen its first blocks its
 //     max rarely grows that much, so O's d/2 FMULs and the rescale's two exps per block go away.
 // Every exp is on the MUFU: at d = 64, where the MUFU is as busy as the tensor cores, moving 1 of
