@@ -7,7 +7,8 @@
 // the copy and every (mode, variant) pair run once per round, interleaved, and each keeps its best
 // round (the rounds share the GPU's clock and temperature drift; the best is the least disturbed).
 //   copy      cudaMemcpyAsync of half the pre-pass's traffic; GB/s counts read + written bytes
-//   modes     quant, hadamard, rope_half+hadamard, rope_interleaved+hadamard
+//   modes     quant, hadamard, rope_half+hadamard, rope_interleaved+hadamard, and quant and
+//             rope_half+hadamard writing V as V^T for the FP8 forward (+vt)
 //   variants  <chunks>x<blocks per CTA> (kernels/fp8_prepass.cuh: Layout, kStagedBlocks): 2x1,
 //             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4; a variant that is not built (it would
 //             spill at d 256) runs its fallback (fp8_variant_run), marked "*".
@@ -51,11 +52,14 @@ struct Mode {
     const char* name;
     hattn_rope rope;
     bool hadamard;
+    bool vt = false;  // V written as V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED)
 };
 constexpr Mode kModes[] = {{"quant", HATTN_ROPE_NONE, false},
                            {"hadamard", HATTN_ROPE_NONE, true},
                            {"rope_half+hadamard", HATTN_ROPE_HALF, true},
-                           {"rope_interleaved+hadamard", HATTN_ROPE_INTERLEAVED, true}};
+                           {"rope_interleaved+hadamard", HATTN_ROPE_INTERLEAVED, true},
+                           {"quant+vt", HATTN_ROPE_NONE, false, true},
+                           {"rope_half+hadamard+vt", HATTN_ROPE_HALF, true, true}};
 constexpr int kNumModes = sizeof(kModes) / sizeof(kModes[0]);
 constexpr Fp8PrepassVariant kVariants[] = {{2, 1}, {4, 1}, {8, 1}, {2, 4}, {4, 4}, {8, 4}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
@@ -133,6 +137,8 @@ hattn_fp8_prepass_params params_for(const Shape& s, const Buffers& b, const Mode
     p.rope_rows = kSeqlen;
     p.hadamard = m.hadamard ? 1 : 0;
     p.hadamard_seed = kSeed;
+    // V^T has the rows' byte count here (kSeqlen is a multiple of 32: no padding keys).
+    if (m.vt) p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
     return p;
 }
 

@@ -3,7 +3,7 @@
 // shape before round r + 1 starts; the variant order rotates per round), each variant's best
 // round kept, so clock and power drift hit every variant alike.
 //
-//   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms] [--head-dims 64,128,256]
+//   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms] [--v-layouts rows,vt] [--head-dims 64,128,256]
 //              [--seqlens 2048,8192,16384] [--masks full,causal] [--rounds 3] [--reps 10]
 //              [--tokens 16384] [--width 2048] [--check-only]
 //
@@ -11,6 +11,10 @@
 // persistent CTA per SM up to fwd_fp8's kPersistentMaxSeqlenK keys, else one CTA per tile), tiles
 // (one CTA per tile), sms (one CTA per SM at any length). Columns are then named variant@grid,
 // and with two grids or more a last table gives each grid's ratio to the first grid, per variant.
+// --v-layouts: rows (V as the pre-pass writes it by default: the call transposes it into its
+// workspace first) and vt (V^T from the pre-pass, HATTN_FP8_PREPASS_V_TRANSPOSED, passed with
+// HATTN_FWD_FP8_V_TRANSPOSED: no transpose pass); vt columns are named +vt, and a last table
+// gives each vt column's ratio to its rows column.
 //
 // Inputs per shape: bf16 N(0, 1) Q, K, V (batch = tokens / seqlen, heads = width / head_dim)
 // through hattn_fp8_prepass (random-sign Hadamard) into e4m3 and per-block descales, two input
@@ -85,6 +89,7 @@ Grid grid_of(const std::string& name) {
 struct Options {
     std::vector<int> variants, head_dims{64, 128, 256}, seqlens{2048, 8192, 16384};
     std::vector<Grid> grids{Grid::kAuto};
+    std::vector<bool> v_transposed{false};
     std::vector<bool> causal{false, true};
     int rounds = 3, reps = 10, tokens = 16384, width = 2048;
     bool check_only = false;
@@ -128,6 +133,15 @@ Options parse(int argc, char** argv) {
         } else if (a == "--grids") {
             o.grids.clear();
             for (const std::string& n : split(value())) o.grids.push_back(grid_of(n));
+        } else if (a == "--v-layouts") {
+            o.v_transposed.clear();
+            for (const std::string& n : split(value())) {
+                if (n != "rows" && n != "vt") {
+                    std::fprintf(stderr, "unknown V layout %s (known: rows vt)\n", n.c_str());
+                    std::exit(1);
+                }
+                o.v_transposed.push_back(n == "vt");
+            }
         } else if (a == "--head-dims") {
             o.head_dims = ints();
         } else if (a == "--seqlens") {
@@ -155,8 +169,8 @@ Options parse(int argc, char** argv) {
     // base (index 0) is every check's reference and the ratios' denominator: always run, first.
     o.variants.erase(std::remove(o.variants.begin(), o.variants.end(), 0), o.variants.end());
     o.variants.insert(o.variants.begin(), 0);
-    if (o.grids.empty()) {
-        std::fprintf(stderr, "--grids needs at least one grid\n");
+    if (o.grids.empty() || o.v_transposed.empty()) {
+        std::fprintf(stderr, "--grids and --v-layouts need at least one value each\n");
         std::exit(1);
     }
     return o;
@@ -169,6 +183,7 @@ struct Entry {
     Grid grid;
     int grid_ctas;  // Fp8FwdArgs::grid_ctas for this grid
     std::string name;
+    bool vt;        // V^T from the pre-pass (no transpose pass)
 };
 
 std::vector<Entry> entries_of(const Options& o) {
@@ -179,14 +194,17 @@ std::vector<Entry> entries_of(const Options& o) {
         AB_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     }
     const bool named_by_grid = o.grids.size() > 1 || o.grids[0] != Grid::kAuto;
+    // Layout-major, then variant-major (the ng grids of one variant consecutive).
     std::vector<Entry> entries;
-    for (int v : o.variants)
-        for (Grid g : o.grids) {
-            const int ctas = g == Grid::kAuto ? 0 : g == Grid::kTiles ? kOneCtaPerTile : sms;
-            std::string name = kFp8Variants[v].name;
-            if (named_by_grid) name += std::string("@") + grid_name(g);
-            entries.push_back({v, g, ctas, name});
-        }
+    for (bool vt : o.v_transposed)
+        for (int v : o.variants)
+            for (Grid g : o.grids) {
+                const int ctas = g == Grid::kAuto ? 0 : g == Grid::kTiles ? kOneCtaPerTile : sms;
+                std::string name = kFp8Variants[v].name;
+                if (named_by_grid) name += std::string("@") + grid_name(g);
+                if (vt) name += "+vt";
+                entries.push_back({v, g, ctas, name, vt});
+            }
     return entries;
 }
 
@@ -216,6 +234,7 @@ struct ShapeData {
     std::vector<DeviceBuffer*> owned;
     void* fp8[kInputSets][3];
     float* descale[kInputSets][3];
+    void* vt[kInputSets];  // V^T of each set, written by the pre-pass
     void* o;
     void* ws;
     size_t ws_bytes;
@@ -241,27 +260,39 @@ struct ShapeData {
                 descale[set][2], sh.b, sh.h, sh.h, sh.s, sh.s, sh.d, HATTN_DTYPE_BF16);
             pp.hadamard = 1;
             pp.hadamard_seed = kHadamardSeed;
-            const hattn_status st = hattn_fp8_prepass(&pp, nullptr);
-            if (st != HATTN_SUCCESS) {
-                std::fprintf(stderr, "%s: hattn_fp8_prepass: %s\n", sh.label().c_str(), hattn_status_string(st));
-                std::exit(1);
+            ws_bytes = hattn_fwd_fp8_workspace_size(sh.b, sh.h, sh.s, sh.d);
+            vt[set] = alloc(ws_bytes);
+            hattn_fp8_prepass_params ppt = pp;  // the same call writing V^T (q, k, descales identical)
+            ppt.v_fp8 = vt[set];
+            ppt.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+            for (const hattn_fp8_prepass_params* call : {&pp, &ppt}) {
+                const hattn_status st = hattn_fp8_prepass(call, nullptr);
+                if (st != HATTN_SUCCESS) {
+                    std::fprintf(stderr, "%s: hattn_fp8_prepass: %s\n", sh.label().c_str(), hattn_status_string(st));
+                    std::exit(1);
+                }
             }
         }
         o = alloc(elems * 2);
-        ws_bytes = hattn_fwd_fp8_workspace_size(sh.b, sh.h, sh.s, sh.d);
         ws = alloc(ws_bytes);
         AB_CHECK(cudaDeviceSynchronize());
     }
     ~ShapeData() {
         for (DeviceBuffer* b : owned) delete b;
     }
-    hattn_fwd_fp8_params params(int set) const {
+    hattn_fwd_fp8_params params(int set, bool v_transposed) const {
         hattn_fwd_fp8_params p = hattn_fwd_fp8_params_contiguous(
             fp8[set][0], fp8[set][1], fp8[set][2], o, descale[set][0], descale[set][1], descale[set][2], shape.b,
             shape.h, shape.h, shape.s, shape.s, shape.d, HATTN_DTYPE_BF16);
         p.causal = shape.causal ? 1 : 0;
         p.workspace = ws;
         p.workspace_size = ws_bytes;
+        if (v_transposed) {
+            p.v = vt[set];
+            p.flags = HATTN_FWD_FP8_V_TRANSPOSED;
+            p.workspace = nullptr;
+            p.workspace_size = 0;
+        }
         return p;
     }
 };
@@ -292,7 +323,7 @@ double rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 // Median milliseconds of `reps` calls (sets rotated), after warm-up calls.
 double time_ms(const Entry& entry, const ShapeData& data, int reps, bool* failed) {
     hattn_fwd_fp8_params p[kInputSets];
-    for (int set = 0; set < kInputSets; ++set) p[set] = data.params(set);
+    for (int set = 0; set < kInputSets; ++set) p[set] = data.params(set, entry.vt);
     for (int i = 0; i < kWarmupCalls; ++i)
         if (run(entry, p[i % kInputSets]) != HATTN_SUCCESS) *failed = true;
     std::vector<cudaEvent_t> start(reps), stop(reps);
@@ -353,7 +384,7 @@ int main(int argc, char** argv) {
                         continue;
                     }
                     AB_CHECK(cudaMemset(data.o, 0xFF, data.elems * 2));  // NaN poison
-                    const hattn_status st = run(e, data.params(0));
+                    const hattn_status st = run(e, data.params(0, e.vt));
                     AB_CHECK(cudaDeviceSynchronize());
                     if (st != HATTN_SUCCESS) {
                         failures.push_back(e.name + " " + shapes[si].label() + ": " + hattn_status_string(st));
@@ -475,6 +506,18 @@ int main(int argc, char** argv) {
             std::snprintf(title, sizeof title, "ratio of each grid to %s, per variant (TFLOPS / its TFLOPS)",
                           grid_name(opt.grids[0]));
             print_ratios(title, num, den, true);
+        }
+        // Layout-major: block l holds the variants x grids of layout l, in the same order.
+        const size_t nl = opt.v_transposed.size(), block = ne / nl;
+        if (nl > 1) {
+            num.clear();
+            den.clear();
+            for (size_t l = 1; l < nl; ++l)
+                for (size_t j = 0; j < block; ++j) {
+                    num.push_back(l * block + j);
+                    den.push_back(j);
+                }
+            print_ratios("ratio of each V layout to the first, per variant and grid (TFLOPS / its TFLOPS)", num, den, true);
         }
     }
     if (!failures.empty()) {

@@ -253,8 +253,14 @@ typedef struct hattn_fp8_prepass_params {
     hattn_rope rope;         /* applied to q and k only */
     int hadamard;            /* non-zero: q and k are multiplied by M = D H / sqrt(head_dim) */
     uint64_t hadamard_seed;  /* D's signs: see hattn_fp8_prepass below */
-    unsigned flags;          /* reserved, must be 0 */
+    unsigned flags;          /* 0 or HATTN_FP8_PREPASS_V_TRANSPOSED */
 } hattn_fp8_prepass_params;
+
+/* hattn_fp8_prepass_params.flags: write v_fp8 as V^T in the layout hattn_fwd_fp8 reads with
+ * HATTN_FWD_FP8_V_TRANSPOSED (see there), so the FP8 forward needs no transpose of its own and
+ * no workspace. v_fp8 must then hold hattn_fwd_fp8_workspace_size(batch, heads_kv, seqlen_k,
+ * head_dim) bytes, 16-byte aligned; its strides are ignored. */
+enum { HATTN_FP8_PREPASS_V_TRANSPOSED = 1u << 0 };
 
 /* Fill params for contiguous [b, s, h, d] inputs and outputs, no RoPE, no Hadamard (a plain block
  * quantizer). Returns params with everything else zeroed. */
@@ -317,8 +323,17 @@ typedef struct hattn_fwd_fp8_params {
     hattn_dtype o_dtype;      /* of o: bf16 or fp16 */
     float softmax_scale;      /* 0 selects the default 1/sqrt(head_dim) */
     int causal;               /* as in hattn_fwd_params (bottom-right) */
-    unsigned flags;           /* reserved, must be 0 */
+    unsigned flags;           /* 0 or HATTN_FWD_FP8_V_TRANSPOSED */
 } hattn_fwd_fp8_params;
+
+/* hattn_fwd_fp8_params.flags: v is already V^T in the kernel's own layout, as
+ * hattn_fp8_prepass writes it with HATTN_FP8_PREPASS_V_TRANSPOSED: e4m3
+ * [batch, heads_kv, head_dim, keys] contiguous, keys = seqlen_k rounded up to a multiple of 32,
+ * position 32 g + p of a row holding key 32 g + 16 (p / 16) + 2 ((p % 16) / 4) + 8 ((p / 2) % 2)
+ * + p % 2 (the order of the 8-bit P fragment, so P needs no shuffle), the padding keys zero.
+ * v must be 16-byte aligned and hold hattn_fwd_fp8_workspace_size(...) bytes; v's strides are
+ * ignored, and no transpose kernel runs: the workspace is not used (it may be NULL). */
+enum { HATTN_FWD_FP8_V_TRANSPOSED = 1u << 0 };
 
 /* Bytes of device workspace hattn_fwd_fp8 needs (0 if a size is non-positive or the total
  * overflows): V^T, batch * heads_kv * head_dim * (seqlen_k rounded up to 32) bytes. */
@@ -340,7 +355,8 @@ HATTN_API hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params
  * and LSE, as hattn_fwd computes them; fp32 accumulation, P rounded to e4m3 before P V. Validates
  * first (null pointers, then head_dim and o_dtype, sizes, strides and alignment, extents, scale,
  * flags, and last the workspace) and returns before any CUDA call on failure; then requires a
- * CC 9.0 device. Two kernels run on the stream: V -> V^T into the workspace, then the attention.
+ * CC 9.0 device. Two kernels run on the stream: V -> V^T into the workspace, then the attention
+ * (only the attention with HATTN_FWD_FP8_V_TRANSPOSED).
  * o must not overlap the inputs, the LSE or the workspace, and two calls in flight at once (on
  * different streams) need separate workspaces (not checked). */
 HATTN_API hattn_status hattn_fwd_fp8(const hattn_fwd_fp8_params* params, cudaStream_t stream);

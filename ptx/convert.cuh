@@ -8,6 +8,15 @@
 
 namespace hattn::ptx {
 
+// PTX ISA 9.7.9.7 prmt.b32: byte i of the result is byte (selector >> 4 i) & 7 of {b, a} (a's
+// bytes are 0-3, b's 4-7). kSelector is a compile-time constant (an immediate in SASS).
+template <uint32_t kSelector>
+__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "n"(kSelector));
+    return d;
+}
+
 // PTX ISA 9.7.9.21 cvt.rn.bf16x2.f32: d = {hi: b, lo: a}
 __device__ __forceinline__ uint32_t cvt_rn_bf16x2_f32(float lo, float hi) {
     uint32_t d;

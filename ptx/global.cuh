@@ -35,6 +35,11 @@ __device__ __forceinline__ void st_global_v2_b32(void* p, uint32_t a, uint32_t b
     asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));
 }
 
+// PTX ISA 9.7.9.11 st: 4 bytes to global memory (4-byte aligned).
+__device__ __forceinline__ void st_global_b32(void* p, uint32_t a) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(a));
+}
+
 // PTX ISA 9.7.9.11 st: 4 bytes to global memory.
 __device__ __forceinline__ void st_global_f32(float* p, float a) {
     asm volatile("st.global.f32 [%0], %1;" ::"l"(p), "f"(a));

@@ -57,6 +57,19 @@ __device__ __forceinline__ void st_shared_v4_f32(float* p, float a, float b, flo
                  : "memory");
 }
 
+// PTX ISA 9.7.9.8 ld.shared.b32: 4 bytes (4-byte aligned; see ld_shared_v2_f32). Volatile with a
+// memory clobber: it reads what other threads stored before a barrier.
+__device__ __forceinline__ uint32_t ld_shared_b32(const void* p) {
+    uint32_t r;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(r) : "r"(smem_u32(p)) : "memory");
+    return r;
+}
+
+// PTX ISA 9.7.9.9 st.shared.b32 (see ld_shared_b32).
+__device__ __forceinline__ void st_shared_b32(void* p, uint32_t a) {
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_u32(p)), "r"(a) : "memory");
+}
+
 // PTX ISA 9.7.9.8 ld.shared.v4.b32: 16 bytes (16-byte aligned; see ld_shared_v2_f32). It may read
 // what cp.async wrote, so volatile with a memory clobber: it stays after cp_async_wait_all.
 __device__ __forceinline__ uint4 ld_shared_v4_b32(const void* p) {

@@ -21,7 +21,9 @@
 #
 # Environment: OUT (default ./ab_fp8_out), BUILD_DIR (build-ab-fp8), JOBS (16), BUDGET_S (300),
 #   VARIANTS (all: base,lazy,twolevel,lazy_twolevel), GRIDS (auto; e.g. tiles,auto: one CTA per tile
-#   against the launcher's persistent rule), SEQLENS (2048,8192,16384).
+#   against the launcher's persistent rule), SEQLENS (2048,8192,16384), VLAYOUTS (rows; rows,vt:
+#   V^T from the pre-pass against the call's own transpose pass), AB_TIMEOUT_S (120),
+#   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -32,6 +34,9 @@ BUDGET_S=${BUDGET_S:-300}
 VARIANTS=${VARIANTS:-}
 GRIDS=${GRIDS:-}
 SEQLENS=${SEQLENS:-}
+VLAYOUTS=${VLAYOUTS:-}
+AB_TIMEOUT_S=${AB_TIMEOUT_S:-120}
+PREPASS_TESTS=${PREPASS_TESTS:-0}
 RESERVE_S=8
 SHARDS=4
 
@@ -52,7 +57,8 @@ source scripts/gpu_steps.sh  # limit, record, run, select_generator
 # ---- build ------------------------------------------------------------------------------------
 select_generator "$BUILD_DIR"
 run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
-  -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab"
+  -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab \
+  $([ "$PREPASS_TESTS" = 1 ] && echo fp8_prepass_test)"
 BUILD_OK=0
 grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
 
@@ -73,12 +79,30 @@ if [ "$BUILD_OK" -eq 1 ]; then
   else record fwd_fp8_test "FAIL (rc $rc_all)" $((SECONDS - t0)); fi
   cat "$LOGS"/fwd_fp8_test.*.log >"$LOGS/fwd_fp8_test.log"
 
+  if [ "$PREPASS_TESTS" = 1 ]; then
+    t0=$SECONDS
+    lim=$(limit 90)
+    pids=()
+    for i in $(seq 0 $((SHARDS - 1))); do
+      GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout -k 5 "$lim" "$BUILD_DIR/test/fp8_prepass_test" \
+        >"$LOGS/fp8_prepass_test.$i.log" 2>&1 &
+      pids+=($!)
+    done
+    rc_all=0
+    for p in "${pids[@]}"; do wait "$p" || rc_all=$?; done
+    if [ "$rc_all" -eq 0 ]; then record fp8_prepass_test PASS $((SECONDS - t0))
+    elif [ "$rc_all" -eq 124 ] || [ "$rc_all" -eq 137 ]; then record fp8_prepass_test "TIMEOUT after ${lim} s" $((SECONDS - t0))
+    else record fp8_prepass_test "FAIL (rc $rc_all)" $((SECONDS - t0)); fi
+    cat "$LOGS"/fp8_prepass_test.*.log >"$LOGS/fp8_prepass_test.log"
+  fi
+
   # ---- the A/B ------------------------------------------------------------------------------------
   ab_args=(--rounds 3 --reps 10)
   [ -n "$VARIANTS" ] && ab_args+=(--variants "$VARIANTS")
   [ -n "$GRIDS" ] && ab_args+=(--grids "$GRIDS")
   [ -n "$SEQLENS" ] && ab_args+=(--seqlens "$SEQLENS")
-  run ab 120 "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
+  [ -n "$VLAYOUTS" ] && ab_args+=(--v-layouts "$VLAYOUTS")
+  run ab "$AB_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
   cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
 
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -92,13 +116,14 @@ fi
 # ---- summary ----------------------------------------------------------------------------------
 {
   echo "== hattn FP8 forward variants on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u '+%Y-%m-%d %H:%M UTC'), ${SECONDS} s"
-  if [ -f "$LOGS/fwd_fp8_test.log" ]; then  # the shards' counts, added up
-    printf '%-14s %d passed, %d failed, %d skipped (%d shards)\n' fwd_fp8_test \
-      "$(grep -c '^\[       OK \]' "$LOGS/fwd_fp8_test.log")" \
-      "$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log")" \
-      "$(grep -cE '^\[  SKIPPED \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log")" "$SHARDS"
-    grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/fwd_fp8_test.log" | head -12 | sed 's/^/    /'
-  fi
+  for t in fwd_fp8_test fp8_prepass_test; do  # the shards' counts, added up
+    [ -f "$LOGS/$t.log" ] || continue
+    printf '%-16s %d passed, %d failed, %d skipped (%d shards)\n' "$t" \
+      "$(grep -c '^\[       OK \]' "$LOGS/$t.log")" \
+      "$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/$t.log")" \
+      "$(grep -cE '^\[  SKIPPED \] .*\([0-9]+ ms\)$' "$LOGS/$t.log")" "$SHARDS"
+    grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/$t.log" | head -12 | sed 's/^/    /'
+  done
   for t in memcheck; do
     [ -f "$LOGS/$t.log" ] || continue
     line=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$LOGS/$t.log" | tr '\n' ' ')

@@ -26,6 +26,7 @@ expect() {
 # Help texts.
 expect 0 "--dtype bf16|fp16|e4m3" --help
 expect 0 "--rope interleaved|half" --help
+expect 0 "--v-layout transposed|rows" --help
 expect 0 "accuracy-fp8" --help
 expect 0 "Bernoulli(0.001)" accuracy-fp8 --help
 
@@ -37,6 +38,8 @@ expect 2 "--rope needs --dtype e4m3" --rope half
 expect 2 "--rope expects interleaved or half, got 'neox'" --dtype e4m3 --rope neox
 expect 2 "--rope needs a value" --dtype e4m3 --rope
 expect 2 "--hadamard takes no value" --dtype e4m3 --hadamard=1
+expect 2 "--v-layout needs --dtype e4m3" --v-layout rows
+expect 2 "--v-layout expects transposed or rows, got 'cols'" --dtype e4m3 --v-layout cols
 expect 2 "there is no FP8 backward" bwd --dtype e4m3
 expect 2 "ablations of the bf16 forward" --dtype e4m3 --no-pingpong
 expect 2 "ablations of the bf16 forward" --dtype e4m3 --no-intra-wg-overlap

@@ -36,6 +36,7 @@
 #include "gpu_test_util.h"
 #include "hattn.h"
 #include "host/fp8_prepass_launch.h"
+#include "kernels/sm90/fragment_e4m3.cuh"  // e4m3_k_to_key: V^T's key order
 #include "testing/fp8_reference.h"
 #include "testing/numerics.h"
 
@@ -367,6 +368,119 @@ TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     check_tensor("k", c, k, bytes[1], scales[1], c.rope, c.hadamard, cos, sin, 0);
     check_tensor("v", c, v, bytes[2], scales[2], HATTN_ROPE_NONE, false, cos, sin, 0);
     check_scores(c, q, k, bytes[0], scales[0], bytes[1], scales[1], cos, sin, rope_offset);
+}
+
+// HATTN_FP8_PREPASS_V_TRANSPOSED: the same call writing V^T (the FP8 forward's layout) instead of
+// V's rows gives the same q, k and descales bit for bit, and V^T holds V's bytes: position
+// 32 g + p of row (b, h, dim) is key 32 g + e4m3_k_to_key(p), zeros past seqlen_k. The rows run is
+// the one MatchesFloat64Reference checks against float64.
+TEST_P(Fp8PrepassTest, VTransposedMatchesRows) {
+    HATTN_REQUIRE_HOPPER();
+    const Case c = GetParam();
+    std::mt19937_64 rng(kSeed ^ std::hash<std::string>{}(case_name(c)) ^ 0x7);
+    Tensor q = make_tensor(c, c.seqlen_q, c.heads_q, rng);
+    Tensor k = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
+    Tensor v = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
+    const int rope_offset = c.seqlen_k > c.seqlen_q ? c.seqlen_k - c.seqlen_q : 0;
+    const int rope_rows = std::max(c.seqlen_k, rope_offset + c.seqlen_q);
+    std::vector<float> cos, sin;
+    ht::rope_tables(rope_rows, c.head_dim, &cos, &sin);
+    const size_t vt_bytes = hattn_fwd_fp8_workspace_size(c.batch, c.heads_kv, c.seqlen_k, c.head_dim);
+    const int64_t vt_keys = static_cast<int64_t>(vt_bytes) / (int64_t{c.batch} * c.heads_kv * c.head_dim);
+    ASSERT_EQ(vt_keys % 32, 0);
+    ASSERT_GE(vt_keys, c.seqlen_k);
+    const size_t nbq = static_cast<size_t>(c.batch) * c.heads_q * ht::fp8_blocks(c.seqlen_q);
+    const size_t nbk = static_cast<size_t>(c.batch) * c.heads_kv * ht::fp8_blocks(c.seqlen_k);
+    DeviceMemory in_q(q.in.size * 2), in_k(k.in.size * 2), in_v(v.in.size * 2), d_cos(cos.size() * 4),
+        d_sin(sin.size() * 4);
+    ASSERT_TRUE(in_q.ptr && in_k.ptr && in_v.ptr && d_cos.ptr && d_sin.ptr);
+    HATTN_CUDA_CHECK(cudaMemcpy(in_q.ptr, q.bits.data(), q.in.size * 2, cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(in_k.ptr, k.bits.data(), k.in.size * 2, cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(in_v.ptr, v.bits.data(), v.in.size * 2, cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(d_cos.ptr, cos.data(), cos.size() * 4, cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(d_sin.ptr, sin.data(), sin.size() * 4, cudaMemcpyHostToDevice));
+
+    // Run r = 0: V's rows; r = 1: V^T. Each into its own poisoned outputs.
+    struct Outputs {
+        std::vector<uint8_t> q8, k8, v8;
+        std::vector<float> qs, ks, vs;
+    } got[2];
+    for (int r = 0; r < 2; ++r) {
+        const size_t v_out = r == 0 ? static_cast<size_t>(v.out.size) : vt_bytes;
+        DeviceMemory out_q(q.out.size), out_k(k.out.size), out_v(v_out), ds_q(nbq * 4), ds_k(nbk * 4), ds_v(nbk * 4);
+        ASSERT_TRUE(out_q.ptr && out_k.ptr && out_v.ptr && ds_q.ptr && ds_k.ptr && ds_v.ptr);
+        HATTN_CUDA_CHECK(cudaMemset(out_q.ptr, kPoison8, q.out.size));
+        HATTN_CUDA_CHECK(cudaMemset(out_k.ptr, kPoison8, k.out.size));
+        HATTN_CUDA_CHECK(cudaMemset(out_v.ptr, kPoison8, v_out));
+        for (DeviceMemory* d : {&ds_q, &ds_k, &ds_v}) HATTN_CUDA_CHECK(cudaMemset(d->ptr, 0xFF, d == &ds_q ? nbq * 4 : nbk * 4));
+        hattn_fp8_prepass_params p = hattn_fp8_prepass_params_contiguous(
+            in_q.ptr, in_k.ptr, in_v.ptr, out_q.ptr, out_k.ptr, out_v.ptr, static_cast<float*>(ds_q.ptr),
+            static_cast<float*>(ds_k.ptr), static_cast<float*>(ds_v.ptr), c.batch, c.heads_q, c.heads_kv, c.seqlen_q,
+            c.seqlen_k, c.head_dim, c.dtype);
+        auto set = [](const Layout& l, int64_t& bs, int64_t& ss, int64_t& hs) {
+            bs = l.batch_stride;
+            ss = l.seq_stride;
+            hs = l.head_stride;
+        };
+        set(q.in, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+        set(k.in, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+        set(v.in, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+        set(q.out, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
+        set(k.out, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
+        if (r == 0) {
+            set(v.out, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
+        } else {
+            p.v_fp8_batch_stride = p.v_fp8_seq_stride = p.v_fp8_head_stride = 0;  // ignored with V^T
+            p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+        }
+        p.rope = c.rope;
+        p.rope_cos = static_cast<const float*>(d_cos.ptr);
+        p.rope_sin = static_cast<const float*>(d_sin.ptr);
+        p.rope_rows = rope_rows;
+        p.rope_q_offset = rope_offset;
+        p.hadamard = c.hadamard ? 1 : 0;
+        p.hadamard_seed = kSeed;
+        char msg[512];
+        ASSERT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_SUCCESS) << msg;
+        hattn::fp8::Fp8PrepassVariant variant;
+        if (variant_from_env(variant)) {
+            ASSERT_EQ(hattn::host::fp8_prepass_variant(&p, variant, nullptr), HATTN_SUCCESS);
+        } else {
+            ASSERT_EQ(hattn_fp8_prepass(&p, nullptr), HATTN_SUCCESS);
+        }
+        HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+        auto fetch = [](const DeviceMemory& m, auto& host, size_t n) {
+            host.resize(n / sizeof(host[0]));
+            HATTN_CUDA_CHECK(cudaMemcpy(host.data(), m.ptr, n, cudaMemcpyDeviceToHost));
+        };
+        fetch(out_q, got[r].q8, q.out.size);
+        fetch(out_k, got[r].k8, k.out.size);
+        fetch(out_v, got[r].v8, v_out);
+        fetch(ds_q, got[r].qs, nbq * 4);
+        fetch(ds_k, got[r].ks, nbk * 4);
+        fetch(ds_v, got[r].vs, nbk * 4);
+    }
+    EXPECT_TRUE(got[0].q8 == got[1].q8) << "q differs between the rows and the V^T runs";
+    EXPECT_TRUE(got[0].k8 == got[1].k8) << "k differs";
+    EXPECT_EQ(std::memcmp(got[0].qs.data(), got[1].qs.data(), nbq * 4), 0) << "q descales differ";
+    EXPECT_EQ(std::memcmp(got[0].ks.data(), got[1].ks.data(), nbk * 4), 0) << "k descales differ";
+    EXPECT_EQ(std::memcmp(got[0].vs.data(), got[1].vs.data(), nbk * 4), 0) << "v descales differ";
+    int64_t bad = 0;
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.heads_kv; ++h)
+            for (int e = 0; e < c.head_dim; ++e)
+                for (int64_t pos = 0; pos < vt_keys; ++pos) {
+                    const int64_t key = pos / 32 * 32 + hattn::sm90::e4m3_k_to_key(static_cast<int>(pos % 32));
+                    const uint8_t want =
+                        key < c.seqlen_k ? got[0].v8[b * v.out.batch_stride + key * v.out.seq_stride + h * v.out.head_stride + e]
+                                         : uint8_t{0};
+                    const uint8_t have = got[1].v8[((static_cast<int64_t>(b) * c.heads_kv + h) * c.head_dim + e) * vt_keys + pos];
+                    if (have != want && ++bad <= 5) {
+                        ADD_FAILURE() << "V^T[b " << b << ", h " << h << ", dim " << e << ", position " << pos << " (key "
+                                      << key << ")] = 0x" << std::hex << int(have) << ", V has 0x" << int(want);
+                    }
+                }
+    EXPECT_EQ(bad, 0) << "V^T bytes differ from V's";
 }
 
 // Every rope x Hadamard x head dim x dtype x (contiguous, strided) (72 cases), with the

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -452,6 +453,34 @@ TEST_P(Fp8EndToEnd, MatchesFloat64OfBf16Inputs) {
     EXPECT_TRUE(lse_cmp.ok) << "LSE: " << lse_cmp.summary();
     std::printf("fp8 e2e rel_l2 %-44s O %.3e (max abs err %.3e) LSE max abs err %.3e\n", case_name(c).c_str(),
                 o_cmp.rel_l2, o_cmp.max_abs_err, lse_cmp.max_abs_err);
+
+    // The same through V^T written by the pre-pass (HATTN_FP8_PREPASS_V_TRANSPOSED) and read as such
+    // (HATTN_FWD_FP8_V_TRANSPOSED, no workspace): the attention kernel reads the same V^T bytes,
+    // so O and LSE must be bit-identical to the run above. Outputs poisoned first.
+    DeviceMemory vt8(ws), dout2(nq * 2), dlse2(r.lse.size() * 4);
+    ASSERT_TRUE(vt8.ptr && dout2.ptr && dlse2.ptr);
+    HATTN_CUDA_CHECK(cudaMemset(vt8.ptr, 0xFF, ws));
+    HATTN_CUDA_CHECK(cudaMemset(dout2.ptr, 0xFF, nq * 2));
+    HATTN_CUDA_CHECK(cudaMemset(dlse2.ptr, 0xFF, r.lse.size() * 4));
+    hattn_fp8_prepass_params ppt = pp;
+    ppt.v_fp8 = vt8.ptr;
+    ppt.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+    ASSERT_EQ(hattn_fp8_prepass(&ppt, nullptr), HATTN_SUCCESS);
+    hattn_fwd_fp8_params pt = p;
+    pt.v = vt8.ptr;
+    pt.o = dout2.ptr;
+    pt.lse = static_cast<float*>(dlse2.ptr);
+    pt.workspace = nullptr;
+    pt.workspace_size = 0;
+    pt.flags = HATTN_FWD_FP8_V_TRANSPOSED;
+    ASSERT_EQ(hattn_fwd_fp8(&pt, nullptr), HATTN_SUCCESS) << (hattn_fwd_fp8_validate(&pt, msg, sizeof msg), msg);
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o2(nq);
+    std::vector<float> lse2(r.lse.size());
+    HATTN_CUDA_CHECK(cudaMemcpy(o2.data(), dout2.ptr, nq * 2, cudaMemcpyDeviceToHost));
+    HATTN_CUDA_CHECK(cudaMemcpy(lse2.data(), dlse2.ptr, lse2.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(o2.data(), r.o.data(), nq * 2), 0) << "O through the pre-pass's V^T differs";
+    EXPECT_EQ(std::memcmp(lse2.data(), r.lse.data(), lse2.size() * 4), 0) << "LSE through the pre-pass's V^T differs";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Fp8EndToEnd,

@@ -105,7 +105,16 @@ std::vector<RejectCase> reject_cases() {
          {"rope = 3"}},
         {"RopeNegative", [](P& p, S) { p.rope = enum_from_int<hattn_rope>(-1); }, HATTN_ERROR_INVALID_FLAGS,
          {"rope = -1"}},
-        {"FlagsNonZero", [](P& p, S) { p.flags = 1; }, HATTN_ERROR_INVALID_FLAGS, {"flags", "0x1"}},
+        {"FlagsUnknown", [](P& p, S) { p.flags = 2; }, HATTN_ERROR_INVALID_FLAGS, {"flags", "0x2"}},
+        {"FlagsUnknownBesideVt", [](P& p, S) { p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED | 8u; },
+         HATTN_ERROR_INVALID_FLAGS, {"flags", "0x8"}},
+        // V^T output: its own alignment rule (the FP8 forward's TMA); v_fp8's strides are ignored.
+        {"VtOutputMisaligned",
+         [](P& p, S s) {
+             p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+             p.v_fp8 = s.v8.data() + 8;
+         },
+         HATTN_ERROR_MISALIGNED, {"v_fp8 =", "16-byte", "V_TRANSPOSED"}},
         // Input strides and alignment (16 bytes: the kernel's vector loads).
         {"QSeqStrideZero", [](P& p, S) { p.q_seq_stride = 0; }, HATTN_ERROR_INVALID_STRIDE, {"q_seq_stride"}},
         {"KHeadStrideNegative", [d](P& p, S) { p.k_head_stride = -d; }, HATTN_ERROR_INVALID_STRIDE,
@@ -276,6 +285,18 @@ TEST(Fp8Validation, AcceptsStridedInputsAndOutputs) {
     p.q_fp8_head_stride = (d + 16) * s;
     p.q_fp8_batch_stride = p.q_fp8_head_stride * h + 1024;
     expect_accepted(p);
+}
+
+TEST(Fp8Validation, AcceptsVTransposedOutputWithAnyVStrides) {
+    P p = fake_contiguous(2, 8, 2, 1000, 4097, 128, HATTN_DTYPE_BF16);
+    p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+    p.v_fp8_batch_stride = p.v_fp8_seq_stride = p.v_fp8_head_stride = 0;  // ignored: V^T's layout is fixed
+    expect_accepted(p);
+    p.v_fp8_seq_stride = -3;
+    expect_accepted(p);
+    p.flags = 0;  // the same strides without the flag are an error
+    char msg[hattn::test::kMsgLen];
+    EXPECT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_ERROR_INVALID_STRIDE) << msg;
 }
 
 TEST(Fp8Validation, ContiguousParams) {

@@ -130,7 +130,16 @@ std::vector<RejectCase> reject_cases() {
         // Scale and flags.
         {"ScaleNegative", [](P& p, S) { p.softmax_scale = -0.125f; }, HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
         {"ScaleNaN", [](P& p, S) { p.softmax_scale = std::nanf(""); }, HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
-        {"FlagsNonZero", [](P& p, S) { p.flags = 4; }, HATTN_ERROR_INVALID_FLAGS, {"flags"}},
+        {"FlagsUnknown", [](P& p, S) { p.flags = 4; }, HATTN_ERROR_INVALID_FLAGS, {"flags"}},
+        {"FlagsUnknownBesideVt", [](P& p, S) { p.flags = HATTN_FWD_FP8_V_TRANSPOSED | 2u; }, HATTN_ERROR_INVALID_FLAGS,
+         {"flags", "0x2"}},
+        // V^T given: 16-byte aligned (TMA); the workspace is then not needed.
+        {"VtInputMisaligned",
+         [](P& p, S s) {
+             p.flags = HATTN_FWD_FP8_V_TRANSPOSED;
+             p.v = s.v.data() + 8;
+         },
+         HATTN_ERROR_MISALIGNED, {"v =", "16-byte", "V_TRANSPOSED"}},
         // Workspace: checked last.
         {"WorkspaceNull", [](P& p, S) { p.workspace = nullptr; }, HATTN_ERROR_WORKSPACE, {"workspace is NULL"}},
         {"WorkspaceMisaligned", [](P& p, S s) { p.workspace = s.ws.data() + 16; }, HATTN_ERROR_WORKSPACE,
@@ -203,6 +212,30 @@ TEST(Fp8FwdValidation, AcceptsEveryHeadDim) {
         p.workspace_size = hattn_fwd_fp8_workspace_size(2, 2, 4097, d);
         expect_accepted(p);
     }
+}
+
+TEST(Fp8FwdValidation, AcceptsVTransposedWithoutWorkspace) {
+    const Problem problem;
+    P p = problem.params();
+    p.flags = HATTN_FWD_FP8_V_TRANSPOSED;
+    p.workspace = nullptr;
+    p.workspace_size = 0;
+    p.v_batch_stride = p.v_seq_stride = p.v_head_stride = 0;  // ignored: V^T's layout is fixed
+    expect_accepted(p);
+    // heads_kv beyond the transpose pass's grid limit is fine when there is no transpose pass.
+    auto at = [](int i) { return kFakeDeviceBase + i * kFakeTensorGap; };
+    P mqa = hattn_fwd_fp8_params_contiguous(fake_pointer<const void>(at(0)), fake_pointer<const void>(at(1)),
+                                            fake_pointer<const void>(at(2)), fake_pointer<void>(at(3)),
+                                            fake_pointer<const float>(at(4)), fake_pointer<const float>(at(5)),
+                                            fake_pointer<const float>(at(6)), 70000, 1, 1, 128, 128, 64, HATTN_DTYPE_BF16);
+    mqa.flags = HATTN_FWD_FP8_V_TRANSPOSED;
+    expect_accepted(mqa);
+    mqa.flags = 0;
+    mqa.workspace = fake_pointer<void>(at(7));
+    mqa.workspace_size = hattn_fwd_fp8_workspace_size(70000, 1, 128, 64);
+    char msg[hattn::test::kMsgLen];
+    EXPECT_EQ(hattn_fwd_fp8_validate(&mqa, msg, sizeof msg), HATTN_ERROR_SIZE_OVERFLOW) << msg;
+    EXPECT_TRUE(problem.untouched());
 }
 
 TEST(Fp8FwdValidation, WorkspaceSize) {

@@ -51,6 +51,7 @@ struct Options {
     bool e4m3 = false;                     // --dtype e4m3: hattn_fp8_prepass + hattn_fwd_fp8
     bool hadamard = false;                 // e4m3: the pre-pass's random-sign Hadamard
     hattn_rope rope = HATTN_ROPE_NONE;     // e4m3: the pre-pass's RoPE
+    bool v_transposed = true;              // e4m3: the pre-pass writes V^T (no transpose pass)
     bool causal = false;
     bool verify = true;
     bool with_lse = true;

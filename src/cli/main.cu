@@ -61,6 +61,8 @@ void print_help(FILE* out) {
                  "                         hattn_fp8_prepass and hattn_fwd_fp8 (see below)\n"
                  "  --hadamard             e4m3: the pre-pass's random-sign Hadamard on Q and K\n"
                  "  --rope interleaved|half  e4m3: the pre-pass's RoPE on Q and K (GPT-J / GPT-NeoX pairs)\n"
+                 "  --v-layout transposed|rows  e4m3: the pre-pass writes V^T for the FP8 forward (transposed,\n"
+                 "                         the default) or V's rows, which hattn_fwd_fp8 transposes first\n"
                  "  --causal               bottom-right causal mask\n"
                  "  --scale X              softmax scale (default 1/sqrt(dim))\n"
                  "  --no-lse               fwd: do not request LSE\n"
@@ -81,6 +83,7 @@ void print_help(FILE* out) {
 Options parse(int argc, char** argv) {
     Options o;
     bool hadamard_given = false;
+    bool v_layout_given = false;
     int i = 1;
     if (i < argc && std::strcmp(argv[i], "fwd") == 0) {
         ++i;
@@ -135,6 +138,16 @@ Options parse(int argc, char** argv) {
             } else {
                 usage_error("--rope expects interleaved or half, got '" + t + "'");
             }
+        } else if (arg == "--v-layout") {
+            const std::string t = next();
+            if (t == "transposed") {
+                o.v_transposed = true;
+            } else if (t == "rows") {
+                o.v_transposed = false;
+            } else {
+                usage_error("--v-layout expects transposed or rows, got '" + t + "'");
+            }
+            v_layout_given = true;
         } else if (arg == "--causal") {
             o.causal = true;
         } else if (arg == "--scale") {
@@ -170,6 +183,7 @@ Options parse(int argc, char** argv) {
     if (o.e4m3 && o.pass == Pass::kBackward) usage_error("--dtype e4m3 is a forward option (there is no FP8 backward)");
     if (!o.e4m3 && hadamard_given) usage_error("--hadamard needs --dtype e4m3 (it is a step of the FP8 pre-pass)");
     if (!o.e4m3 && o.rope != HATTN_ROPE_NONE) usage_error("--rope needs --dtype e4m3 (it is a step of the FP8 pre-pass)");
+    if (!o.e4m3 && v_layout_given) usage_error("--v-layout needs --dtype e4m3 (the FP8 pre-pass's V output)");
     if (o.e4m3 && o.flags != 0) {
         usage_error("--no-pingpong and --no-intra-wg-overlap are ablations of the bf16 forward, not of --dtype e4m3");
     }

@@ -19,6 +19,7 @@
 #include "host/fp8_prepass_launch.h"
 #include "host/validate.h"
 #include "kernels/fp8_prepass_args.h"
+#include "kernels/fwd_fp8_args.h"  // vt_keys: V^T's layout (HATTN_FP8_PREPASS_V_TRANSPOSED)
 
 namespace {
 
@@ -28,20 +29,25 @@ using namespace hattn::host;
 static_assert(HATTN_FP8_BLOCK_ROWS == hattn::fp8::kBlockRows, "the header's block size is the kernel's");
 static_assert(HATTN_FP8_E4M3_MAX == hattn::fp8::kE4m3Max, "the header's e4m3 maximum is the kernel's");
 
-constexpr unsigned kKnownFlags = 0;  // none yet
+constexpr unsigned kKnownFlags = HATTN_FP8_PREPASS_V_TRANSPOSED;
 // Base addresses and strides of the e4m3 outputs and the rotary tables: 16 bytes (vector access
 // here, TMA in the FP8 kernel).
 constexpr int64_t kAlignBytes = 16;
 constexpr int64_t kFp8ElemBytes = 1;
 constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 
-// The three inputs, in the views the shared checks walk (2-byte elements).
+// The three inputs, in the views the shared checks walk (2-byte elements). With
+// HATTN_FP8_PREPASS_V_TRANSPOSED, v_fp8 is V^T (its strides ignored): the row checks walk
+// q_fp8 and k_fp8 only, check_vt_output the rest.
 struct Views {
     TensorView in[3];
     TensorView out[3];
     float* descale[3];
     const char* descale_name[3];
+    int row_outputs;  // 3, or 2 with V^T
 };
+
+bool v_transposed(const hattn_fp8_prepass_params& p) { return (p.flags & HATTN_FP8_PREPASS_V_TRANSPOSED) != 0; }
 
 Views views_of(const hattn_fp8_prepass_params& p) {
     Views v{{{"q", "q", p.q, p.seqlen_q, p.heads_q, p.q_batch_stride, p.q_seq_stride, p.q_head_stride},
@@ -54,7 +60,8 @@ Views views_of(const hattn_fp8_prepass_params& p) {
              {"v_fp8", "v_fp8", p.v_fp8, p.seqlen_k, p.heads_kv, p.v_fp8_batch_stride, p.v_fp8_seq_stride,
               p.v_fp8_head_stride}},
             {p.q_descale, p.k_descale, p.v_descale},
-            {"q_descale", "k_descale", "v_descale"}};
+            {"q_descale", "k_descale", "v_descale"},
+            v_transposed(p) ? 2 : 3};
     return v;
 }
 
@@ -70,7 +77,7 @@ Failure check_rope_and_flags(const hattn_fp8_prepass_params& p) {
 
 // Positive strides, then 16-byte aligned bases and strides, of the 1-byte outputs (tensor by tensor).
 Failure check_output_strides_and_alignment(const Views& v) {
-    for (const TensorView& t : v.out) {
+    for (const TensorView& t : Tensors{v.out, static_cast<size_t>(v.row_outputs)}) {
         Failure f = check_positive_strides(t);
         if (f.failed()) return f;
         f = check_e4m3_alignment(t);
@@ -127,7 +134,7 @@ Failure check_grid(const hattn_fp8_prepass_params& p, const Views& v) {
 }
 
 Failure check_output_extents(const Shape& s, const Views& v) {
-    for (const TensorView& t : v.out) {
+    for (const TensorView& t : Tensors{v.out, static_cast<size_t>(v.row_outputs)}) {
         const Int128 last = static_cast<Int128>(s.batch - 1) * t.batch_stride +
                             static_cast<Int128>(t.seqlen - 1) * t.seq_stride +
                             static_cast<Int128>(t.heads - 1) * t.head_stride + s.head_dim;
@@ -148,11 +155,26 @@ Failure check_output_extents(const Shape& s, const Views& v) {
 }
 
 Failure check_outputs_do_not_overlap(const Shape& s, const Views& v) {
-    for (const TensorView& t : v.out) {
+    for (const TensorView& t : Tensors{v.out, static_cast<size_t>(v.row_outputs)}) {
         Failure f = check_rows_do_not_overlap(s, t);
         if (f.failed()) return f;
     }
     return {};
+}
+
+// V^T's bytes (the FP8 forward's layout, hattn_fwd_fp8_workspace_size of the same sizes).
+Int128 vt_output_bytes(const hattn_fp8_prepass_params& p) {
+    return static_cast<Int128>(p.batch) * p.heads_kv * p.head_dim * hattn::fwd_fp8::vt_keys(p.seqlen_k);
+}
+
+// With HATTN_FP8_PREPASS_V_TRANSPOSED: v_fp8 16-byte aligned (the forward's TMA) and its V^T bytes addressable.
+Failure check_vt_output(const hattn_fp8_prepass_params& p) {
+    if (!v_transposed(p)) return {};
+    if (reinterpret_cast<uintptr_t>(p.v_fp8) % kAlignBytes != 0) {
+        return fail(HATTN_ERROR_MISALIGNED,
+                    format("v_fp8 = %p is not 16-byte aligned (HATTN_FP8_PREPASS_V_TRANSPOSED)", p.v_fp8));
+    }
+    return check_byte_extent("v_fp8", p.v_fp8, vt_output_bytes(p));
 }
 
 Failure validate(const hattn_fp8_prepass_params* params) {
@@ -168,6 +190,7 @@ Failure validate(const hattn_fp8_prepass_params* params) {
                          [&] { return check_rope_and_flags(p); },
                          [&] { return check_strides_and_alignment(s, tensors(v.in)); },
                          [&] { return check_output_strides_and_alignment(v); },
+                         [&] { return check_vt_output(p); },
                          [&] { return check_descale_alignment(v); },
                          [&] { return check_rope_tables(p); },
                          [&] { return check_head_count(s); },
@@ -201,6 +224,12 @@ hattn::fp8::Fp8PrepassArgs make_args(const hattn_fp8_prepass_params& p) {
     a.q = tensor_args(v.in[0], v.out[0], p.q_descale, p.rope_q_offset);
     a.k = tensor_args(v.in[1], v.out[1], p.k_descale, 0);
     a.v = tensor_args(v.in[2], v.out[2], p.v_descale, 0);
+    if (v_transposed(p)) {
+        a.v.vt_keys = hattn::fwd_fp8::vt_keys(p.seqlen_k);
+        a.v.out_head_stride = static_cast<int64_t>(p.head_dim) * a.v.vt_keys;
+        a.v.out_batch_stride = static_cast<int64_t>(p.heads_kv) * a.v.out_head_stride;
+        a.v.out_seq_stride = 0;  // not used: V^T's rows are head dims
+    }
     a.batch = p.batch;
     a.head_dim = p.head_dim;
     a.dtype = p.dtype == HATTN_DTYPE_BF16 ? hattn::fwd::Dtype::kBf16 : hattn::fwd::Dtype::kFp16;

@@ -28,12 +28,17 @@ namespace fp8 = hattn::fwd_fp8;
 
 static_assert(HATTN_FP8_BLOCK_ROWS == fp8::kDescaleRows, "the header's block size is the kernel's");
 
-constexpr unsigned kKnownFlags = 0;
+constexpr unsigned kKnownFlags = HATTN_FWD_FP8_V_TRANSPOSED;
 constexpr int kRowsPerTile = 128;  // the kernel's query tile
 constexpr uintptr_t kWorkspaceAlign = 256;
 constexpr int kMaxGridYZ = 65535;  // the V transpose's grid: (key tiles, heads_kv, batch)
 constexpr Int128 kTmaMaxStrideBytes = Int128{1} << 40;
+constexpr uintptr_t kTmaAlignBytes = 16;
 
+bool v_transposed(const hattn_fwd_fp8_params& p) { return (p.flags & HATTN_FWD_FP8_V_TRANSPOSED) != 0; }
+
+// With HATTN_FWD_FP8_V_TRANSPOSED, v is V^T (its strides ignored): the row checks walk q and k
+// only (row_inputs), check_vt_input the rest.
 struct Views {
     TensorView in[3];  // e4m3 q, k, v (strides in bytes)
     TensorView out;    // o
@@ -41,6 +46,7 @@ struct Views {
     const char* descale_name[3];
     int descale_heads[3];
     int descale_seqlen[3];
+    size_t row_inputs;  // 3, or 2 with V^T
 };
 
 Views views_of(const hattn_fwd_fp8_params& p) {
@@ -49,7 +55,8 @@ Views views_of(const hattn_fwd_fp8_params& p) {
                  {p.q_descale, p.k_descale, p.v_descale},
                  {"q_descale", "k_descale", "v_descale"},
                  {p.heads_q, p.heads_kv, p.heads_kv},
-                 {p.seqlen_q, p.seqlen_k, p.seqlen_k}};
+                 {p.seqlen_q, p.seqlen_k, p.seqlen_k},
+                 static_cast<size_t>(v_transposed(p) ? 2 : 3)};
 }
 
 // o_dtype, then head_dim (64, 128, 256).
@@ -72,19 +79,20 @@ struct StrideField {
 
 // Positive strides (all inputs first), then 16-byte aligned bases and byte strides, of the e4m3 inputs.
 Failure check_fp8_strides_and_alignment(const Views& v) {
-    for (const TensorView& t : v.in) {
+    const Tensors rows{v.in, v.row_inputs};
+    for (const TensorView& t : rows) {
         Failure f = check_positive_strides(t);
         if (f.failed()) return f;
     }
-    for (const TensorView& t : v.in) {
+    for (const TensorView& t : rows) {
         Failure f = check_e4m3_alignment(t);
         if (f.failed()) return f;
     }
     return {};
 }
 
-Failure check_transpose_grid(const Shape& s) {
-    if (s.heads_kv > kMaxGridYZ || s.batch > kMaxGridYZ) {
+Failure check_transpose_grid(const Shape& s, bool v_transposed) {
+    if (!v_transposed && (s.heads_kv > kMaxGridYZ || s.batch > kMaxGridYZ)) {
         return fail(HATTN_ERROR_SIZE_OVERFLOW,
                     format("heads_kv = %d and batch = %d must be <= %d (the V transpose's grid)", s.heads_kv, s.batch,
                            kMaxGridYZ));
@@ -94,7 +102,7 @@ Failure check_transpose_grid(const Shape& s) {
 
 // TMA's stride limit and the addressed byte ranges of the e4m3 inputs and the descales.
 Failure check_fp8_extents(const Shape& s, const Views& v) {
-    for (const TensorView& t : v.in) {
+    for (const TensorView& t : Tensors{v.in, v.row_inputs}) {
         const StrideField strides[] = {{"_batch_stride", t.batch_stride}, {"_seq_stride", t.seq_stride}, {"_head_stride", t.head_stride}};
         for (const auto& f : strides) {
             if (static_cast<Int128>(f.stride) >= kTmaMaxStrideBytes) {
@@ -121,12 +129,23 @@ Int128 workspace_bytes(int batch, int heads_kv, int seqlen_k, int head_dim) {
     return static_cast<Int128>(batch) * heads_kv * head_dim * keys;
 }
 
+// With HATTN_FWD_FP8_V_TRANSPOSED, v is V^T: 16-byte aligned (TMA), all its bytes addressable.
+Failure check_vt_input(const hattn_fwd_fp8_params& p) {
+    if (!v_transposed(p)) return {};
+    if (reinterpret_cast<uintptr_t>(p.v) % kTmaAlignBytes != 0) {
+        return fail(HATTN_ERROR_MISALIGNED, format("v = %p is not 16-byte aligned (HATTN_FWD_FP8_V_TRANSPOSED)", p.v));
+    }
+    return check_byte_extent("v", p.v, workspace_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim));
+}
+
+// V^T's batch stride (heads_kv * head_dim * keys bytes) is a TMA stride; then, unless the caller
+// passes V^T, the workspace V^T is written to.
 Failure check_workspace(const hattn_fwd_fp8_params& p) {
     const Int128 need = workspace_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
-    // V^T's batch stride (heads_kv * head_dim * keys bytes) is a TMA stride.
     if (need / p.batch >= kTmaMaxStrideBytes) {
-        return fail(HATTN_ERROR_SIZE_OVERFLOW, "the workspace's V^T batch stride (heads_kv * head_dim * keys bytes) is 2^40 bytes or more");
+        return fail(HATTN_ERROR_SIZE_OVERFLOW, "V^T's batch stride (heads_kv * head_dim * keys bytes) is 2^40 bytes or more");
     }
+    if (v_transposed(p)) return {};  // the workspace is not used
     if (p.workspace == nullptr) return fail(HATTN_ERROR_WORKSPACE, "workspace is NULL");
     if (reinterpret_cast<uintptr_t>(p.workspace) % kWorkspaceAlign != 0) {
         return fail(HATTN_ERROR_WORKSPACE, format("workspace = %p is not 256-byte aligned", p.workspace));
@@ -157,8 +176,9 @@ Failure validate(const hattn_fwd_fp8_params* params) {
                          [&] { return check_descale_alignment(v); },
                          [&] { return check_head_count(s); },
                          [&] { return check_block_count(s, "seqlen_q", p.seqlen_q, kRowsPerTile, "work tiles"); },
-                         [&] { return check_transpose_grid(s); },
+                         [&] { return check_transpose_grid(s, v_transposed(p)); },
                          [&] { return check_fp8_extents(s, v); },
+                         [&] { return check_vt_input(p); },
                          [&] { return check_tma_limits_and_extents(s, tensors(out)); },
                          [&] { return check_lse_extent(s, "lse", p.lse); },
                          [&] { return check_rows_do_not_overlap(s, v.out); },
@@ -177,7 +197,8 @@ fp8::Fp8FwdArgs make_args(const hattn_fwd_fp8_params& p) {
     a.q_descale = p.q_descale;
     a.k_descale = p.k_descale;
     a.v_descale = p.v_descale;
-    a.vt = p.workspace;
+    a.v_transposed = v_transposed(p);
+    a.vt = a.v_transposed ? const_cast<void*>(p.v) : p.workspace;
     copy_sizes_and_strides(p, a);
     a.o_dtype = p.o_dtype == HATTN_DTYPE_BF16 ? hattn::fwd::Dtype::kBf16 : hattn::fwd::Dtype::kFp16;
     a.softmax_scale = resolved_scale(p.softmax_scale, p.head_dim);

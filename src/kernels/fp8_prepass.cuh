@@ -17,7 +17,9 @@
 //                is folded into the quantization scale);
 //   4. amax      per thread, per warp (shuffles), per block (shared memory);
 //   5. quantize  y * 448 / amax -> cvt.rn.satfinite.e4m3x2 -> two 8-byte stores per row, and
-//                the block's descale amax / 448.
+//                the block's descale amax / 448; or, for V with HATTN_FP8_PREPASS_V_TRANSPOSED,
+//                the block's bytes through shared memory into V^T (store_vt_block), the layout
+//                the FP8 forward reads, so that it needs no transpose pass of its own.
 //
 // NOTES:
 //   * Memory-bound: 2 bytes read and 1 written per element. The whole block's fp32 values stay
@@ -42,6 +44,7 @@
 #include <string>
 
 #include "kernels/fp8_prepass_args.h"
+#include "kernels/sm90/fragment_e4m3.cuh"  // e4m3_k_to_key: V^T's key order
 #include "ptx/convert.cuh"
 #include "ptx/global.cuh"
 #include "ptx/ldst.cuh"
@@ -210,6 +213,63 @@ HadamardSigns make_lane_signs(uint64_t seed) {
     return s;
 }
 
+// ---- V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED) ----
+// The FP8 forward's P V wgmma reads V^T (keys contiguous) with the keys of every aligned group of
+// 32 in the 8-bit P fragment's order (sm90::e4m3_k_to_key). A 128-row V block is one 128-key
+// stretch of V^T's rows: its e4m3 rows go to shared memory, then each thread takes squares of 4
+// keys x 4 dims -- the 4 keys one 4-byte word of V^T holds, 4-byte loads of 4 dims each -- and
+// transposes them with 8 byte permutes: lanes run along a V^T row, so each warp store writes 128
+// contiguous bytes. Rows past seqlen are zeros in registers, so V^T's padding keys are zeros.
+constexpr int kVtTilePad = 4;  // bytes after each key row: an odd word pitch spreads keys over banks
+template <int kHeadDim>
+constexpr int vt_tile_pitch() {
+    return kHeadDim + kVtTilePad;
+}
+template <int kHeadDim>
+constexpr int vt_tile_bytes() {
+    return kBlockRows * vt_tile_pitch<kHeadDim>();
+}
+constexpr int kVtQuadKeys = 4;  // keys per 4-byte word of V^T
+
+// w[e] = 4 dims of key e (byte j: dim j); out[j] = 4 keys of dim j (byte e: key e).
+__device__ __forceinline__ void transpose_4x4_bytes(const uint32_t (&w)[4], uint32_t (&out)[4]) {
+    const uint32_t lo01 = ptx::prmt_b32<0x5140>(w[0], w[1]);  // dims 0, 1 of keys 0, 1
+    const uint32_t hi01 = ptx::prmt_b32<0x7362>(w[0], w[1]);  // dims 2, 3 of keys 0, 1
+    const uint32_t lo23 = ptx::prmt_b32<0x5140>(w[2], w[3]);
+    const uint32_t hi23 = ptx::prmt_b32<0x7362>(w[2], w[3]);
+    out[0] = ptx::prmt_b32<0x5410>(lo01, lo23);
+    out[1] = ptx::prmt_b32<0x7632>(lo01, lo23);
+    out[2] = ptx::prmt_b32<0x5410>(hi01, hi23);
+    out[3] = ptx::prmt_b32<0x7632>(hi01, hi23);
+}
+
+// After every thread has put its rows of the block into `tile` ([key][vt_tile_pitch] bytes) and the
+// barrier: V^T positions [block_key0, block_key0 + 128) of the (batch, head) at `vt`, clipped at
+// vt_keys (a multiple of 32).
+template <int kHeadDim, int kThreads>
+__device__ __forceinline__ void store_vt_block(const uint8_t* tile, uint8_t* vt, int64_t vt_keys, int block_key0) {
+    constexpr int kPitch = vt_tile_pitch<kHeadDim>();
+    constexpr int kDimQuads = kHeadDim / 4;
+    const int positions = static_cast<int>(vt_keys - block_key0 < kBlockRows ? vt_keys - block_key0 : kBlockRows);
+    const int quads = positions / kVtQuadKeys;
+    for (int u = static_cast<int>(threadIdx.x); u < quads * kDimQuads; u += kThreads) {
+        const int quad = u % quads, dim0 = kVtQuadKeys * (u / quads);
+        const int position0 = kVtQuadKeys * quad;
+        const int group0 = position0 / sm90::kE4m3KeyGroup * sm90::kE4m3KeyGroup;
+        uint32_t w[kVtQuadKeys], out[kVtQuadKeys];
+#pragma unroll
+        for (int e = 0; e < kVtQuadKeys; ++e) {
+            const int key = group0 + sm90::e4m3_k_to_key(position0 % sm90::kE4m3KeyGroup + e);
+            w[e] = ptx::ld_shared_b32(tile + key * kPitch + dim0);
+        }
+        transpose_4x4_bytes(w, out);
+#pragma unroll
+        for (int j = 0; j < kVtQuadKeys; ++j) {
+            ptx::st_global_b32(vt + (dim0 + j) * vt_keys + block_key0 + position0, out[j]);
+        }
+    }
+}
+
 struct Fp8Tensors {
     Fp8Tensor t[3];  // q, k, v
 };
@@ -295,7 +355,10 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
 
 // One launch quantizes all three tensors (one wave tail instead of three). V is never rotated (that
 // would change the attention output); the branch is uniform per thread block.
-template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
+// kVtOut: the V^T store path is compiled in (a tensor with vt_keys > 0 takes it). It is a separate
+// instantiation, launched for V alone when Q and K are transformed: under d = 256's 128-register
+// cap its code in the transform kernels tips some of them into spills.
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard, bool kVtOut = false>
 __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
     fp8_prepass_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int k_blocks,
                        const int total_blocks, const float* __restrict__ rope_cos,
@@ -310,7 +373,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
     // thread the 64 flips do not stay in registers: no gain there.)
     constexpr bool kFuseSigns = kIsBf16 && kHadamard && kRope == Rope::kNone && kChunks <= 4;
     __shared__ float warp_amax[kStageBuffers][L::kWarps];  // by block parity: one barrier per block
-    extern __shared__ uint4 stage[];                         // kStaged: stage_bytes<...>()
+    extern __shared__ uint4 stage[];  // kStaged: stage_bytes<...>(); then V^T's tile (vt_tile_bytes) if asked
 
     const int lane_in_row = static_cast<int>(threadIdx.x) % L::kLanesPerRow;
     const int row_slot = static_cast<int>(threadIdx.x) / L::kLanesPerRow;
@@ -452,6 +515,32 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
         amax *= norm;
         const float scale = amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
         if (threadIdx.x == 0) ptx::st_global_f32(t.descale + local_block, amax / kE4m3Max);
+        auto quantize = [&](const float* x, uint32_t (&packed)[2]) {  // 8 values -> 8 e4m3 bytes
+#pragma unroll
+            for (int word = 0; word < 2; ++word) {
+                const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 0] * scale, x[4 * word + 1] * scale);
+                const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 2] * scale, x[4 * word + 3] * scale);
+                packed[word] = lo | (hi << 16);
+            }
+        };
+        if (kVtOut && t.vt_keys > 0) {  // V^T (uniform per thread block: every thread is in the same block)
+            uint8_t* tile = reinterpret_cast<uint8_t*>(stage) + stage_bytes<kHeadDim, kChunks, kBlocksPerCta>();
+#pragma unroll
+            for (int r = 0; r < kRowsPerThread; ++r) {  // every row, the zeros past seqlen too
+                uint8_t* dst = tile + (row_slot + r * kRowSlots) * vt_tile_pitch<kHeadDim>() + col;
+#pragma unroll
+                for (int chunk = 0; chunk < kChunks; ++chunk) {
+                    uint32_t packed[2];
+                    quantize(v[r] + chunk * kChunkElems, packed);
+                    ptx::st_shared_b32(dst + chunk * L::kChunkStride, packed[0]);
+                    ptx::st_shared_b32(dst + chunk * L::kChunkStride + 4, packed[1]);
+                }
+            }
+            // The next block's tile writes come after its amax barrier, past every read here.
+            __syncthreads();
+            store_vt_block<kHeadDim, L::kThreads>(tile, out, t.vt_keys, first_row - row_slot);
+            continue;
+        }
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
             const int row = first_row + r * kRowSlots;
@@ -459,32 +548,31 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
             uint8_t* dst = out + row * t.out_seq_stride + col;
 #pragma unroll
             for (int chunk = 0; chunk < kChunks; ++chunk) {
-                const float* x = v[r] + chunk * kChunkElems;
                 uint32_t packed[2];
-#pragma unroll
-                for (int word = 0; word < 2; ++word) {
-                    const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 0] * scale, x[4 * word + 1] * scale);
-                    const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(x[4 * word + 2] * scale, x[4 * word + 3] * scale);
-                    packed[word] = lo | (hi << 16);
-                }
+                quantize(v[r] + chunk * kChunkElems, packed);
                 ptx::st_global_v2_b32(dst + chunk * L::kChunkStride, packed[0], packed[1]);
             }
         }
     }  // blocks of this thread block
 }
 
-template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
-cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
+// Which tensors a launch covers: all three, or Q and K (then V alone, by the V^T kernel).
+enum class Tensors3 { kAll, kQK, kV };
+
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard, bool kVtOut = false>
+cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream, Tensors3 which = Tensors3::kAll) {
     auto blocks_of = [&](const Fp8Tensor& t) {
         return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
     };
-    const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k), nv = blocks_of(a.v);
+    const int64_t nq = which == Tensors3::kV ? 0 : blocks_of(a.q), nk = which == Tensors3::kV ? 0 : blocks_of(a.k),
+                  nv = which == Tensors3::kQK ? 0 : blocks_of(a.v);
     const HadamardSigns signs = make_lane_signs<kHeadDim, kChunks>(a.hadamard_seed);
     constexpr int kThreads = Layout<kHeadDim, kChunks>::kThreads;
-    constexpr int kSmem = stage_bytes<kHeadDim, kChunks, kBlocksPerCta>();
+    // V^T's staging tile follows the stage buffers, only when V^T is asked for.
+    constexpr int kSmem = stage_bytes<kHeadDim, kChunks, kBlocksPerCta>() + (kVtOut ? vt_tile_bytes<kHeadDim>() : 0);
     constexpr int kDefaultSmemLimit = 48 * 1024;  // more must be opted into per kernel
     constexpr int64_t kMaxBlocks = INT32_MAX;     // block indices are int; each tensor alone fits (validated)
-    auto kernel = fp8_prepass_kernel<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>;
+    auto kernel = fp8_prepass_kernel<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard, kVtOut>;
     if (kSmem > kDefaultSmemLimit) {
         const cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
         if (rc != cudaSuccess) return rc;
@@ -498,10 +586,34 @@ cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream) {
     };
     if (nq + nk + nv <= kMaxBlocks) return launch(Fp8Tensors{{a.q, a.k, a.v}}, nq, nk, nq + nk + nv);
     // Too many blocks for one launch: one per tensor (q and k in the first slot, v in the third).
-    cudaError_t rc = launch(Fp8Tensors{{a.q, a.q, a.q}}, nq, 0, nq);
-    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.k, a.k, a.k}}, nk, 0, nk);
-    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.v, a.v, a.v}}, 0, 0, nv);
+    cudaError_t rc = cudaSuccess;
+    if (nq > 0) rc = launch(Fp8Tensors{{a.q, a.q, a.q}}, nq, 0, nq);
+    if (rc == cudaSuccess && nk > 0) rc = launch(Fp8Tensors{{a.k, a.k, a.k}}, nk, 0, nk);
+    if (rc == cudaSuccess && nv > 0) rc = launch(Fp8Tensors{{a.v, a.v, a.v}}, 0, 0, nv);
     return rc;
+}
+
+// V^T asked for (a.v.vt_keys > 0): with no transform, one launch of the V^T kernel in the given
+// layout; else Q and K by the transform kernel, then V by the V^T quantizer in the quantizer's
+// default layout (one more wave tail, and the transform kernels stay as they are).
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
+cudaError_t launch_with_vt(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    if constexpr (kRope == Rope::kNone && !kHadamard) {
+        return launch_tensors<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard, true>(a, stream);
+    } else {
+        constexpr Fp8PrepassVariant kQuant = fp8_default_variant(kHeadDim, Rope::kNone, false);
+        const cudaError_t rc =
+            launch_tensors<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream, Tensors3::kQK);
+        if (rc != cudaSuccess) return rc;
+        return launch_tensors<kHeadDim, kQuant.chunks, kQuant.blocks_per_cta, kIsBf16, Rope::kNone, false, true>(
+            a, stream, Tensors3::kV);
+    }
+}
+
+template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
+cudaError_t launch_layout(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    if (a.v.vt_keys > 0) return launch_with_vt<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream);
+    return launch_tensors<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream);
 }
 
 // The variants that compile without spills under d = 256's 128-register cap (512 threads; the
@@ -516,11 +628,11 @@ constexpr bool variant_built() {
 template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard>
 cudaError_t launch_built(const Fp8PrepassArgs& a, cudaStream_t stream) {
     if constexpr (variant_built<kHeadDim, kChunks, kBlocksPerCta, kRope, kHadamard>()) {
-        return launch_tensors<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream);
+        return launch_layout<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream);
     } else if constexpr (variant_built<kHeadDim, kChunks, 1, kRope, kHadamard>()) {
-        return launch_tensors<kHeadDim, kChunks, 1, kIsBf16, kRope, kHadamard>(a, stream);
+        return launch_layout<kHeadDim, kChunks, 1, kIsBf16, kRope, kHadamard>(a, stream);
     } else {
-        return launch_tensors<kHeadDim, 8, 1, kIsBf16, kRope, kHadamard>(a, stream);
+        return launch_layout<kHeadDim, 8, 1, kIsBf16, kRope, kHadamard>(a, stream);
     }
 }
 

@@ -27,6 +27,10 @@ struct Fp8Tensor {
     int64_t in_batch_stride = 0, in_seq_stride = 0, in_head_stride = 0;     // elements
     int64_t out_batch_stride = 0, out_seq_stride = 0, out_head_stride = 0;  // bytes (= elements)
     int rope_offset = 0;  // table row of sequence row 0
+    // > 0 (V only, HATTN_FP8_PREPASS_V_TRANSPOSED): `out` is V^T for the FP8 forward, e4m3
+    // [batch, heads, head_dim, vt_keys] in its key order (kernels/fwd_fp8.cuh), and the out strides
+    // are that layout's (batch: heads * head_dim * vt_keys bytes, head: head_dim * vt_keys).
+    int64_t vt_keys = 0;
 };
 
 // The kernel's thread layout (kernels/fp8_prepass.cuh: Layout): 16-byte chunks of a row per thread

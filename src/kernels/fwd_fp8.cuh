@@ -8,7 +8,9 @@
 //     O += P V needs V with the keys (the reduction) contiguous: V^T. The launcher first writes
 //     V^T ([batch, heads_kv, head_dim, vt_keys] e4m3) into the caller's workspace with a small
 //     transpose kernel (transpose_v_kernel below), then the attention kernel loads V^T tiles
-//     [head_dim rows x kBlockN keys] through TMA like K tiles.
+//     [head_dim rows x kBlockN keys] through TMA like K tiles. With HATTN_FWD_FP8_V_TRANSPOSED the
+//     caller passes V^T itself (hattn_fp8_prepass writes it with HATTN_FP8_PREPASS_V_TRANSPOSED)
+//     and the transpose pass is skipped.
 //   * P becomes the 8-bit A operand in registers. Its fragment wants 4 consecutive k per
 //     register where the fp32 accumulator holds pairs 8 columns apart; instead of shuffling, the
 //     transpose writes V^T's keys in the permuted order sm90::e4m3_k_to_key, so each thread's
@@ -535,7 +537,7 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
         if (error) *error = "launch_fwd_fp8: head_dim mismatch";
         return cudaErrorInvalidValue;
     }
-    cudaError_t rc = launch_transpose_v<Cfg::kHeadDim>(a, stream, error);
+    cudaError_t rc = a.v_transposed ? cudaSuccess : launch_transpose_v<Cfg::kHeadDim>(a, stream, error);
     if (rc != cudaSuccess) return rc;
 
     using OElem = typename Cfg::OElem;

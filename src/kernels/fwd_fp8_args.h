@@ -24,7 +24,9 @@ struct Fp8FwdArgs {
     const float* q_descale = nullptr;  // [batch, heads_q, ceil(seqlen_q / 128)]
     const float* k_descale = nullptr;  // [batch, heads_kv, ceil(seqlen_k / 128)]
     const float* v_descale = nullptr;  // [batch, heads_kv, ceil(seqlen_k / 128)]
-    void* vt = nullptr;       // workspace: V^T, e4m3 [batch, heads_kv, head_dim, vt_keys(seqlen_k)]
+    void* vt = nullptr;       // V^T, e4m3 [batch, heads_kv, head_dim, vt_keys(seqlen_k)]: the workspace
+                              // the launcher transposes v into, or (v_transposed) the caller's V^T
+    bool v_transposed = false;  // vt already holds V^T (HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass
     int batch = 0, heads_q = 0, heads_kv = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
     // Strides in elements (bytes for the e4m3 tensors); head_dim is contiguous.
     int64_t q_batch_stride = 0, q_seq_stride = 0, q_head_stride = 0;

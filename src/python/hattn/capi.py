@@ -65,6 +65,8 @@ HATTN_DTYPE_FP16 = 1
 HATTN_FWD_NO_PINGPONG = 1 << 0
 HATTN_FWD_NO_INTRA_WG_OVERLAP = 1 << 1
 HATTN_BWD_DETERMINISTIC = 1 << 0
+HATTN_FP8_PREPASS_V_TRANSPOSED = 1 << 0  # the pre-pass writes V^T (the FP8 forward's layout)
+HATTN_FWD_FP8_V_TRANSPOSED = 1 << 0      # the FP8 forward reads V^T: no transpose pass, no workspace
 
 # The backward's workspace must be this aligned (include/hattn.h, hattn_bwd_params.workspace).
 BWD_WORKSPACE_ALIGN = 256
@@ -294,9 +296,9 @@ def header_enum(enum: str, header: Path = HEADER) -> dict[str, int]:
 
 
 def header_flags(header: Path = HEADER) -> dict[str, int]:
-    """HATTN_FWD_* / HATTN_BWD_* flag values (`NAME = 1u << n`)."""
+    """HATTN_FWD_* / HATTN_BWD_* / HATTN_FP8_* flag values (`NAME = 1u << n`)."""
     return {name: 1 << int(shift) for name, shift in
-            re.findall(r"\b(HATTN_(?:FWD|BWD)_[A-Z0-9_]+)\s*=\s*1u?\s*<<\s*(\d+)", _header_text(header))}
+            re.findall(r"\b(HATTN_(?:FWD|BWD|FP8)_[A-Z0-9_]+)\s*=\s*1u?\s*<<\s*(\d+)", _header_text(header))}
 
 
 def check_against_header(header: Path = HEADER) -> list[str]:
