@@ -35,7 +35,8 @@ Backward FLOPs = 2.5 x forward FLOPs (half for causal, as the forward).
 
 FP8 (--fp8): per shape, on the same bf16 Q, K, V: hattn's bf16 forward; hattn's FP8 path as two
 figures, the pre-pass (hattn_fp8_prepass: e4m3 per 128-row block, with the random-sign Hadamard
-unless --no-hadamard) and the e4m3 forward on its output (hattn_fwd_fp8, its V^T kernel included);
+unless --no-hadamard; V written as the FP8 forward's V^T unless --fp8-v-rows) and the e4m3 forward
+on its output (hattn_fwd_fp8; with --fp8-v-rows its V^T kernel included);
 and cuDNN's FP8 attention through cudnn-frontend's graph API (cudnn.pygraph().sdpa_fp8: e4m3 inputs
 quantized per tensor, descales and scales as device tensors, e4m3 output as Hopper requires; the
 heuristics' first plan; one graph per shape, built once, its build time reported). cuDNN's causal
@@ -863,12 +864,13 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cudnn_fp8_peer": peer_status if peer is not None else None,
         "cudnn_fp8_peer_skipped": None if peer is not None else peer_status,
-        "hadamard": args.fp8_hadamard, "rounds": args.rounds, "reps": args.reps, "warmup": args.warmup,
+        "hadamard": args.fp8_hadamard, "v_layout": "rows" if args.fp8_v_rows else "transposed",
+        "rounds": args.rounds, "reps": args.reps, "warmup": args.warmup,
         "input_sets": args.sets, "budget_s": args.budget_s,
         "timing": "best of interleaved rounds; each round the median of CUDA-event-timed calls, inputs rotated "
                   "between sets, host queued ahead",
-        "hattn_e4m3": "hattn_fwd_fp8 alone on pre-quantized inputs (its V^T kernel included); the pre-pass timed "
-                      "separately",
+        "hattn_e4m3": "hattn_fwd_fp8 alone on pre-quantized inputs (V^T from the pre-pass, or with --fp8-v-rows "
+                      "its own V^T kernel included); the pre-pass timed separately",
         "cudnn_fp8": "cudnn.pygraph().sdpa_fp8, e4m3 in (per-tensor scales) and out, heuristics mode A first plan",
         "reference": "bf16 SDPA (PyTorch's backend choice) of the same bf16 inputs",
         "limits": {"hattn_bf16": FP8_BF16_REL_L2_LIMIT, "hattn_e4m3": FP8_REL_L2_LIMIT,
@@ -958,17 +960,20 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
         if hattn.has_fp8:
             try:
                 quantized, pre_params = [], []
+                vt = not args.fp8_v_rows
                 for q, k, v in sets:
-                    outs = fp8_prepass_outputs(q, k, v)
-                    p = hattn.fp8_prepass_params_torch(q, k, v, *outs, hadamard=args.fp8_hadamard, seed=args.seed)
+                    outs = fp8_prepass_outputs(q, k, v, v_transposed=vt)
+                    p = hattn.fp8_prepass_params_torch(q, k, v, *outs, hadamard=args.fp8_hadamard, seed=args.seed,
+                                                       v_transposed=vt)
                     hattn.check_fp8_prepass(p)
                     quantized.append(outs)
                     pre_params.append(p)
-                workspace = hattn.fwd_fp8_workspace_torch(quantized[0][1])
+                workspace = None if vt else hattn.fwd_fp8_workspace_torch(quantized[0][1])
                 out_e4m3 = torch.empty_like(sets[0][0])
                 fwd_params = []
                 for outs in quantized:
-                    p = hattn.fwd_fp8_params_torch(*outs, out_e4m3, None, workspace, causal=case.causal)
+                    p = hattn.fwd_fp8_params_torch(*outs, out_e4m3, None, workspace, causal=case.causal,
+                                                   v_transposed=vt)
                     hattn.check_fwd_fp8(p)
                     fwd_params.append(p)
                 run_prepass = launcher(hattn.lib.hattn_fp8_prepass, pre_params, "hattn_fp8_prepass")
@@ -1439,6 +1444,9 @@ def main() -> int:
     parser.add_argument("--cudnn-frontend-path", type=Path, action="append", default=[],
                         help="fp8: a folder nvidia-cudnn-frontend was pip-installed into with --target (repeatable)")
     parser.add_argument("--no-cudnn-fp8", action="store_true", help="fp8: leave cuDNN's FP8 attention out")
+    parser.add_argument("--fp8-v-rows", action="store_true",
+                        help="fp8: the pre-pass writes V's rows and hattn_fwd_fp8 transposes them itself (its "
+                             "V^T kernel timed in); default: the pre-pass writes V^T")
     parser.add_argument("--no-hadamard", dest="fp8_hadamard", action="store_false",
                         help="fp8: hattn's pre-pass without the random-sign Hadamard (quantization only)")
     parser.add_argument("--budget-s", type=float, default=0.0,

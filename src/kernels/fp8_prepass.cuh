@@ -44,7 +44,7 @@
 #include <string>
 
 #include "kernels/fp8_prepass_args.h"
-#include "kernels/sm90/fragment_e4m3.cuh"  // e4m3_k_to_key: V^T's key order
+#include "kernels/sm90/vt_e4m3.cuh"  // V^T for the FP8 forward
 #include "ptx/convert.cuh"
 #include "ptx/global.cuh"
 #include "ptx/ldst.cuh"
@@ -213,61 +213,14 @@ HadamardSigns make_lane_signs(uint64_t seed) {
     return s;
 }
 
-// ---- V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED) ----
-// The FP8 forward's P V wgmma reads V^T (keys contiguous) with the keys of every aligned group of
-// 32 in the 8-bit P fragment's order (sm90::e4m3_k_to_key). A 128-row V block is one 128-key
-// stretch of V^T's rows: its e4m3 rows go to shared memory, then each thread takes squares of 4
-// keys x 4 dims -- the 4 keys one 4-byte word of V^T holds, 4-byte loads of 4 dims each -- and
-// transposes them with 8 byte permutes: lanes run along a V^T row, so each warp store writes 128
-// contiguous bytes. Rows past seqlen are zeros in registers, so V^T's padding keys are zeros.
-constexpr int kVtTilePad = 4;  // bytes after each key row: an odd word pitch spreads keys over banks
-template <int kHeadDim>
-constexpr int vt_tile_pitch() {
-    return kHeadDim + kVtTilePad;
-}
+// V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED): a 128-row V block is one 128-key
+// stretch of V^T's rows (sm90/vt_e4m3.cuh). Rows past seqlen are zeros in registers, so V^T's
+// padding keys are zeros.
+using sm90::store_vt_block;
+using sm90::vt_tile_pitch;
 template <int kHeadDim>
 constexpr int vt_tile_bytes() {
-    return kBlockRows * vt_tile_pitch<kHeadDim>();
-}
-constexpr int kVtQuadKeys = 4;  // keys per 4-byte word of V^T
-
-// w[e] = 4 dims of key e (byte j: dim j); out[j] = 4 keys of dim j (byte e: key e).
-__device__ __forceinline__ void transpose_4x4_bytes(const uint32_t (&w)[4], uint32_t (&out)[4]) {
-    const uint32_t lo01 = ptx::prmt_b32<0x5140>(w[0], w[1]);  // dims 0, 1 of keys 0, 1
-    const uint32_t hi01 = ptx::prmt_b32<0x7362>(w[0], w[1]);  // dims 2, 3 of keys 0, 1
-    const uint32_t lo23 = ptx::prmt_b32<0x5140>(w[2], w[3]);
-    const uint32_t hi23 = ptx::prmt_b32<0x7362>(w[2], w[3]);
-    out[0] = ptx::prmt_b32<0x5410>(lo01, lo23);
-    out[1] = ptx::prmt_b32<0x7632>(lo01, lo23);
-    out[2] = ptx::prmt_b32<0x5410>(hi01, hi23);
-    out[3] = ptx::prmt_b32<0x7632>(hi01, hi23);
-}
-
-// After every thread has put its rows of the block into `tile` ([key][vt_tile_pitch] bytes) and the
-// barrier: V^T positions [block_key0, block_key0 + 128) of the (batch, head) at `vt`, clipped at
-// vt_keys (a multiple of 32).
-template <int kHeadDim, int kThreads>
-__device__ __forceinline__ void store_vt_block(const uint8_t* tile, uint8_t* vt, int64_t vt_keys, int block_key0) {
-    constexpr int kPitch = vt_tile_pitch<kHeadDim>();
-    constexpr int kDimQuads = kHeadDim / 4;
-    const int positions = static_cast<int>(vt_keys - block_key0 < kBlockRows ? vt_keys - block_key0 : kBlockRows);
-    const int quads = positions / kVtQuadKeys;
-    for (int u = static_cast<int>(threadIdx.x); u < quads * kDimQuads; u += kThreads) {
-        const int quad = u % quads, dim0 = kVtQuadKeys * (u / quads);
-        const int position0 = kVtQuadKeys * quad;
-        const int group0 = position0 / sm90::kE4m3KeyGroup * sm90::kE4m3KeyGroup;
-        uint32_t w[kVtQuadKeys], out[kVtQuadKeys];
-#pragma unroll
-        for (int e = 0; e < kVtQuadKeys; ++e) {
-            const int key = group0 + sm90::e4m3_k_to_key(position0 % sm90::kE4m3KeyGroup + e);
-            w[e] = ptx::ld_shared_b32(tile + key * kPitch + dim0);
-        }
-        transpose_4x4_bytes(w, out);
-#pragma unroll
-        for (int j = 0; j < kVtQuadKeys; ++j) {
-            ptx::st_global_b32(vt + (dim0 + j) * vt_keys + block_key0 + position0, out[j]);
-        }
-    }
+    return sm90::vt_tile_bytes<kHeadDim, kBlockRows>();
 }
 
 struct Fp8Tensors {
@@ -538,7 +491,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
             }
             // The next block's tile writes come after its amax barrier, past every read here.
             __syncthreads();
-            store_vt_block<kHeadDim, L::kThreads>(tile, out, t.vt_keys, first_row - row_slot);
+            store_vt_block<kHeadDim, L::kThreads, kBlockRows>(tile, out, t.vt_keys, first_row - row_slot);
             continue;
         }
 #pragma unroll

@@ -60,6 +60,7 @@
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/scheduler.cuh"
+#include "kernels/sm90/vt_e4m3.cuh"
 #include "kernels/sm90/softmax_block_scaled.cuh"
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
@@ -159,9 +160,11 @@ struct KernelParams {
 // ---------------------------------------------------------------------------------------
 // V -> V^T with the keys of each 32-key group in the P fragment's k order
 // ---------------------------------------------------------------------------------------
-// One CTA per (64 keys, kv head, batch): 16-byte rows of V into shared memory, then 16-byte
-// chunks of V^T gathered byte by byte (a small memory-bound pass: 2 bytes moved per element).
-constexpr int kTransposeKeys = 64;
+// One CTA per (128 keys, kv head, batch): 16-byte rows of V into shared memory (zeros past
+// seqlen_k), then sm90::store_vt_block (4 x 4 byte transposes) into V^T. A memory-bound pass of 2
+// bytes moved per element; callers that quantize with hattn_fp8_prepass skip it (V^T straight from
+// the pre-pass, HATTN_FWD_FP8_V_TRANSPOSED).
+constexpr int kTransposeKeys = 128;
 constexpr int kTransposeThreads = 256;
 constexpr int kChunkBytes = 16;
 
@@ -169,41 +172,28 @@ template <int kHeadDim>
 __global__ void __launch_bounds__(kTransposeThreads)
     transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt, int seqlen_k, int64_t v_batch_stride,
                        int64_t v_seq_stride, int64_t v_head_stride, int heads_kv) {
-    // +16 bytes per row: consecutive keys of one column fall in different banks.
-    constexpr int kRowBytes = kHeadDim + kChunkBytes;
-    __shared__ alignas(16) uint8_t tile[kTransposeKeys * kRowBytes];
-    const int key0 = blockIdx.x * kTransposeKeys;
+    constexpr int kPitch = vt_tile_pitch<kHeadDim>();
+    __shared__ alignas(16) uint8_t tile[vt_tile_bytes<kHeadDim, kTransposeKeys>()];
+    const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kTransposeKeys;
     const int head = blockIdx.y, batch = blockIdx.z;
     const uint8_t* src = v + batch * v_batch_stride + head * v_head_stride;
     constexpr int kChunksPerRow = kHeadDim / kChunkBytes;
     for (int c = threadIdx.x; c < kTransposeKeys * kChunksPerRow; c += kTransposeThreads) {
         const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * kChunkBytes;
-        const int key = key0 + r;
+        const int64_t key = key0 + r;
         uint4 x = make_uint4(0, 0, 0, 0);  // keys past seqlen_k: zeros (P is 0 there too)
         if (key < seqlen_k) x = *reinterpret_cast<const uint4*>(src + key * v_seq_stride + col);
-        *reinterpret_cast<uint4*>(&tile[r * kRowBytes + col]) = x;
+        // The padded pitch is 4-byte aligned only: four word stores.
+        uint8_t* dst = tile + r * kPitch + col;
+        ptx::st_shared_b32(dst, x.x);
+        ptx::st_shared_b32(dst + 4, x.y);
+        ptx::st_shared_b32(dst + 8, x.z);
+        ptx::st_shared_b32(dst + 12, x.w);
     }
     __syncthreads();
     const int64_t keys = vt_keys(seqlen_k);
     uint8_t* dst = vt + (static_cast<int64_t>(batch) * heads_kv + head) * kHeadDim * keys;
-    constexpr int kChunksPerTileRow = kTransposeKeys / kChunkBytes;
-    for (int c = threadIdx.x; c < kHeadDim * kChunksPerTileRow; c += kTransposeThreads) {
-        const int dim = c / kChunksPerTileRow, p0 = (c % kChunksPerTileRow) * kChunkBytes;
-        if (key0 + p0 >= keys) continue;
-        uint32_t w[kChunkBytes / 4];
-#pragma unroll
-        for (int i = 0; i < kChunkBytes / 4; ++i) {
-            uint32_t word = 0;
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                const int p = p0 + 4 * i + b;  // position in the tile, group-aligned (64 % 32 == 0)
-                const int r = kE4m3KeyGroup * (p / kE4m3KeyGroup) + e4m3_k_to_key(p % kE4m3KeyGroup);
-                word |= static_cast<uint32_t>(tile[r * kRowBytes + dim]) << (8 * b);
-            }
-            w[i] = word;
-        }
-        *reinterpret_cast<uint4*>(dst + dim * keys + key0 + p0) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    store_vt_block<kHeadDim, kTransposeThreads, kTransposeKeys>(tile, dst, keys, key0);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -780,10 +780,13 @@ class Hattn:
     # ---- the FP8 path on PyTorch tensors (same order of checks as fwd_torch) ----
     def fp8_prepass_params_torch(self, q, k, v, q8, k8, v8, q_descale, k_descale, v_descale, *, rope_cos=None,
                                  rope_sin=None, rope: str | int = "none", hadamard: bool = True, seed: int = 0,
-                                 rope_q_offset: int = 0, address=None) -> HattnFp8PrepassParams:
+                                 rope_q_offset: int = 0, v_transposed: bool = False,
+                                 address=None) -> HattnFp8PrepassParams:
         """hattn_fp8_prepass_params for these tensors: q, k, v bf16/fp16 [b, s, h, d]; q8, k8, v8
         float8_e4m3fn of the same shapes; descales fp32 [b, h, ceil(s / 128)], contiguous; the rotary
-        tables fp32 [rows, d / 2], contiguous, both or neither (needed unless rope is "none")."""
+        tables fp32 [rows, d / 2], contiguous, both or neither (needed unless rope is "none").
+        v_transposed: v8 is V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED), a contiguous
+        float8_e4m3fn [b, h_kv, d, vt_keys(s_k)] tensor (fp8_prepass_outputs(..., v_transposed=True))."""
         import torch
 
         address = address or _data_ptr
@@ -792,9 +795,11 @@ class Hattn:
         _, sk, hkv, _ = _check_bshd({"k": k, "v": v}, "k", batch=b, head_dim=d)
         _check_same_dtype(q=q, k=k, v=v)
         _check_bshd({"q8": q8}, "q8")
-        _check_bshd({"k8": k8, "v8": v8}, "k8")
-        for name, t, like in (("q8", q8, q), ("k8", k8, k), ("v8", v8, v)):
+        _check_bshd({"k8": k8, "v8": v8} if not v_transposed else {"k8": k8}, "k8")
+        for name, t, like in (("q8", q8, q), ("k8", k8, k)) + (() if v_transposed else (("v8", v8, v),)):
             _check_e4m3(name, t, tuple(like.shape))
+        if v_transposed:
+            _check_vt("v8", v8, b, hkv, sk, d)
         _check_descale("q_descale", q_descale, b, hq, sq)
         _check_descale("k_descale", k_descale, b, hkv, sk)
         _check_descale("v_descale", v_descale, b, hkv, sk)
@@ -823,22 +828,29 @@ class Hattn:
             p.rope_cos, p.rope_sin = address(rope_cos), address(rope_sin)
         p.rope_rows, p.rope_q_offset = rope_rows, rope_q_offset
         p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
-        for name, t in (("q", q), ("k", k), ("v", v), ("q_fp8", q8), ("k_fp8", k8), ("v_fp8", v8)):
+        for name, t in (("q", q), ("k", k), ("v", v), ("q_fp8", q8), ("k_fp8", k8)) + (
+                () if v_transposed else (("v_fp8", v8),)):
             _set_strides(p, name, t)
         p.dtype, p.rope, p.hadamard = dtype_code(q, "q"), rope_code, int(bool(hadamard))
-        p.hadamard_seed, p.flags = seed % (1 << 64), 0  # a negative seed: its 64-bit two's complement
+        p.hadamard_seed = seed % (1 << 64)  # a negative seed: its 64-bit two's complement
+        p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED if v_transposed else 0
         return p
 
     def fwd_fp8_params_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, *,
-                             causal: bool = False, softmax_scale: float = 0.0, address=None) -> HattnFwdFp8Params:
+                             causal: bool = False, softmax_scale: float = 0.0, v_transposed: bool = False,
+                             address=None) -> HattnFwdFp8Params:
         """hattn_fwd_fp8_params for these tensors: q8, k8, v8 float8_e4m3fn [b, s, h, d]; descales
         fp32 [b, h, ceil(s / 128)], contiguous; o bf16/fp16 of q8's shape; lse fp32 [b, heads_q, s_q]
-        or None; workspace a uint8 tensor whose size in bytes becomes workspace_size."""
+        or None; workspace a uint8 tensor whose size in bytes becomes workspace_size.
+        v_transposed: v8 is V^T from the pre-pass ([b, h_kv, d, vt_keys(s_k)], contiguous;
+        HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass, and workspace may be None."""
         address = address or _data_ptr
         b, sq, hq, d = _check_bshd({"q8": q8}, "q8")
-        _, sk, hkv, _ = _check_bshd({"k8": k8, "v8": v8}, "k8", batch=b, head_dim=d)
+        _, sk, hkv, _ = _check_bshd({"k8": k8} if v_transposed else {"k8": k8, "v8": v8}, "k8", batch=b, head_dim=d)
         for name, t in (("q8", q8), ("k8", k8), ("v8", v8)):
             _check_e4m3(name, t, tuple(t.shape))
+        if v_transposed:
+            _check_vt("v8", v8, b, hkv, sk, d)
         _check_descale("q_descale", q_descale, b, hq, sq)
         _check_descale("k_descale", k_descale, b, hkv, sk)
         _check_descale("v_descale", v_descale, b, hkv, sk)
@@ -848,16 +860,19 @@ class Hattn:
         o_code = dtype_code(o, "o")
         if lse is not None:
             _check_lse(lse, b, hq, sq)
-        _check_workspace(workspace)
+        if workspace is not None or not v_transposed:
+            _check_workspace(workspace)
         p = HattnFwdFp8Params()
         p.q, p.k, p.v, p.o = address(q8), address(k8), address(v8), address(o)
         p.lse = None if lse is None else address(lse)
         p.q_descale, p.k_descale, p.v_descale = address(q_descale), address(k_descale), address(v_descale)
-        p.workspace, p.workspace_size = address(workspace), workspace.numel()
+        if workspace is not None:
+            p.workspace, p.workspace_size = address(workspace), workspace.numel()
         p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim = b, hq, hkv, sq, sk, d
-        for name, t in (("q", q8), ("k", k8), ("v", v8), ("o", o)):
+        for name, t in (("q", q8), ("k", k8), ("o", o)) + (() if v_transposed else (("v", v8),)):
             _set_strides(p, name, t)
-        p.o_dtype, p.softmax_scale, p.causal, p.flags = o_code, softmax_scale, int(bool(causal)), 0
+        p.o_dtype, p.softmax_scale, p.causal = o_code, softmax_scale, int(bool(causal))
+        p.flags = HATTN_FWD_FP8_V_TRANSPOSED if v_transposed else 0
         return p
 
     def check_fp8_prepass(self, params: HattnFp8PrepassParams) -> None:
@@ -1027,12 +1042,20 @@ def descale_shape(batch: int, heads: int, seqlen: int) -> tuple[int, int, int]:
     return (batch, heads, -(-seqlen // HATTN_FP8_BLOCK_ROWS))
 
 
-def fp8_prepass_outputs(q, k, v) -> tuple:
-    """Empty contiguous (q8, k8, v8, q_descale, k_descale, v_descale) for [b, s, h, d] q, k, v."""
+def vt_keys(seqlen_k: int) -> int:
+    """V^T's row length: seqlen_k rounded up to 32 (include/hattn.h, HATTN_FWD_FP8_V_TRANSPOSED)."""
+    return (seqlen_k + 31) // 32 * 32
+
+
+def fp8_prepass_outputs(q, k, v, v_transposed: bool = False) -> tuple:
+    """Empty contiguous (q8, k8, v8, q_descale, k_descale, v_descale) for [b, s, h, d] q, k, v;
+    with v_transposed, v8 is V^T [b, h_kv, d, vt_keys(s_k)] for HATTN_FP8_PREPASS_V_TRANSPOSED."""
     import torch
 
     q8, k8, v8 = (t.new_empty(t.shape, dtype=torch.float8_e4m3fn) for t in (q, k, v))
     (b, sq, hq, _), (_, sk, hkv, _) = q.shape, k.shape
+    if v_transposed:
+        v8 = v.new_empty((b, hkv, v.shape[3], vt_keys(sk)), dtype=torch.float8_e4m3fn)
     descales = (q.new_empty(descale_shape(b, h, s), dtype=torch.float32) for h, s in ((hq, sq), (hkv, sk), (hkv, sk)))
     return (q8, k8, v8, *descales)
 
@@ -1044,6 +1067,15 @@ def _check_e4m3(name: str, t, shape: tuple) -> None:
         raise ValueError(f"{name}: expected a torch.float8_e4m3fn tensor (hattn_fp8_prepass's output), got {t.dtype}")
     if tuple(t.shape) != shape:
         raise ValueError(f"{name}: shape {tuple(t.shape)}, expected {shape}")
+
+
+def _check_vt(name: str, t, batch: int, heads_kv: int, seqlen_k: int, head_dim: int) -> None:
+    import torch
+
+    want = (batch, heads_kv, head_dim, vt_keys(seqlen_k))
+    if t.dtype != torch.float8_e4m3fn or tuple(t.shape) != want or not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous float8_e4m3fn V^T of shape {want} "
+                         f"([b, h_kv, d, seqlen_k rounded up to 32]), got {t.dtype} {tuple(t.shape)}")
 
 
 def _check_descale(name: str, t, batch: int, heads: int, seqlen: int) -> None:

@@ -1,0 +1,77 @@
+// hattn/src/kernels/sm90/vt_e4m3.cuh -- V^T for the FP8 forward's P V product, written from a block
+// of e4m3 V rows in shared memory: shared by the FP8 pre-pass (which can write V^T directly) and
+// the FP8 forward's own transpose pass (for callers that pass V's rows).
+//
+// 8-bit wgmma reads B K-major only, so O += P V needs V^T: for each (batch, kv head) a
+// [head_dim, keys] e4m3 matrix, keys = seqlen_k rounded up to kE4m3KeyGroup, the keys of every
+// aligned group of 32 in the P fragment's order (sm90::e4m3_k_to_key), padding keys zero.
+//
+// Method: a block of kBlockKeys rows sits in shared memory as [key][kHeadDim + kVtTilePad] bytes.
+// One 4-byte word of V^T holds 4 consecutive positions of one dim: keys k, k+1, k+8, k+9 of a
+// group (e4m3_k_to_key). A thread loads those 4 keys' words of 4 dims (4 LDS.32) and transposes
+// the 4 x 4 bytes with 8 byte permutes into 4 words of V^T, one per dim; lanes run along a V^T row,
+// so each warp store writes 128 contiguous bytes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sm90/fragment_e4m3.cuh"
+#include "ptx/convert.cuh"
+#include "ptx/global.cuh"
+#include "ptx/ldst.cuh"
+
+namespace hattn::sm90 {
+
+constexpr int kVtTilePad = 4;   // bytes after each key row: an odd word pitch spreads keys over banks
+constexpr int kVtQuadKeys = 4;  // keys per 4-byte word of V^T
+
+template <int kHeadDim>
+constexpr int vt_tile_pitch() {
+    return kHeadDim + kVtTilePad;
+}
+template <int kHeadDim, int kBlockKeys>
+constexpr int vt_tile_bytes() {
+    return kBlockKeys * vt_tile_pitch<kHeadDim>();
+}
+
+// w[e] = 4 dims of key e (byte j: dim j); out[j] = 4 keys of dim j (byte e: key e).
+__device__ __forceinline__ void transpose_4x4_bytes(const uint32_t (&w)[4], uint32_t (&out)[4]) {
+    const uint32_t lo01 = ptx::prmt_b32<0x5140>(w[0], w[1]);  // dims 0, 1 of keys 0, 1
+    const uint32_t hi01 = ptx::prmt_b32<0x7362>(w[0], w[1]);  // dims 2, 3 of keys 0, 1
+    const uint32_t lo23 = ptx::prmt_b32<0x5140>(w[2], w[3]);
+    const uint32_t hi23 = ptx::prmt_b32<0x7362>(w[2], w[3]);
+    out[0] = ptx::prmt_b32<0x5410>(lo01, lo23);
+    out[1] = ptx::prmt_b32<0x7632>(lo01, lo23);
+    out[2] = ptx::prmt_b32<0x5410>(hi01, hi23);
+    out[3] = ptx::prmt_b32<0x7632>(hi01, hi23);
+}
+
+// After the block's rows are in `tile` (and a barrier): V^T positions [key0, key0 + kBlockKeys) of
+// the (batch, kv head) whose V^T starts at `vt` (row length vt_keys, a multiple of 32), clipped at
+// vt_keys. key0 is a multiple of kE4m3KeyGroup.
+template <int kHeadDim, int kThreads, int kBlockKeys>
+__device__ __forceinline__ void store_vt_block(const uint8_t* tile, uint8_t* vt, int64_t vt_keys, int64_t key0) {
+    static_assert(kBlockKeys % kE4m3KeyGroup == 0, "whole key groups per block");
+    constexpr int kPitch = vt_tile_pitch<kHeadDim>();
+    constexpr int kDimQuads = kHeadDim / 4;
+    const int positions = static_cast<int>(vt_keys - key0 < kBlockKeys ? vt_keys - key0 : kBlockKeys);
+    const int quads = positions / kVtQuadKeys;
+    for (int u = static_cast<int>(threadIdx.x); u < quads * kDimQuads; u += kThreads) {
+        const int quad = u % quads, dim0 = kVtQuadKeys * (u / quads);
+        const int position0 = kVtQuadKeys * quad;
+        const int group0 = position0 / kE4m3KeyGroup * kE4m3KeyGroup;
+        uint32_t w[kVtQuadKeys], out[kVtQuadKeys];
+#pragma unroll
+        for (int e = 0; e < kVtQuadKeys; ++e) {
+            const int key = group0 + e4m3_k_to_key(position0 % kE4m3KeyGroup + e);
+            w[e] = ptx::ld_shared_b32(tile + key * kPitch + dim0);
+        }
+        transpose_4x4_bytes(w, out);
+#pragma unroll
+        for (int j = 0; j < kVtQuadKeys; ++j) {
+            ptx::st_global_b32(vt + (dim0 + j) * vt_keys + key0 + position0, out[j]);
+        }
+    }
+}
+
+}  // namespace hattn::sm90
