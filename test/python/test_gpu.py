@@ -584,6 +584,26 @@ def test_fp8_prepass_rope_half():
     assert rel_l2(dequantize(k8, kd), rope(k, slice(0, sk))) < FP8_PREPASS_MAX_REL_L2
 
 
+@pytest.mark.parametrize("seqlen_k", [1, 200, 4097])
+def test_fp8_v_transposed_matches_rows(seqlen_k):
+    """V^T written by the pre-pass and read by the FP8 forward without its transpose pass gives the
+    same O and LSE, bit for bit, as V's rows transposed by the forward itself (same V^T bytes)."""
+    need_gpu()
+    from hattn.ops import library
+
+    lib = library()
+    q = randn(2, 300, 4, 128, seed=21)
+    k, v = randn(2, seqlen_k, 2, 128, seed=22), randn(2, seqlen_k, 2, 128, seed=23)
+    rows = lib.fp8_prepass_torch(q, k, v, hadamard=True, seed=5)
+    vt = lib.fp8_prepass_torch(q, k, v, hadamard=True, seed=5, v_transposed=True)
+    assert tuple(vt[2].shape) == (2, 2, 128, (seqlen_k + 31) // 32 * 32)
+    o_rows, lse_rows = lib.fwd_fp8_torch(*rows, causal=True)
+    o_vt, lse_vt = lib.fwd_fp8_torch(*vt, causal=True, v_transposed=True)
+    torch.cuda.synchronize()
+    assert torch.equal(o_rows.view(torch.int16), o_vt.view(torch.int16))
+    assert torch.equal(lse_rows, lse_vt)
+
+
 def test_fp8_opcheck():
     need_gpu()
     q, k, v = randn(1, 100, 4, 64, seed=16), randn(1, 90, 2, 64, seed=17), randn(1, 90, 2, 64, seed=18)

@@ -898,14 +898,17 @@ class Hattn:
         return _aligned_bytes(size, FWD_FP8_WORKSPACE_ALIGN, k8.device)
 
     def fp8_prepass_torch(self, q, k, v, *, rope_cos=None, rope_sin=None, rope: str | int = "none",
-                          hadamard: bool = True, seed: int = 0, rope_q_offset: int = 0, stream: int | None = None):
+                          hadamard: bool = True, seed: int = 0, rope_q_offset: int = 0, v_transposed: bool = False,
+                          stream: int | None = None):
         """(q8, k8, v8, q_descale, k_descale, v_descale): the pre-pass's outputs (contiguous; e4m3 as
-        torch.float8_e4m3fn) on the current stream of q's device."""
+        torch.float8_e4m3fn) on the current stream of q's device; with v_transposed, v8 is V^T for
+        fwd_fp8_torch(..., v_transposed=True) (no transpose pass there)."""
         self._need_fp8()
         _check_rank(q=q, k=k, v=v)
-        outs = fp8_prepass_outputs(q, k, v)
+        outs = fp8_prepass_outputs(q, k, v, v_transposed=v_transposed)
         p = self.fp8_prepass_params_torch(q, k, v, *outs, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope,
-                                          hadamard=hadamard, seed=seed, rope_q_offset=rope_q_offset)
+                                          hadamard=hadamard, seed=seed, rope_q_offset=rope_q_offset,
+                                          v_transposed=v_transposed)
         self.check_fp8_prepass(p)
         tables = {} if rope_code_of(rope) == HATTN_ROPE_NONE else {"rope_cos": rope_cos, "rope_sin": rope_sin}
         check_devices(q=q, k=k, v=v, **tables)
@@ -915,9 +918,10 @@ class Hattn:
 
     def fwd_fp8_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool = False,
                       softmax_scale: float = 0.0, out_dtype=None, out=None, lse=None, want_lse: bool = True,
-                      workspace=None, stream: int | None = None):
+                      workspace=None, v_transposed: bool = False, stream: int | None = None):
         """(o, lse or None) of the FP8 forward on the current stream of q8's device; o is out_dtype
-        (bf16 default) and contiguous unless out is given; the workspace is allocated unless given."""
+        (bf16 default) and contiguous unless out is given; the workspace is allocated unless given
+        (none is needed with v_transposed: v8 is then V^T from fp8_prepass_torch(..., v_transposed=True))."""
         import torch
 
         self._need_fp8()
@@ -926,12 +930,13 @@ class Hattn:
         out = torch.empty(q8.shape, dtype=out_dtype, device=q8.device) if out is None else out
         if lse is None and want_lse:
             lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q8.device)
-        workspace = self.fwd_fp8_workspace_torch(k8) if workspace is None else workspace
+        if workspace is None and not v_transposed:
+            workspace = self.fwd_fp8_workspace_torch(k8)
         p = self.fwd_fp8_params_torch(q8, k8, v8, q_descale, k_descale, v_descale, out, lse, workspace,
-                                      causal=causal, softmax_scale=softmax_scale)
+                                      causal=causal, softmax_scale=softmax_scale, v_transposed=v_transposed)
         self.check_fwd_fp8(p)
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
-                      workspace=workspace, **({} if lse is None else {"lse": lse}))
+                      **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))
         self._launch("hattn_fwd_fp8", self.lib.hattn_fwd_fp8, self.lib.hattn_fwd_fp8_validate, p, q8.device, stream)
         return out, lse
 
