@@ -57,11 +57,12 @@ def test_op_schemas():
         "float softmax_scale=0., bool deterministic=False) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.hattn.fp8_prepass.default._schema) == (
         "hattn::fp8_prepass(Tensor q, Tensor k, Tensor v, Tensor? rope_cos=None, Tensor? rope_sin=None, "
-        'str rope="none", bool hadamard=True, SymInt seed=0, SymInt rope_q_offset=0) '
+        'str rope="none", bool hadamard=True, SymInt seed=0, SymInt rope_q_offset=0, bool v_transposed=False) '
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
     assert str(torch.ops.hattn.fwd_fp8.default._schema) == (
         "hattn::fwd_fp8(Tensor q8, Tensor k8, Tensor v8, Tensor q_descale, Tensor k_descale, Tensor v_descale, "
-        "bool causal=False, float softmax_scale=0., ScalarType out_dtype=15) -> (Tensor, Tensor)")
+        "bool causal=False, float softmax_scale=0., ScalarType out_dtype=15, bool v_transposed=False) "
+        "-> (Tensor, Tensor)")
 
 
 # ---- fake implementations: what torch.compile sees ----------------------------------------------
@@ -237,6 +238,11 @@ def test_fake_fp8_prepass_and_fwd_fp8_shapes(seqlen_q, seqlen_k, heads_kv):
             o, lse = torch.ops.hattn.fwd_fp8(q8, k8, v8, qd, kd, vd, True, 0.0, out_dtype)
             assert (o.shape, o.dtype, o.is_contiguous()) == (q.shape, out_dtype, True)
             assert (lse.shape, lse.dtype) == ((2, 8, seqlen_q), torch.float32)
+        # V^T straight from the pre-pass: [b, h_kv, d, seqlen_k rounded up to 32], read as such.
+        q8, k8, vt8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, k, None, None, "none", True, 0, 0, True)
+        assert (vt8.shape, vt8.dtype, vt8.is_contiguous()) == ((2, heads_kv, 128, -(-seqlen_k // 32) * 32), E4M3, True)
+        o, lse = torch.ops.hattn.fwd_fp8(q8, k8, vt8, qd, kd, vd, False, 0.0, torch.bfloat16, True)
+        assert (o.shape, lse.shape) == (q.shape, (2, 8, seqlen_q))
 
 
 def test_fake_attention_fp8_has_no_grad_fn():
