@@ -17,7 +17,8 @@
 #
 # Environment: OUT (profile_fwd_out), BUILD_DIR (build), JOBS (nproc), TOKENS (16384), WIDTH (2048),
 #   SHAPES ("64:8192:full 64:8192:causal 128:8192:full 128:16384:full"), NCU (ncu), PYTHON (python3),
-#   FA4_PATH (unset: hattn only), TIMEOUT_S (120 per profiled run).
+#   FA4_PATH (unset: hattn only), TIMEOUT_S (120 per profiled run), NCU_DETAILS (0; 1: ncu
+#   --print-details all, the sections' bodies as well: not yet run on a GPU host).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -54,6 +55,9 @@ fi
 
 section_args=()
 for s in "${SECTIONS[@]}"; do section_args+=(--section "$s"); done
+# NCU_DETAILS=1: the sections' bodies too (pipe utilisation, stall reasons), not only their headers.
+details_args=()
+[ "${NCU_DETAILS:-0}" = 1 ] && details_args=(--print-details all)
 
 # The figures the summary keeps from ncu's CSV (metric names as its sections print them).
 summarize() {  # csv label
@@ -67,7 +71,9 @@ try:
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             name = r.get("Metric Name", "")
-            if any(name.startswith(k) for k in keep) or "Pipe" in r.get("Section Name", "") or "pipe" in name.lower():
+            # --print-details all adds the sections' bodies: pipe utilisation and stall reasons.
+            if (any(name.startswith(k) for k in keep) or "Pipe" in r.get("Section Name", "") or "pipe" in name.lower()
+                    or "stall" in name.lower() or "Stall" in r.get("Section Name", "")):
                 rows.append((r.get("Section Name", ""), name, r.get("Metric Value", ""), r.get("Metric Unit", "")))
 except (OSError, csv.Error) as e:
     print(f"{label}: no CSV ({e})")
@@ -88,7 +94,7 @@ for shape in $SHAPES; do
   cli=(--batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim" --dtype "$dtype" --iters 1 --warmup 0)
   [ "$mask" = causal ] && cli+=(--causal)
   timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 \
-    "${section_args[@]}" --csv --page details "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
+    "${section_args[@]}" --csv --page details "${details_args[@]}" "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
     >"$LOGS/hattn_$label.raw" 2>"$LOGS/hattn_$label.err"
   rc=$?
   # ncu's CSV starts at its first quoted header line; the CLI's own output comes before it.
@@ -110,7 +116,7 @@ torch.cuda.synchronize()
 PY
     # Profile FA4's last forward launch only (the earlier ones include its compilation's warm-up).
     timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base demangled --kernel-name 'regex:(?i)flash.*fwd|FlashAttentionForward' \
-      --launch-skip 1 --launch-count 1 "${section_args[@]}" --csv --page details "$PYTHON" "$LOGS/fa4_$label.py" \
+      --launch-skip 1 --launch-count 1 "${section_args[@]}" --csv --page details "${details_args[@]}" "$PYTHON" "$LOGS/fa4_$label.py" \
       >"$LOGS/fa4_$label.raw" 2>"$LOGS/fa4_$label.err"
     rc=$?
     sed -n '/^"ID"/,$p' "$LOGS/fa4_$label.raw" >"$LOGS/fa4_$label.csv"
