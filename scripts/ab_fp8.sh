@@ -63,38 +63,23 @@ BUILD_OK=0
 grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
 
 if [ "$BUILD_OK" -eq 1 ]; then
-  # ---- tests: 4 shards in parallel, one status line ----------------------------------------------
-  t0=$SECONDS
-  lim=$(limit 90)
-  pids=()
-  for i in $(seq 0 $((SHARDS - 1))); do
-    GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout -k 5 "$lim" "$BUILD_DIR/test/fwd_fp8_test" \
-      >"$LOGS/fwd_fp8_test.$i.log" 2>&1 &
-    pids+=($!)
-  done
-  rc_all=0
-  for p in "${pids[@]}"; do wait "$p" || rc_all=$?; done
-  if [ "$rc_all" -eq 0 ]; then record fwd_fp8_test PASS $((SECONDS - t0))
-  elif [ "$rc_all" -eq 124 ] || [ "$rc_all" -eq 137 ]; then record fwd_fp8_test "TIMEOUT after ${lim} s" $((SECONDS - t0))
-  else record fwd_fp8_test "FAIL (rc $rc_all)" $((SECONDS - t0)); fi
-  cat "$LOGS"/fwd_fp8_test.*.log >"$LOGS/fwd_fp8_test.log"
-
-  if [ "$PREPASS_TESTS" = 1 ]; then
-    t0=$SECONDS
+  # ---- tests: 4 shards in parallel, one status line per test binary ---------------------------
+  run_shards() {  # NAME: $BUILD_DIR/test/NAME in $SHARDS gtest shards at once, logs joined into NAME.log
+    local name=$1 t0=$SECONDS lim rc_all=0 pids=() i p
     lim=$(limit 90)
-    pids=()
     for i in $(seq 0 $((SHARDS - 1))); do
-      GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout -k 5 "$lim" "$BUILD_DIR/test/fp8_prepass_test" \
-        >"$LOGS/fp8_prepass_test.$i.log" 2>&1 &
+      GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i timeout -k 5 "$lim" "$BUILD_DIR/test/$name" \
+        >"$LOGS/$name.$i.log" 2>&1 &
       pids+=($!)
     done
-    rc_all=0
     for p in "${pids[@]}"; do wait "$p" || rc_all=$?; done
-    if [ "$rc_all" -eq 0 ]; then record fp8_prepass_test PASS $((SECONDS - t0))
-    elif [ "$rc_all" -eq 124 ] || [ "$rc_all" -eq 137 ]; then record fp8_prepass_test "TIMEOUT after ${lim} s" $((SECONDS - t0))
-    else record fp8_prepass_test "FAIL (rc $rc_all)" $((SECONDS - t0)); fi
-    cat "$LOGS"/fp8_prepass_test.*.log >"$LOGS/fp8_prepass_test.log"
-  fi
+    if [ "$rc_all" -eq 0 ]; then record "$name" PASS $((SECONDS - t0))
+    elif [ "$rc_all" -eq 124 ] || [ "$rc_all" -eq 137 ]; then record "$name" "TIMEOUT after ${lim} s" $((SECONDS - t0))
+    else record "$name" "FAIL (rc $rc_all)" $((SECONDS - t0)); fi
+    cat "$LOGS/$name".*.log >"$LOGS/$name.log"
+  }
+  run_shards fwd_fp8_test
+  [ "$PREPASS_TESTS" = 1 ] && run_shards fp8_prepass_test
 
   # ---- the A/B ------------------------------------------------------------------------------------
   ab_args=(--rounds 3 --reps 10)

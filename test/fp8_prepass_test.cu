@@ -283,6 +283,47 @@ void check_scores(const Case& c, const Tensor& q, const Tensor& k, const std::ve
     EXPECT_LE(std::sqrt(sum_sq / std::max<int64_t>(n, 1)), kScoreRmsBound) << "RMS score error / (|q| |k|)";
 }
 
+// The pre-pass params of case c on device buffers in[] (q, k, v), out[] and descale[], with the
+// tensors' layouts as strides; `vt`: v's output is V^T (its strides zero: ignored).
+struct CaseBuffers {
+    void* in[3];
+    void* out[3];
+    void* descale[3];
+    const void* cos;
+    const void* sin;
+};
+hattn_fp8_prepass_params case_params(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const CaseBuffers& d, int rope_rows, int rope_offset, bool vt) {
+    hattn_fp8_prepass_params p = hattn_fp8_prepass_params_contiguous(
+        d.in[0], d.in[1], d.in[2], d.out[0], d.out[1], d.out[2], static_cast<float*>(d.descale[0]),
+        static_cast<float*>(d.descale[1]), static_cast<float*>(d.descale[2]), c.batch, c.heads_q, c.heads_kv,
+        c.seqlen_q, c.seqlen_k, c.head_dim, c.dtype);
+    auto set = [](const Layout& l, int64_t& bs, int64_t& ss, int64_t& hs) {
+        bs = l.batch_stride;
+        ss = l.seq_stride;
+        hs = l.head_stride;
+    };
+    set(q.in, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+    set(k.in, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    set(v.in, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    set(q.out, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
+    set(k.out, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
+    if (vt) {
+        p.v_fp8_batch_stride = p.v_fp8_seq_stride = p.v_fp8_head_stride = 0;
+        p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+    } else {
+        set(v.out, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
+    }
+    p.rope = c.rope;
+    p.rope_cos = static_cast<const float*>(d.cos);
+    p.rope_sin = static_cast<const float*>(d.sin);
+    p.rope_rows = rope_rows;
+    p.rope_q_offset = rope_offset;
+    p.hadamard = c.hadamard ? 1 : 0;
+    p.hadamard_seed = kSeed;
+    return p;
+}
+
 class Fp8PrepassTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
@@ -323,28 +364,10 @@ TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     HATTN_CUDA_CHECK(cudaMemcpy(d_cos.ptr, cos.data(), cos.size() * 4, cudaMemcpyHostToDevice));
     HATTN_CUDA_CHECK(cudaMemcpy(d_sin.ptr, sin.data(), sin.size() * 4, cudaMemcpyHostToDevice));
 
-    hattn_fp8_prepass_params p = hattn_fp8_prepass_params_contiguous(
-        in_q.ptr, in_k.ptr, in_v.ptr, out_q.ptr, out_k.ptr, out_v.ptr, static_cast<float*>(ds_q.ptr),
-        static_cast<float*>(ds_k.ptr), static_cast<float*>(ds_v.ptr), c.batch, c.heads_q, c.heads_kv, c.seqlen_q,
-        c.seqlen_k, c.head_dim, c.dtype);
-    auto set = [](const Layout& l, int64_t& bs, int64_t& ss, int64_t& hs) {
-        bs = l.batch_stride;
-        ss = l.seq_stride;
-        hs = l.head_stride;
-    };
-    set(q.in, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    set(k.in, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    set(v.in, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    set(q.out, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
-    set(k.out, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
-    set(v.out, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
-    p.rope = c.rope;
-    p.rope_cos = static_cast<const float*>(d_cos.ptr);
-    p.rope_sin = static_cast<const float*>(d_sin.ptr);
-    p.rope_rows = rope_rows;
-    p.rope_q_offset = rope_offset;
-    p.hadamard = c.hadamard ? 1 : 0;
-    p.hadamard_seed = kSeed;
+    const hattn_fp8_prepass_params p =
+        case_params(c, q, k, v, CaseBuffers{{in_q.ptr, in_k.ptr, in_v.ptr}, {out_q.ptr, out_k.ptr, out_v.ptr},
+                                            {ds_q.ptr, ds_k.ptr, ds_v.ptr}, d_cos.ptr, d_sin.ptr},
+                    rope_rows, rope_offset, false);
     char msg[512];
     ASSERT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_SUCCESS) << msg;
     hattn::fp8::Fp8PrepassVariant variant;
@@ -413,33 +436,10 @@ TEST_P(Fp8PrepassTest, VTransposedMatchesRows) {
         HATTN_CUDA_CHECK(cudaMemset(out_k.ptr, kPoison8, k.out.size));
         HATTN_CUDA_CHECK(cudaMemset(out_v.ptr, kPoison8, v_out));
         for (DeviceMemory* d : {&ds_q, &ds_k, &ds_v}) HATTN_CUDA_CHECK(cudaMemset(d->ptr, 0xFF, d == &ds_q ? nbq * 4 : nbk * 4));
-        hattn_fp8_prepass_params p = hattn_fp8_prepass_params_contiguous(
-            in_q.ptr, in_k.ptr, in_v.ptr, out_q.ptr, out_k.ptr, out_v.ptr, static_cast<float*>(ds_q.ptr),
-            static_cast<float*>(ds_k.ptr), static_cast<float*>(ds_v.ptr), c.batch, c.heads_q, c.heads_kv, c.seqlen_q,
-            c.seqlen_k, c.head_dim, c.dtype);
-        auto set = [](const Layout& l, int64_t& bs, int64_t& ss, int64_t& hs) {
-            bs = l.batch_stride;
-            ss = l.seq_stride;
-            hs = l.head_stride;
-        };
-        set(q.in, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-        set(k.in, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-        set(v.in, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-        set(q.out, p.q_fp8_batch_stride, p.q_fp8_seq_stride, p.q_fp8_head_stride);
-        set(k.out, p.k_fp8_batch_stride, p.k_fp8_seq_stride, p.k_fp8_head_stride);
-        if (r == 0) {
-            set(v.out, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
-        } else {
-            p.v_fp8_batch_stride = p.v_fp8_seq_stride = p.v_fp8_head_stride = 0;  // ignored with V^T
-            p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
-        }
-        p.rope = c.rope;
-        p.rope_cos = static_cast<const float*>(d_cos.ptr);
-        p.rope_sin = static_cast<const float*>(d_sin.ptr);
-        p.rope_rows = rope_rows;
-        p.rope_q_offset = rope_offset;
-        p.hadamard = c.hadamard ? 1 : 0;
-        p.hadamard_seed = kSeed;
+        const hattn_fp8_prepass_params p =
+            case_params(c, q, k, v, CaseBuffers{{in_q.ptr, in_k.ptr, in_v.ptr}, {out_q.ptr, out_k.ptr, out_v.ptr},
+                                                {ds_q.ptr, ds_k.ptr, ds_v.ptr}, d_cos.ptr, d_sin.ptr},
+                        rope_rows, rope_offset, r == 1);
         char msg[512];
         ASSERT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_SUCCESS) << msg;
         hattn::fp8::Fp8PrepassVariant variant;

@@ -219,7 +219,7 @@ HadamardSigns make_lane_signs(uint64_t seed) {
 using sm90::store_vt_block;
 using sm90::vt_tile_pitch;
 template <int kHeadDim>
-constexpr int vt_tile_bytes() {
+__host__ __device__ constexpr int vt_tile_bytes() {
     return sm90::vt_tile_bytes<kHeadDim, kBlockRows>();
 }
 
@@ -281,7 +281,7 @@ static_assert(HATTN_FP8_BLOCKS_PER_CTA == 0 || HATTN_FP8_BLOCKS_PER_CTA == 1 ||
 // Shared memory of the staging buffers: [buffer][row][chunk][thread] 16-byte chunks (a warp's
 // reads of one chunk are consecutive 16-byte words: no bank conflicts).
 template <int kHeadDim, int kChunks, int kBlocksPerCta>
-constexpr int stage_bytes() {
+__host__ __device__ constexpr int stage_bytes() {
     using L = Layout<kHeadDim, kChunks>;
     return kBlocksPerCta > 1 ? kStageBuffers * L::kRowsPerThread * kChunks * L::kThreads * 16 : 0;
 }

@@ -181,6 +181,12 @@ def offset_pointer(name: str, delta: int) -> Mutate:
     return mutate
 
 
+def both(first: Mutate, second: Mutate) -> Mutate:
+    def mutate(lib, p, bases, shape):
+        return second(lib, first(lib, p, bases, shape), bases, shape)
+    return mutate
+
+
 def contiguous(**overrides) -> Mutate:
     """hattn_fwd_params_contiguous called with some arguments replaced (its misuse)."""
     def mutate(lib, p, bases, shape):
@@ -545,8 +551,15 @@ def build_fp8_prepass_cases() -> list[Case]:
     # ---- RoPE and flags ----
     for rope in (3, -1):
         add(f"rope_{rope}", setter(rope=rope), E.HATTN_ERROR_INVALID_FLAGS, field_word("rope"))
-    for bits in (1, 1 << 31):
+    # (bit 0 is HATTN_FP8_PREPASS_V_TRANSPOSED)
+    for bits in (2, 1 << 31, E.HATTN_FP8_PREPASS_V_TRANSPOSED | 4):
         add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
+    # V^T output: its own alignment rule (16 bytes, the FP8 forward's TMA); its strides are ignored.
+    add("vt_output_misaligned_by_4", both(setter(flags=E.HATTN_FP8_PREPASS_V_TRANSPOSED), offset_pointer("v_fp8", 4)),
+        E.HATTN_ERROR_MISALIGNED, field_word("v_fp8"))
+    add("vt_output_ignores_v_fp8_strides_but_not_q_fp8",
+        setter(flags=E.HATTN_FP8_PREPASS_V_TRANSPOSED, v_fp8_seq_stride=-1, q_fp8_seq_stride=-1),
+        E.HATTN_ERROR_INVALID_STRIDE, field_word("q_fp8_seq_stride"))
     add("rope_q_offset_negative", with_rope(E.HATTN_ROPE_INTERLEAVED, rope_q_offset=-1), E.HATTN_ERROR_INVALID_SIZE,
         field_word("rope_q_offset"))
     add("rope_rows_below_seqlen", with_rope(E.HATTN_ROPE_HALF, rope_rows=127), E.HATTN_ERROR_INVALID_SIZE,
@@ -636,8 +649,15 @@ def build_fwd_fp8_cases() -> list[Case]:
     for label, value in (("nan", math.nan), ("inf", math.inf), ("minus_1", -1.0)):
         add(f"softmax_scale_{label}", setter(softmax_scale=value), E.HATTN_ERROR_INVALID_SCALE,
             field_word("softmax_scale"))
-    for bits in (1, 1 << 2, 0xFFFFFFFF):
+    # (bit 0 is HATTN_FWD_FP8_V_TRANSPOSED)
+    for bits in (2, 1 << 2, 0xFFFFFFFF):
         add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
+    # V^T given by the caller: 16-byte aligned; its strides are ignored.
+    add("vt_input_misaligned_by_8", both(setter(flags=E.HATTN_FWD_FP8_V_TRANSPOSED), offset_field("v", "v_fp8", 8)),
+        E.HATTN_ERROR_MISALIGNED, field_word("v"))
+    add("vt_input_ignores_v_strides_but_not_k",
+        setter(flags=E.HATTN_FWD_FP8_V_TRANSPOSED, v_seq_stride=-1, k_seq_stride=-1),
+        E.HATTN_ERROR_INVALID_STRIDE, field_word("k_seq_stride"))
 
     # ---- the V^T workspace: NULL, misaligned (256 bytes), too small ----
     ws = field_word("workspace") + "|" + field_word("workspace_size")

@@ -26,11 +26,11 @@ constexpr int kVtTilePad = 4;   // bytes after each key row: an odd word pitch s
 constexpr int kVtQuadKeys = 4;  // keys per 4-byte word of V^T
 
 template <int kHeadDim>
-constexpr int vt_tile_pitch() {
+__host__ __device__ constexpr int vt_tile_pitch() {
     return kHeadDim + kVtTilePad;
 }
 template <int kHeadDim, int kBlockKeys>
-constexpr int vt_tile_bytes() {
+__host__ __device__ constexpr int vt_tile_bytes() {
     return kBlockKeys * vt_tile_pitch<kHeadDim>();
 }
 
