@@ -6,6 +6,8 @@
 // is an f32 value. So each result must equal the host decoder's (src/testing/numerics.h) bit for
 // bit; f16 NaNs must give an f32 NaN (the payload is not checked: the ISA does not promise it),
 // bf16 NaNs keep their bits (bf16 widening is a shift). Hand-worked anchors check the decoders.
+// prmt_b32<kSelector> (byte permute) against a host model of the ISA's generic form for the
+// selectors the kernels use (the 4x4 byte transpose of sm90/vt_e4m3.cuh) and a few more.
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
@@ -48,6 +50,36 @@ __global__ void __launch_bounds__(kThreads) widen_kernel(const uint32_t* pairs, 
         w.bf16_hi = __float_as_uint(hi);
         out[i] = w;
     }
+}
+
+// The byte-permute selectors under test: sm90::transpose_4x4_bytes's four, identity, byte
+// reverse, and a broadcast of b's top byte.
+constexpr uint32_t kPrmtSelectors[] = {0x5140, 0x7362, 0x5410, 0x7632, 0x3210, 0x0123, 0x7777};
+constexpr int kPrmtSelectorCount = sizeof(kPrmtSelectors) / sizeof(kPrmtSelectors[0]);
+
+__global__ void __launch_bounds__(kThreads) prmt_kernel(const uint32_t* a, const uint32_t* b, uint32_t* out, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t* o = out + i * kPrmtSelectorCount;
+        o[0] = hattn::ptx::prmt_b32<kPrmtSelectors[0]>(a[i], b[i]);
+        o[1] = hattn::ptx::prmt_b32<kPrmtSelectors[1]>(a[i], b[i]);
+        o[2] = hattn::ptx::prmt_b32<kPrmtSelectors[2]>(a[i], b[i]);
+        o[3] = hattn::ptx::prmt_b32<kPrmtSelectors[3]>(a[i], b[i]);
+        o[4] = hattn::ptx::prmt_b32<kPrmtSelectors[4]>(a[i], b[i]);
+        o[5] = hattn::ptx::prmt_b32<kPrmtSelectors[5]>(a[i], b[i]);
+        o[6] = hattn::ptx::prmt_b32<kPrmtSelectors[6]>(a[i], b[i]);
+    }
+}
+
+// PTX ISA prmt, generic form with copy selectors (nibble msb 0): byte k of the result is byte
+// (selector >> 4 k) & 7 of the 8-byte {b, a}.
+uint32_t prmt_model(uint32_t a, uint32_t b, uint32_t selector) {
+    const uint64_t src = (static_cast<uint64_t>(b) << 32) | a;
+    uint32_t d = 0;
+    for (int k = 0; k < 4; ++k) {
+        const uint32_t byte = (selector >> (4 * k)) & 7u;
+        d |= static_cast<uint32_t>((src >> (8 * byte)) & 0xFFu) << (8 * k);
+    }
+    return d;
 }
 
 uint32_t bits_of(float f) {
@@ -149,4 +181,46 @@ TEST(PtxConvert, WideningEveryPatternBothHalves) {
         ASSERT_EQ(seen_lo[h], 1) << "pattern 0x" << std::hex << h << " as a low half";
         ASSERT_EQ(seen_hi[h], 1) << "pattern 0x" << std::hex << h << " as a high half";
     }
+}
+
+TEST(PtxConvert, PrmtSelectorsMatchTheIsaModel) {
+    HATTN_REQUIRE_HOPPER();
+    constexpr int kPairs = 4096;
+    std::vector<uint32_t> a(kPairs), b(kPairs);
+    uint32_t x = 0x9E3779B9u;  // xorshift32: distinct, every byte value many times
+    for (int i = 0; i < kPairs; ++i) {
+        auto next = [&x] {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            return x;
+        };
+        a[i] = next();
+        b[i] = next();
+    }
+    a[0] = 0x03020100u;  // the byte indices themselves: the result spells the selector
+    b[0] = 0x07060504u;
+    DeviceBuffer<uint32_t> d_a(kPairs), d_b(kPairs), d_out(size_t{kPairs} * kPrmtSelectorCount);
+    HATTN_CUDA_CHECK(d_a.status);
+    HATTN_CUDA_CHECK(d_b.status);
+    HATTN_CUDA_CHECK(d_out.status);
+    HATTN_CUDA_CHECK(cudaMemcpy(d_a.ptr, a.data(), d_a.bytes(), cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(d_b.ptr, b.data(), d_b.bytes(), cudaMemcpyHostToDevice));
+    prmt_kernel<<<(kPairs + kThreads - 1) / kThreads, kThreads>>>(d_a.ptr, d_b.ptr, d_out.ptr, kPairs);
+    HATTN_CUDA_CHECK(cudaGetLastError());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint32_t> got(size_t{kPairs} * kPrmtSelectorCount);
+    HATTN_CUDA_CHECK(cudaMemcpy(got.data(), d_out.ptr, d_out.bytes(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got[0], 0x05010400u) << "selector 0x5140 on the byte indices";
+    int bad = 0;
+    for (int i = 0; i < kPairs; ++i)
+        for (int s = 0; s < kPrmtSelectorCount; ++s) {
+            const uint32_t want = prmt_model(a[i], b[i], kPrmtSelectors[s]);
+            const uint32_t have = got[static_cast<size_t>(i) * kPrmtSelectorCount + s];
+            if (have != want && ++bad <= 8) {
+                ADD_FAILURE() << "prmt 0x" << std::hex << kPrmtSelectors[s] << " (a 0x" << a[i] << ", b 0x" << b[i]
+                              << "): 0x" << have << ", want 0x" << want;
+            }
+        }
+    EXPECT_EQ(bad, 0);
 }

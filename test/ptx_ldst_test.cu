@@ -12,7 +12,8 @@
 // The plain vector accesses through the shared window: st_shared_v4_f32 from every thread of a
 // CTA into a random 16-byte slot each, then ld_shared_v2_f32 over the whole buffer (8-byte steps,
 // so half the loads start mid-slot); every bit pattern must come back, and the slots nobody
-// stored to must keep their poison.
+// stored to must keep their poison. The 4-byte forms likewise (st/ld.shared.b32), read back
+// through st.global.b32.
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
@@ -249,7 +250,55 @@ float float_of(uint32_t bits) {
     return f;
 }
 
+// ---- ld.shared.b32 / st.shared.b32, st.global.b32 ----------------------------------------------
+
+constexpr int kWordThreads = 128;
+constexpr int kWordSlots = 160;  // 4-byte slots: 128 stored to, 32 left poisoned
+
+// Thread t stores in[t] into word slot_of_thread[t] (st.shared.b32); after the barrier every
+// word of the buffer is read back (ld.shared.b32) and written out with st.global.b32.
+__global__ void __launch_bounds__(kWordThreads) shared_word_kernel(const uint32_t* in, const int* slot_of_thread,
+                                                                    uint32_t* out) {
+    __shared__ alignas(16) uint32_t buf[kWordSlots];
+    for (int i = threadIdx.x; i < kWordSlots; i += kWordThreads) buf[i] = kVecPoison;
+    __syncthreads();
+    hattn::ptx::st_shared_b32(&buf[slot_of_thread[threadIdx.x]], in[threadIdx.x]);
+    __syncthreads();
+    for (int i = threadIdx.x; i < kWordSlots; i += kWordThreads) hattn::ptx::st_global_b32(&out[i], hattn::ptx::ld_shared_b32(&buf[i]));
+}
+
 }  // namespace
+
+TEST(PtxLdSt, SharedWordStoreLoadAndGlobalWordStore) {
+    HATTN_REQUIRE_HOPPER();
+    std::mt19937 rng(0x5b32);
+    std::vector<uint32_t> in(kWordThreads);
+    for (auto& x : in) {
+        do {
+            x = rng();
+        } while (x == kVecPoison);
+    }
+    std::vector<int> slots(kWordSlots);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(kWordThreads);
+    DeviceBuffer<uint32_t> d_in(in.size()), d_out(kWordSlots);
+    DeviceBuffer<int> d_slots(slots.size());
+    HATTN_CUDA_CHECK(d_in.status);
+    HATTN_CUDA_CHECK(d_out.status);
+    HATTN_CUDA_CHECK(d_slots.status);
+    HATTN_CUDA_CHECK(cudaMemcpy(d_in.ptr, in.data(), d_in.bytes(), cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(d_slots.ptr, slots.data(), d_slots.bytes(), cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemset(d_out.ptr, 0, d_out.bytes()));
+    shared_word_kernel<<<1, kWordThreads>>>(d_in.ptr, d_slots.ptr, d_out.ptr);
+    HATTN_CUDA_CHECK(cudaGetLastError());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint32_t> got(kWordSlots);
+    HATTN_CUDA_CHECK(cudaMemcpy(got.data(), d_out.ptr, d_out.bytes(), cudaMemcpyDeviceToHost));
+    std::vector<uint32_t> want(kWordSlots, kVecPoison);
+    for (int t = 0; t < kWordThreads; ++t) want[slots[t]] = in[t];
+    EXPECT_EQ(got, want) << "a word was lost, moved or written where nobody stored";
+}
 
 TEST(PtxLdSt, LdmatrixX4FragmentLayout) {
     HATTN_REQUIRE_HOPPER();
