@@ -12,6 +12,7 @@
 #include "hattn.h"
 #include "host/validate.h"
 #include "kernels/fwd_args.h"
+#include "kernels/fwd_fp8_args.h"  // kVtKeyAlign: V^T's layout
 
 namespace hattn::host {
 
@@ -128,6 +129,25 @@ TensorView o_view(const Params& p) {
 // Descale blocks along a sequence: one fp32 per HATTN_FP8_BLOCK_ROWS rows.
 inline int64_t fp8_blocks_of(int seqlen) {
     return (static_cast<int64_t>(seqlen) + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS;
+}
+
+// V^T's bytes, the FP8 forward's layout: [batch, heads_kv, head_dim, seqlen_k rounded up to
+// fwd_fp8::kVtKeyAlign] e4m3 (the workspace hattn_fwd_fp8 transposes V into, or the caller's V^T
+// with HATTN_FP8_PREPASS_V_TRANSPOSED / HATTN_FWD_FP8_V_TRANSPOSED).
+inline Int128 fp8_vt_bytes(int batch, int heads_kv, int seqlen_k, int head_dim) {
+    constexpr int kAlign = fwd_fp8::kVtKeyAlign;
+    const Int128 keys = (static_cast<Int128>(seqlen_k) + kAlign - 1) / kAlign * kAlign;
+    return static_cast<Int128>(batch) * heads_kv * head_dim * keys;
+}
+
+// A caller's V^T (`name`, given with flag `flag`): 16-byte aligned (the FP8 forward's TMA) and
+// all its fp8_vt_bytes addressable.
+inline Failure check_vt_tensor(const char* name, const void* ptr, Int128 bytes, const char* flag) {
+    constexpr uintptr_t kTmaAlignBytes = 16;
+    if (reinterpret_cast<uintptr_t>(ptr) % kTmaAlignBytes != 0) {
+        return fail(HATTN_ERROR_MISALIGNED, common::format("%s = %p is not 16-byte aligned (%s)", name, ptr, flag));
+    }
+    return check_byte_extent(name, ptr, bytes);
 }
 
 // `v.descale[3]` and `v.descale_name[3]` of q, k, v.

@@ -162,19 +162,11 @@ Failure check_outputs_do_not_overlap(const Shape& s, const Views& v) {
     return {};
 }
 
-// V^T's bytes (the FP8 forward's layout, hattn_fwd_fp8_workspace_size of the same sizes).
-Int128 vt_output_bytes(const hattn_fp8_prepass_params& p) {
-    return static_cast<Int128>(p.batch) * p.heads_kv * p.head_dim * hattn::fwd_fp8::vt_keys(p.seqlen_k);
-}
-
-// With HATTN_FP8_PREPASS_V_TRANSPOSED: v_fp8 16-byte aligned (the forward's TMA) and its V^T bytes addressable.
+// With HATTN_FP8_PREPASS_V_TRANSPOSED, v_fp8 is V^T.
 Failure check_vt_output(const hattn_fp8_prepass_params& p) {
     if (!v_transposed(p)) return {};
-    if (reinterpret_cast<uintptr_t>(p.v_fp8) % kAlignBytes != 0) {
-        return fail(HATTN_ERROR_MISALIGNED,
-                    format("v_fp8 = %p is not 16-byte aligned (HATTN_FP8_PREPASS_V_TRANSPOSED)", p.v_fp8));
-    }
-    return check_byte_extent("v_fp8", p.v_fp8, vt_output_bytes(p));
+    return check_vt_tensor("v_fp8", p.v_fp8, fp8_vt_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim),
+                           "HATTN_FP8_PREPASS_V_TRANSPOSED");
 }
 
 Failure validate(const hattn_fp8_prepass_params* params) {

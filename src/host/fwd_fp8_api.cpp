@@ -33,7 +33,6 @@ constexpr int kRowsPerTile = 128;  // the kernel's query tile
 constexpr uintptr_t kWorkspaceAlign = 256;
 constexpr int kMaxGridYZ = 65535;  // the V transpose's grid: (key tiles, heads_kv, batch)
 constexpr Int128 kTmaMaxStrideBytes = Int128{1} << 40;
-constexpr uintptr_t kTmaAlignBytes = 16;
 
 bool v_transposed(const hattn_fwd_fp8_params& p) { return (p.flags & HATTN_FWD_FP8_V_TRANSPOSED) != 0; }
 
@@ -124,24 +123,17 @@ Failure check_fp8_extents(const Shape& s, const Views& v) {
     return {};
 }
 
-Int128 workspace_bytes(int batch, int heads_kv, int seqlen_k, int head_dim) {
-    const Int128 keys = (static_cast<Int128>(seqlen_k) + fp8::kVtKeyAlign - 1) / fp8::kVtKeyAlign * fp8::kVtKeyAlign;
-    return static_cast<Int128>(batch) * heads_kv * head_dim * keys;
-}
-
-// With HATTN_FWD_FP8_V_TRANSPOSED, v is V^T: 16-byte aligned (TMA), all its bytes addressable.
+// With HATTN_FWD_FP8_V_TRANSPOSED, v is V^T.
 Failure check_vt_input(const hattn_fwd_fp8_params& p) {
     if (!v_transposed(p)) return {};
-    if (reinterpret_cast<uintptr_t>(p.v) % kTmaAlignBytes != 0) {
-        return fail(HATTN_ERROR_MISALIGNED, format("v = %p is not 16-byte aligned (HATTN_FWD_FP8_V_TRANSPOSED)", p.v));
-    }
-    return check_byte_extent("v", p.v, workspace_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim));
+    return check_vt_tensor("v", p.v, fp8_vt_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim),
+                           "HATTN_FWD_FP8_V_TRANSPOSED");
 }
 
 // V^T's batch stride (heads_kv * head_dim * keys bytes) is a TMA stride; then, unless the caller
 // passes V^T, the workspace V^T is written to.
 Failure check_workspace(const hattn_fwd_fp8_params& p) {
-    const Int128 need = workspace_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
+    const Int128 need = fp8_vt_bytes(p.batch, p.heads_kv, p.seqlen_k, p.head_dim);
     if (need / p.batch >= kTmaMaxStrideBytes) {
         return fail(HATTN_ERROR_SIZE_OVERFLOW, "V^T's batch stride (heads_kv * head_dim * keys bytes) is 2^40 bytes or more");
     }
@@ -212,7 +204,7 @@ extern "C" {
 
 size_t hattn_fwd_fp8_workspace_size(int batch, int heads_kv, int seqlen_k, int head_dim) {
     if (batch <= 0 || heads_kv <= 0 || seqlen_k <= 0 || head_dim <= 0) return 0;
-    const Int128 bytes = workspace_bytes(batch, heads_kv, seqlen_k, head_dim);
+    const Int128 bytes = fp8_vt_bytes(batch, heads_kv, seqlen_k, head_dim);
     if (bytes > static_cast<Int128>(std::numeric_limits<int64_t>::max())) return 0;
     return static_cast<size_t>(bytes);
 }
