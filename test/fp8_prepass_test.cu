@@ -324,21 +324,32 @@ hattn_fp8_prepass_params case_params(const Case& c, const Tensor& q, const Tenso
     return p;
 }
 
+// A case's inputs: q, k, v (their host values and layouts) and the rotary tables for every
+// position the rows use (queries end where the keys end).
+struct CaseInputs {
+    Tensor q, k, v;
+    int rope_offset, rope_rows;
+    std::vector<float> cos, sin;
+};
+CaseInputs make_case_inputs(const Case& c, std::mt19937_64& rng) {
+    CaseInputs in{make_tensor(c, c.seqlen_q, c.heads_q, rng), make_tensor(c, c.seqlen_k, c.heads_kv, rng),
+                  make_tensor(c, c.seqlen_k, c.heads_kv, rng), 0, 0, {}, {}};
+    in.rope_offset = c.seqlen_k > c.seqlen_q ? c.seqlen_k - c.seqlen_q : 0;
+    in.rope_rows = std::max(c.seqlen_k, in.rope_offset + c.seqlen_q);
+    ht::rope_tables(in.rope_rows, c.head_dim, &in.cos, &in.sin);
+    return in;
+}
+
 class Fp8PrepassTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     HATTN_REQUIRE_HOPPER();
     const Case c = GetParam();
     std::mt19937_64 rng(kSeed ^ std::hash<std::string>{}(case_name(c)));
-    Tensor q = make_tensor(c, c.seqlen_q, c.heads_q, rng);
-    Tensor k = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
-    Tensor v = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
-
-    // Rotary tables for every position the rows use (queries end where the keys end).
-    const int rope_offset = c.seqlen_k > c.seqlen_q ? c.seqlen_k - c.seqlen_q : 0;
-    const int rope_rows = std::max(c.seqlen_k, rope_offset + c.seqlen_q);
-    std::vector<float> cos, sin;
-    ht::rope_tables(rope_rows, c.head_dim, &cos, &sin);
+    CaseInputs inputs = make_case_inputs(c, rng);
+    Tensor &q = inputs.q, &k = inputs.k, &v = inputs.v;
+    const int rope_offset = inputs.rope_offset, rope_rows = inputs.rope_rows;
+    const std::vector<float>&cos = inputs.cos, &sin = inputs.sin;
 
     Tensor* tensors[3] = {&q, &k, &v};
     DeviceMemory in_q(q.in.size * 2), in_k(k.in.size * 2), in_v(v.in.size * 2);
@@ -401,13 +412,10 @@ TEST_P(Fp8PrepassTest, VTransposedMatchesRows) {
     HATTN_REQUIRE_HOPPER();
     const Case c = GetParam();
     std::mt19937_64 rng(kSeed ^ std::hash<std::string>{}(case_name(c)) ^ 0x7);
-    Tensor q = make_tensor(c, c.seqlen_q, c.heads_q, rng);
-    Tensor k = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
-    Tensor v = make_tensor(c, c.seqlen_k, c.heads_kv, rng);
-    const int rope_offset = c.seqlen_k > c.seqlen_q ? c.seqlen_k - c.seqlen_q : 0;
-    const int rope_rows = std::max(c.seqlen_k, rope_offset + c.seqlen_q);
-    std::vector<float> cos, sin;
-    ht::rope_tables(rope_rows, c.head_dim, &cos, &sin);
+    CaseInputs inputs = make_case_inputs(c, rng);
+    Tensor &q = inputs.q, &k = inputs.k, &v = inputs.v;
+    const int rope_offset = inputs.rope_offset, rope_rows = inputs.rope_rows;
+    const std::vector<float>&cos = inputs.cos, &sin = inputs.sin;
     const size_t vt_bytes = hattn_fwd_fp8_workspace_size(c.batch, c.heads_kv, c.seqlen_k, c.head_dim);
     const int64_t vt_keys = static_cast<int64_t>(vt_bytes) / (int64_t{c.batch} * c.heads_kv * c.head_dim);
     ASSERT_EQ(vt_keys % 32, 0);

@@ -267,6 +267,35 @@ __global__ void __launch_bounds__(kWordThreads) shared_word_kernel(const uint32_
     for (int i = threadIdx.x; i < kWordSlots; i += kWordThreads) hattn::ptx::st_global_b32(&out[i], hattn::ptx::ld_shared_b32(&buf[i]));
 }
 
+// `used` distinct slots out of `slots`, in random order: thread t stores to slot [t].
+std::vector<int> random_slots(std::mt19937& rng, int slots, int used) {
+    std::vector<int> s(slots);
+    std::iota(s.begin(), s.end(), 0);
+    std::shuffle(s.begin(), s.end(), rng);
+    s.resize(used);
+    return s;
+}
+
+// One CTA of `threads` runs kernel(in, slots, out) on uploaded copies; got receives out_elems
+// elements of out (zeroed before the launch).
+template <class T, class Kernel>
+void run_scatter_kernel(Kernel kernel, int threads, const std::vector<T>& in, const std::vector<int>& slots,
+                        size_t out_elems, std::vector<T>& got) {
+    DeviceBuffer<T> d_in(in.size()), d_out(out_elems);
+    DeviceBuffer<int> d_slots(slots.size());
+    HATTN_CUDA_CHECK(d_in.status);
+    HATTN_CUDA_CHECK(d_out.status);
+    HATTN_CUDA_CHECK(d_slots.status);
+    HATTN_CUDA_CHECK(cudaMemcpy(d_in.ptr, in.data(), d_in.bytes(), cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemcpy(d_slots.ptr, slots.data(), d_slots.bytes(), cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemset(d_out.ptr, 0, d_out.bytes()));
+    kernel<<<1, threads>>>(d_in.ptr, d_slots.ptr, d_out.ptr);
+    HATTN_CUDA_CHECK(cudaGetLastError());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    got.resize(out_elems);
+    HATTN_CUDA_CHECK(cudaMemcpy(got.data(), d_out.ptr, d_out.bytes(), cudaMemcpyDeviceToHost));
+}
+
 }  // namespace
 
 TEST(PtxLdSt, SharedWordStoreLoadAndGlobalWordStore) {
@@ -278,23 +307,10 @@ TEST(PtxLdSt, SharedWordStoreLoadAndGlobalWordStore) {
             x = rng();
         } while (x == kVecPoison);
     }
-    std::vector<int> slots(kWordSlots);
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(kWordThreads);
-    DeviceBuffer<uint32_t> d_in(in.size()), d_out(kWordSlots);
-    DeviceBuffer<int> d_slots(slots.size());
-    HATTN_CUDA_CHECK(d_in.status);
-    HATTN_CUDA_CHECK(d_out.status);
-    HATTN_CUDA_CHECK(d_slots.status);
-    HATTN_CUDA_CHECK(cudaMemcpy(d_in.ptr, in.data(), d_in.bytes(), cudaMemcpyHostToDevice));
-    HATTN_CUDA_CHECK(cudaMemcpy(d_slots.ptr, slots.data(), d_slots.bytes(), cudaMemcpyHostToDevice));
-    HATTN_CUDA_CHECK(cudaMemset(d_out.ptr, 0, d_out.bytes()));
-    shared_word_kernel<<<1, kWordThreads>>>(d_in.ptr, d_slots.ptr, d_out.ptr);
-    HATTN_CUDA_CHECK(cudaGetLastError());
-    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint32_t> got(kWordSlots);
-    HATTN_CUDA_CHECK(cudaMemcpy(got.data(), d_out.ptr, d_out.bytes(), cudaMemcpyDeviceToHost));
+    const std::vector<int> slots = random_slots(rng, kWordSlots, kWordThreads);
+    std::vector<uint32_t> got;
+    run_scatter_kernel(shared_word_kernel, kWordThreads, in, slots, kWordSlots, got);
+    if (HasFatalFailure()) return;
     std::vector<uint32_t> want(kWordSlots, kVecPoison);
     for (int t = 0; t < kWordThreads; ++t) want[slots[t]] = in[t];
     EXPECT_EQ(got, want) << "a word was lost, moved or written where nobody stored";
@@ -342,24 +358,10 @@ TEST(PtxLdSt, SharedVectorStoreV4LoadV2RoundTrip) {
     }
     const float specials[] = {0.0f, -0.0f, float_of(0x00000001u), float_of(0x807FFFFFu), INFINITY, -INFINITY, 1.0f};
     std::copy(std::begin(specials), std::end(specials), in.begin());
-    std::vector<int> slots(kVecSlots);
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(kVecThreads);
-
-    DeviceBuffer<float> d_in(in.size()), d_out(kVecFloats);
-    DeviceBuffer<int> d_slots(slots.size());
-    HATTN_CUDA_CHECK(d_in.status);
-    HATTN_CUDA_CHECK(d_out.status);
-    HATTN_CUDA_CHECK(d_slots.status);
-    HATTN_CUDA_CHECK(cudaMemcpy(d_in.ptr, in.data(), d_in.bytes(), cudaMemcpyHostToDevice));
-    HATTN_CUDA_CHECK(cudaMemcpy(d_slots.ptr, slots.data(), d_slots.bytes(), cudaMemcpyHostToDevice));
-    HATTN_CUDA_CHECK(cudaMemset(d_out.ptr, 0, d_out.bytes()));
-    shared_vector_kernel<<<1, kVecThreads>>>(d_in.ptr, d_slots.ptr, d_out.ptr);
-    HATTN_CUDA_CHECK(cudaGetLastError());
-    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<float> got(kVecFloats);
-    HATTN_CUDA_CHECK(cudaMemcpy(got.data(), d_out.ptr, d_out.bytes(), cudaMemcpyDeviceToHost));
+    const std::vector<int> slots = random_slots(rng, kVecSlots, kVecThreads);
+    std::vector<float> got;
+    run_scatter_kernel(shared_vector_kernel, kVecThreads, in, slots, kVecFloats, got);
+    if (HasFatalFailure()) return;
 
     std::vector<uint32_t> want(kVecFloats, kVecPoison);
     for (int t = 0; t < kVecThreads; ++t) {
