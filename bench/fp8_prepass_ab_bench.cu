@@ -10,7 +10,8 @@
 //   modes     quant, hadamard, rope_half+hadamard, rope_interleaved+hadamard, and quant and
 //             rope_half+hadamard writing V as V^T for the FP8 forward (+vt)
 //   variants  <chunks>x<blocks per CTA> (kernels/fp8_prepass.cuh: Layout, kStagedBlocks): 2x1,
-//             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4; a variant that is not built (it would
+//             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4, 16x1 (the tensor-core Hadamard,
+//             kFp8MmaChunks: Q and K with the Hadamard and no RoPE); a variant that is not built (it would
 //             spill at d 256) runs its fallback (fp8_variant_run), marked "*".
 // GB/s of the pre-pass counts 2 bytes read and 1 written per element plus the descales (the rotary
 // tables, read from L2 by every head, are not counted), as bench/fp8_prepass_bench.cu does.
@@ -61,7 +62,7 @@ constexpr Mode kModes[] = {{"quant", HATTN_ROPE_NONE, false},
                            {"quant+vt", HATTN_ROPE_NONE, false, true},
                            {"rope_half+hadamard+vt", HATTN_ROPE_HALF, true, true}};
 constexpr int kNumModes = sizeof(kModes) / sizeof(kModes[0]);
-constexpr Fp8PrepassVariant kVariants[] = {{2, 1}, {4, 1}, {8, 1}, {2, 4}, {4, 4}, {8, 4}};
+constexpr Fp8PrepassVariant kVariants[] = {{2, 1}, {4, 1}, {8, 1}, {2, 4}, {4, 4}, {8, 4}, {hattn::fp8::kFp8MmaChunks, 1}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 Rope rope_of(hattn_rope r) {

@@ -40,6 +40,11 @@ __device__ __forceinline__ void st_global_b32(void* p, uint32_t a) {
     asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(a));
 }
 
+// PTX ISA 9.7.9.11 st.global.v4.b32: 16 bytes to global memory (16-byte aligned).
+__device__ __forceinline__ void st_global_v4_b32(void* p, uint4 a) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w));
+}
+
 // PTX ISA 9.7.9.11 st: 4 bytes to global memory.
 __device__ __forceinline__ void st_global_f32(float* p, float a) {
     asm volatile("st.global.f32 [%0], %1;" ::"l"(p), "f"(a));
@@ -56,5 +61,12 @@ __device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async
 
 // PTX ISA 9.7.9.25.3 cp.async.wait_group 0: every committed group of the thread has landed.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// PTX ISA 9.7.9.25.3 cp.async.wait_group N: all but the thread's N most recent groups have landed
+// (a double buffer waits for the older block while the newer one is still in flight).
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
 
 }  // namespace hattn::ptx

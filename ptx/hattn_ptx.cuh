@@ -10,6 +10,7 @@
 #include "griddep.cuh"
 #include "ldst.cuh"
 #include "mbarrier.cuh"
+#include "mma.cuh"
 #include "mufu.cuh"
 #include "tma.cuh"
 #include "warp.cuh"

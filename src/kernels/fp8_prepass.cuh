@@ -10,7 +10,8 @@
 //   2. RoPE      both conventions pair elements a thread already holds: interleaved pairs
 //                (2i, 2i+1) sit inside a chunk, half-split pairs (i, i+d/2) are the same register
 //                of chunks k and k + kChunks/2 -- so the rotation is register arithmetic;
-//   3. Hadamard  signs (a hash of seed and column, computed on the host per launch and passed as
+//   3. Hadamard  (without RoPE the default is the tensor-core kernel further down,
+//                fp8_hadamard_mma_kernel: H_16 by mma.sync, the rest in registers) signs (a hash of seed and column, computed on the host per launch and passed as
 //                a per-lane bit mask), then the butterfly over the d index bits:
 //                bits 0-2 inside a chunk and the top log2(kChunks) bits between the chunks in
 //                registers, the bits in between across the lane group with shfl.bfly (1/sqrt(d)
@@ -39,6 +40,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cstdint>
 #include <string>
@@ -48,6 +50,7 @@
 #include "ptx/convert.cuh"
 #include "ptx/global.cuh"
 #include "ptx/ldst.cuh"
+#include "ptx/mma.cuh"
 
 namespace hattn::fp8 {
 namespace detail {
@@ -306,6 +309,271 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
     ptx::cp_async_commit_group();
 }
 
+// ---- The tensor-core Hadamard (variant kFp8MmaChunks): Q and K without RoPE ----------------------
+// The butterfly above spends ~10 instructions per element (log2(d) FADD levels, the cross-lane ones
+// with a SHFL each) and makes the Hadamard kernels issue-bound. Sylvester's H_d is a Kronecker
+// product, H_d = H_{d/16} (x) H_16 (column index = 16 j + k), so the transform splits into
+//   1. H_16 on every group of 16 consecutive columns: one 16 x 16 matrix, applied by mma.sync
+//      m16n8k16 to the 16-bit inputs as they are (bf16 or fp16: exact; +-1 products are exact and
+//      the sums are fp32) with D's signs folded into B, so the diagonal costs nothing either;
+//   2. H_{d/16} across the groups: every thread holds the same columns of every group (below), so
+//      these log2(d/16) levels are FADDs between its own registers, no shuffles.
+// About 8 instructions per element in all, as few as the plain quantizer's 10. (D's signs are hashed
+// in the kernel here, once per thread block for B: a grid-stride walk has few thread blocks.)
+//
+// Layout: 256 threads, warp w owns rows 16w..16w+15 of the block (one m16 tile per group). A block
+// lands in shared memory by cp.async (each warp copies its own rows: no barrier but the amax's),
+// the next one while this one is computed (a grid-stride walk over Q's and K's blocks keeps the
+// copies going). Rows are stored with their 16-byte chunks XOR-swizzled by row % 8, so ldmatrix's
+// 8 rows of one chunk hit 8 different bank groups. B's columns are permuted (mma_out_col) so that
+// lane (g, t)'s four accumulators of a row are output columns 16 j + 4t .. 4t + 3: one 32-bit word
+// of e4m3 per row and group, staged in the warp's own rows of the input buffer (padded pitch:
+// conflict-free), then written with 16-byte stores.
+constexpr int kMmaThreads = 256;
+constexpr int kMmaWarps = kMmaThreads / kWarpSize;
+constexpr int kMmaRows = kBlockRows / kMmaWarps;  // one m16 tile per warp
+constexpr int kMmaGroupCols = 16;                 // H_16 per mma (k = 16)
+constexpr int kMmaStages = 2;
+constexpr int kChunkBytes = 16;
+constexpr int kSwizzleRows = 8;  // ldmatrix reads 8 rows of one chunk
+constexpr int kOutPad = 16;      // bytes after each staged e4m3 row (bank spread of the word stores)
+constexpr uint16_t kBf16One = 0x3F80u, kF16One = 0x3C00u, kHalfSign = 0x8000u;
+static_assert(kMmaRows == 16, "mma.sync m16: 16 rows per warp");
+
+template <int kHeadDim>
+struct MmaLayout {
+    static constexpr int kGroups = kHeadDim / kMmaGroupCols;
+    static constexpr int kRowBytes = kHeadDim * 2;            // a 16-bit input row
+    static constexpr int kRowChunks = kRowBytes / kChunkBytes;
+    static constexpr int kStageBytes = kBlockRows * kRowBytes;
+    static constexpr int kOutPitch = kHeadDim + kOutPad;       // staged e4m3 row
+    static constexpr int kBTableBytes = kGroups * kWarpSize * kChunkBytes;  // B per group and lane
+    static constexpr int kSmemBytes = kMmaStages * kStageBytes + kBTableBytes;
+    static_assert(kRowChunks >= kSwizzleRows, "the swizzle needs 8 chunks per row");
+    static_assert(kMmaRows * kOutPitch <= kMmaRows * kRowBytes, "the e4m3 rows fit in the warp's input rows");
+};
+
+// Output column (inside a group) of accumulator column n of n8 tile q: lane t's columns 2t, 2t+1 of
+// both tiles become 4t .. 4t + 3.
+HATTN_HOST_DEVICE constexpr int mma_out_col(int q, int n) { return 4 * (n / 2) + 2 * q + n % 2; }
+
+// D H_16's entry (row k, column m) of group j as a 16-bit +-1.
+template <bool kIsBf16>
+__device__ __forceinline__ uint32_t signed_hadamard16(uint64_t seed, int j, int k, int m) {
+    const uint32_t negative = (__popc(k & m) & 1) ^ hadamard_sign_bit(seed, j * kMmaGroupCols + k);
+    return (kIsBf16 ? kBf16One : kF16One) | (negative ? kHalfSign : 0u);
+}
+
+// This warp's rows of block p into stage buffer `buffer` (rows past seqlen: zeros). Lane l copies
+// chunk l % kRowChunks of rows l / kRowChunks + i * kRowStep: its source and destination advance by
+// a constant per step, and the swizzle's row bits (row % 8 = first row + a multiple of the step, the
+// two without common bits) XOR in as a compile-time constant.
+template <int kHeadDim>
+__device__ __forceinline__ void mma_stage_rows(const Fp8Tensors& tensors, const BlockPlace& p, uint8_t* buffer,
+                                               int warp, int lane) {
+    using L = MmaLayout<kHeadDim>;
+    constexpr int kRowStep = kWarpSize / L::kRowChunks;  // rows per step: 4, 2, 1
+    static_assert(kSwizzleRows % kRowStep == 0, "the step's multiples keep the swizzle's row bits apart");
+    const Fp8Tensor& t = tensors.t[p.which];
+    const int row0 = lane / L::kRowChunks, chunk = lane % L::kRowChunks;
+    const int valid_rows = t.seqlen - (p.first_row + warp * kMmaRows);  // rows of the warp that exist
+    const uint16_t* src = p.in + static_cast<int64_t>(p.first_row + warp * kMmaRows + row0) * t.in_seq_stride +
+                          chunk * kChunkElems;
+    uint8_t* dst = buffer + (warp * kMmaRows + row0) * L::kRowBytes;
+    const int swizzled = chunk ^ row0;
+#pragma unroll
+    for (int i = 0; i < kMmaRows / kRowStep; ++i) {
+        const int row = row0 + i * kRowStep;
+        uint8_t* d = dst + i * kRowStep * L::kRowBytes + ((swizzled ^ ((i * kRowStep) % kSwizzleRows)) * kChunkBytes);
+        if (row < valid_rows) {
+            ptx::cp_async_cg_16(d, src + static_cast<int64_t>(i * kRowStep) * t.in_seq_stride);
+        } else {
+            ptx::st_shared_v4_b32(d, make_uint4(0u, 0u, 0u, 0u));
+        }
+    }
+    ptx::cp_async_commit_group();
+}
+
+// The block's scale from its amax (of the unnormalized butterfly outputs when `norm` < 1), and its
+// descale stored by one thread: written once, shared by both kernels so that they quantize alike.
+__device__ __forceinline__ float block_scale(float amax, float norm, bool write_descale, float* descale) {
+    amax *= norm;
+    if (write_descale) ptx::st_global_f32(descale, amax / kE4m3Max);
+    return amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
+}
+
+template <int kHeadDim, bool kIsBf16>
+__global__ void __launch_bounds__(kMmaThreads, 1)
+    fp8_hadamard_mma_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int total_blocks,
+                            const uint64_t seed) {
+    using L = MmaLayout<kHeadDim>;
+    constexpr int kGroups = L::kGroups;
+    extern __shared__ __align__(128) uint8_t mma_smem[];  // [kMmaStages][block], then B per group and lane
+    __shared__ float warp_amax[kStageBuffers][kMmaWarps];
+    uint4* b_table = reinterpret_cast<uint4*>(mma_smem + kMmaStages * L::kStageBytes);
+    const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    const int g = lane / 4, t = lane % 4;  // the fragment coordinates (ptx/mma.cuh)
+
+    int block = static_cast<int>(blockIdx.x);  // the launch has no more thread blocks than blocks
+    mma_stage_rows<kHeadDim>(tensors, place_block(tensors, block, q_blocks, total_blocks, 0), mma_smem, warp, lane);
+    // B = D_j H_16 with the output permutation, per group j and lane: {tile 0 b0, b1, tile 1 b0, b1}.
+    for (int e = static_cast<int>(threadIdx.x); e < kGroups * kWarpSize; e += kMmaThreads) {
+        const int j = e / kWarpSize, bg = (e % kWarpSize) / 4, bt = e % 4;
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int m = mma_out_col(q, bg);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int k = 2 * bt + 8 * half;
+                w[2 * q + half] = signed_hadamard16<kIsBf16>(seed, j, k, m) |
+                                  (signed_hadamard16<kIsBf16>(seed, j, k + 1, m) << 16);
+            }
+        }
+        b_table[e] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    __syncthreads();  // B is in place
+
+    constexpr float kNorm = inv_sqrt_head_dim<kHeadDim>();
+    BlockPlace next_place = place_block(tensors, block, q_blocks, total_blocks, 0);
+#pragma unroll 1
+    for (int i = 0; block < total_blocks; ++i, block += static_cast<int>(gridDim.x)) {
+        const BlockPlace p = next_place;
+        const Fp8Tensor& tensor = tensors.t[p.which];
+        uint8_t* buffer = mma_smem + (i % kMmaStages) * L::kStageBytes;
+        const int next = block + static_cast<int>(gridDim.x);
+        if (next < total_blocks) {
+            next_place = place_block(tensors, next, q_blocks, total_blocks, 0);
+            mma_stage_rows<kHeadDim>(tensors, next_place, mma_smem + ((i + 1) % kMmaStages) * L::kStageBytes, warp,
+                                     lane);
+        } else {
+            ptx::cp_async_commit_group();  // an empty group: the wait below counts the same
+        }
+        ptx::cp_async_wait_group<1>();  // this block's copies (the next block's may be in flight)
+        __syncwarp();                   // ... and the other lanes' copies of the warp's rows
+
+        // ---- H_16 per group by the tensor cores ----
+        float acc[kGroups][2][4];
+        // Lane l gives ldmatrix the row of matrix l / 8 (rows +0 / +8, chunks 2j / 2j + 1): chunk
+        // 2j + c of row r sits at chunk (2j) ^ (c ^ r % 8), a row base plus a constant per j.
+        const int a_row = warp * kMmaRows + (lane % 8) + 8 * ((lane / 8) % 2);
+        const uint8_t* a_base = buffer + a_row * L::kRowBytes;
+        const int a_swizzle = (lane / 16) ^ (a_row % kSwizzleRows);
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+            uint32_t a[4];
+            ptx::ldmatrix_x4(a, a_base + (((2 * j) ^ a_swizzle) * kChunkBytes));
+            const uint4 b = ptx::ld_shared_v4_b32(b_table + j * kWarpSize + lane);
+            constexpr float kZero[4] = {0.f, 0.f, 0.f, 0.f};
+            if constexpr (kIsBf16) {
+                ptx::mma_m16n8k16_f32_bf16(acc[j][0], a, b.x, b.y, kZero);
+                ptx::mma_m16n8k16_f32_bf16(acc[j][1], a, b.z, b.w, kZero);
+            } else {
+                ptx::mma_m16n8k16_f32_f16(acc[j][0], a, b.x, b.y, kZero);
+                ptx::mma_m16n8k16_f32_f16(acc[j][1], a, b.z, b.w, kZero);
+            }
+        }
+        // ---- H_{d/16} across the groups, in registers ----
+#pragma unroll
+        for (int stride = 1; stride < kGroups; stride *= 2) {
+#pragma unroll
+            for (int j = 0; j < kGroups; ++j) {
+                if ((j & stride) != 0) continue;
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    const float x = acc[j][r / 4][r % 4], y = acc[j + stride][r / 4][r % 4];
+                    acc[j][r / 4][r % 4] = x + y;
+                    acc[j + stride][r / 4][r % 4] = x - y;
+                }
+            }
+        }
+
+        // ---- amax of the block ----
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j)
+#pragma unroll
+            for (int r = 0; r < 8; ++r) amax = fmaxf(amax, fabsf(acc[j][r / 4][r % 4]));
+#pragma unroll
+        for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+            amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
+        }
+        if (lane == 0) warp_amax[i % kStageBuffers][warp] = amax;  // by parity, as in fp8_prepass_kernel
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < kMmaWarps; ++w) amax = fmaxf(amax, warp_amax[i % kStageBuffers][w]);
+        const float scale = block_scale(amax, kNorm, threadIdx.x == 0, tensor.descale + p.local_block);
+
+        // ---- quantize into the warp's rows of the buffer, then 16-byte stores ----
+        uint8_t* staged = buffer + warp * kMmaRows * L::kRowBytes;
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {  // rows g and g + 8
+                const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(acc[j][0][2 * half] * scale,
+                                                                     acc[j][0][2 * half + 1] * scale);
+                const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(acc[j][1][2 * half] * scale,
+                                                                     acc[j][1][2 * half + 1] * scale);
+                ptx::st_shared_b32(staged + (g + 8 * half) * L::kOutPitch + j * kMmaGroupCols + 4 * t, lo | (hi << 16));
+            }
+        }
+        __syncwarp();
+        constexpr int kOutChunks = kHeadDim / kChunkBytes;      // 16-byte chunks of an e4m3 row
+        constexpr int kOutRowStep = kWarpSize / kOutChunks;     // rows per store step: 8, 4, 2
+        const int out_row0 = lane / kOutChunks, out_chunk = lane % kOutChunks;
+        const int valid_rows = tensor.seqlen - (p.first_row + warp * kMmaRows);
+        uint8_t* out = p.out + static_cast<int64_t>(p.first_row + warp * kMmaRows + out_row0) * tensor.out_seq_stride +
+                       out_chunk * kChunkBytes;
+        const uint8_t* from = staged + out_row0 * L::kOutPitch + out_chunk * kChunkBytes;
+#pragma unroll
+        for (int k = 0; k < kMmaRows / kOutRowStep; ++k) {
+            if (out_row0 + k * kOutRowStep < valid_rows) {
+                ptx::st_global_v4_b32(out + static_cast<int64_t>(k * kOutRowStep) * tensor.out_seq_stride,
+                                      ptx::ld_shared_v4_b32(from + k * kOutRowStep * L::kOutPitch));
+            }
+        }
+        __syncwarp();  // the staged rows are read before the next-but-one block's copies land there
+    }
+    ptx::cp_async_wait_all();  // nothing outstanding at exit
+}
+
+// Q's and K's blocks by the tensor-core Hadamard on a grid-stride walk (as many thread blocks as
+// fit on the GPU at once).
+template <int kHeadDim, bool kIsBf16>
+cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    auto blocks_of = [&](const Fp8Tensor& t) {
+        return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
+    };
+    constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
+    constexpr int kDefaultSmemLimit = 48 * 1024;
+    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16>;
+    cudaError_t rc = cudaSuccess;
+    if (kSmem > kDefaultSmemLimit) {
+        rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        if (rc != cudaSuccess) return rc;
+    }
+    int device = 0, sms = 0, per_sm = 0;
+    if ((rc = cudaGetDevice(&device)) != cudaSuccess) return rc;
+    if ((rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return rc;
+    if ((rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMmaThreads, kSmem)) != cudaSuccess) {
+        return rc;
+    }
+    const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+    auto launch = [&](const Fp8Tensors& tensors, int64_t q_blocks, int64_t total) {
+        if (total == 0) return cudaSuccess;
+        const int64_t grid = std::min(total, resident);
+        kernel<<<static_cast<unsigned>(grid), kMmaThreads, kSmem, stream>>>(
+            tensors, static_cast<int>(q_blocks), static_cast<int>(total), a.hadamard_seed);
+        return cudaGetLastError();
+    };
+    const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k);
+    constexpr int64_t kMaxBlocks = INT32_MAX;
+    if (nq + nk <= kMaxBlocks) return launch(Fp8Tensors{{a.q, a.k, a.v}}, nq, nq + nk);
+    rc = launch(Fp8Tensors{{a.q, a.q, a.q}}, nq, nq);  // q alone: every block is a q block
+    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.k, a.k, a.k}}, nk, nk);
+    return rc;
+}
+
 // One launch quantizes all three tensors (one wave tail instead of three). V is never rotated (that
 // would change the attention output); the branch is uniform per thread block.
 // kVtOut: the V^T store path is compiled in (a tensor with vt_keys > 0 takes it). It is a separate
@@ -465,9 +733,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
         // 1/sqrt(d) along. An all-zero block gets scale 0 (zeros out, descale 0); a tiny amax must not
         // make the scale infinite (0 * inf would be NaN), so it is clamped to the largest float.
         const float norm = kHadamard && transform ? inv_sqrt_head_dim<kHeadDim>() : 1.f;
-        amax *= norm;
-        const float scale = amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
-        if (threadIdx.x == 0) ptx::st_global_f32(t.descale + local_block, amax / kE4m3Max);
+        const float scale = block_scale(amax, norm, threadIdx.x == 0, t.descale + local_block);
         auto quantize = [&](const float* x, uint32_t (&packed)[2]) {  // 8 values -> 8 e4m3 bytes
 #pragma unroll
             for (int word = 0; word < 2; ++word) {
@@ -622,6 +888,20 @@ cudaError_t launch_variant(const Fp8PrepassArgs& a, int chunks, int blocks_per_c
     return cudaErrorInvalidValue;
 }
 
+// The tensor-core Hadamard: Q and K by fp8_hadamard_mma_kernel, then V by the plain quantizer in
+// its default layout (V^T when asked for).
+template <int kHeadDim, bool kIsBf16>
+cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    const cudaError_t rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16>(a, stream);
+    if (rc != cudaSuccess) return rc;
+    constexpr Fp8PrepassVariant kQuant = fp8_default_variant(kHeadDim, Rope::kNone, false);
+    return a.v.vt_keys > 0
+               ? launch_tensors<kHeadDim, kQuant.chunks, kQuant.blocks_per_cta, kIsBf16, Rope::kNone, false, true>(
+                     a, stream, Tensors3::kV)
+               : launch_tensors<kHeadDim, kQuant.chunks, kQuant.blocks_per_cta, kIsBf16, Rope::kNone, false>(
+                     a, stream, Tensors3::kV);
+}
+
 }  // namespace detail
 
 // Quantizes q, k (RoPE and Hadamard as the args say) and v (block quantizer only) on `stream`:
@@ -631,10 +911,29 @@ template <int kHeadDim>
 cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t stream, std::string* error) {
     const Fp8PrepassVariant fallback = fp8_default_variant(kHeadDim, a.rope, a.hadamard);
     const int build_blocks = HATTN_FP8_BLOCKS_PER_CTA != 0 ? HATTN_FP8_BLOCKS_PER_CTA : fallback.blocks_per_cta;
-    const int chunks = a.variant.chunks != 0 ? a.variant.chunks : fallback.chunks;
-    const int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta : build_blocks;
+    int chunks = a.variant.chunks != 0 ? a.variant.chunks : fallback.chunks;
+    int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta
+                 : chunks == kFp8MmaChunks        ? 1  // its walk is grid-stride
+                                                  : build_blocks;
+    if (chunks == kFp8MmaChunks) {
+        if (blocks != 1) {
+            if (error != nullptr) *error = "fp8 pre-pass: the tensor-core variant takes 1 block per CTA (16x1)";
+            return cudaErrorInvalidValue;
+        }
+        if (a.hadamard && a.rope == Rope::kNone) {
+            const bool bf16 = a.dtype == fwd::Dtype::kBf16;
+            const cudaError_t rc = bf16 ? detail::launch_mma<kHeadDim, true>(a, stream)
+                                        : detail::launch_mma<kHeadDim, false>(a, stream);
+            if (rc != cudaSuccess && error != nullptr) *error = "fp8 pre-pass launch failed";
+            return rc;
+        }
+        chunks = fallback.chunks;  // no RoPE in the tensor-core kernel, nothing for it to do without the Hadamard
+        blocks = build_blocks;
+    }
     if ((chunks != 2 && chunks != 4 && chunks != 8) || (blocks != 1 && blocks != detail::kStagedBlocks)) {
-        if (error != nullptr) *error = "fp8 pre-pass: unknown variant (chunks 2, 4 or 8; blocks per CTA 1 or 4)";
+        if (error != nullptr) {
+            *error = "fp8 pre-pass: unknown variant (chunks 2, 4 or 8 with 1 or 4 blocks per CTA; or 16x1)";
+        }
         return cudaErrorInvalidValue;
     }
     const cudaError_t rc = a.dtype == fwd::Dtype::kBf16 ? detail::launch_variant<kHeadDim, true>(a, chunks, blocks, stream)

@@ -41,10 +41,32 @@ struct Fp8PrepassVariant {
     int blocks_per_cta = 0;
 };
 
+// chunks = kFp8MmaChunks names the tensor-core Hadamard (kernels/fp8_prepass.cuh:
+// fp8_hadamard_mma_kernel: H_16 per 16-column group by mma.sync) for Q and K; it exists for the
+// Hadamard without RoPE, and blocks per thread block do not apply to it (its walk is grid-stride).
+constexpr int kFp8MmaChunks = 16;
+
+constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged variants
+// The layout a call gets unless it names one: the fastest per head dim and transform in the A/B of
+// bench/RESULTS.md run 26 (H200, 16k and 64k tokens, % of the copy bandwidth at 64k):
+//   quantize only      2 chunks x 4 staged blocks at d 64 / 128 (87 / 95%), 4 x 4 at 256 (96%)
+//   Hadamard           the tensor-core kernel (kFp8MmaChunks) at every head dim, run 35 (% of
+//                      copy at 64k: 88 / 90 / 92 at d 64 / 128 / 256; the butterfly layouts'
+//                      best were 2 x 4 at d 64 (83%), 4 x 4 at 128 (81%), 8 x 4 at 256 (71%))
+//   RoPE + Hadamard    2 x 1 at d 64 / 128 (53 / 57%), 4 x 1 at 256 (54%): the staged copies
+//                      then cost more than they hide (the kernel is issue-bound)
+// (One launch quantizes Q, K and V: the transform is Q's and K's.)
+constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool hadamard) {
+    if (rope != Rope::kNone) return {head_dim == 256 ? 4 : 2, 1};
+    if (hadamard) return {kFp8MmaChunks, 1};
+    return {head_dim == 256 ? 4 : 2, kFp8StagedBlocks};
+}
+
 // Whether a variant is instantiated (kernels/fp8_prepass.cuh: variant_built): the others spill
 // under d = 256's 128-register cap (512 threads), and a call for one runs the same chunks with one
 // block per thread block where that is built, else chunks 8 with one block.
 constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
+    if (chunks == kFp8MmaChunks) return hadamard && rope == Rope::kNone && blocks_per_cta == 1;
     if (head_dim != 256) return true;
     const bool rope_only = rope != Rope::kNone && !hadamard;
     if (chunks == 4) {  // 4-64 bytes of spills
@@ -56,21 +78,9 @@ constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, R
 // What a call for (chunks, blocks_per_cta) runs: {chunks, blocks} of the fallback above.
 constexpr Fp8PrepassVariant fp8_variant_run(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
     if (fp8_variant_built(head_dim, chunks, blocks_per_cta, rope, hadamard)) return {chunks, blocks_per_cta};
+    if (chunks == kFp8MmaChunks) return fp8_default_variant(head_dim, rope, hadamard);
     if (fp8_variant_built(head_dim, chunks, 1, rope, hadamard)) return {chunks, 1};
     return {8, 1};
-}
-constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged variants
-// The layout a call gets unless it names one: the fastest per head dim and transform in the A/B of
-// bench/RESULTS.md run 26 (H200, 16k and 64k tokens, % of the copy bandwidth at 64k):
-//   quantize only      2 chunks x 4 staged blocks at d 64 / 128 (87 / 95%), 4 x 4 at 256 (96%)
-//   Hadamard           2 x 4 at d 64 (81%), 4 x 4 at 128 (81%), 8 x 4 at 256 (72%)
-//   RoPE + Hadamard    2 x 1 at d 64 / 128 (53 / 57%), 4 x 1 at 256 (54%): the staged copies
-//                      then cost more than they hide (the kernel is issue-bound)
-// (One launch quantizes Q, K and V: the transform is Q's and K's.)
-constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool hadamard) {
-    if (rope != Rope::kNone) return {head_dim == 256 ? 4 : 2, 1};
-    if (hadamard) return {head_dim == 64 ? 2 : head_dim == 128 ? 4 : 8, kFp8StagedBlocks};
-    return {head_dim == 256 ? 4 : 2, kFp8StagedBlocks};
 }
 
 struct Fp8PrepassArgs {
