@@ -6,7 +6,9 @@
 // a hair on either side of each midpoint, values past 448 (satfinite), +-inf, NaN and random
 // floats over the whole range; each is converted once as the low and once as the high half, so a
 // swapped byte order fails. cp.async + ld.shared.v4: a rotated copy through shared memory (each
-// thread reads back another thread's chunk after a barrier, so the wait must cover the copies).
+// thread reads back another thread's chunk after a barrier, so the wait must cover the copies);
+// two cp.async groups in flight, cp_async_wait_group<1> then <0> (a double buffer), with
+// st.shared.v4 and st.global.v4 carrying the chunks on.
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
@@ -48,6 +50,13 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(const uint32_t* in, uint
     hattn::ptx::st_global_f32(out_f32 + i + 1, f.y);
     hattn::ptx::st_global_f32(out_f32 + i + 2, f.z);
     hattn::ptx::st_global_f32(out_f32 + i + 3, f.w);
+    // ... and once more through the 2-float and 1-float loads, into the same words (same values).
+    const float* in_f32 = reinterpret_cast<const float*>(in) + i;
+    const float2 pair = hattn::ptx::ld_global_nc_v2_f32(in_f32);
+    hattn::ptx::st_global_f32(out_f32 + i + 0, pair.x);
+    hattn::ptx::st_global_f32(out_f32 + i + 1, pair.y);
+    hattn::ptx::st_global_f32(out_f32 + i + 2, hattn::ptx::ld_global_nc_f32(in_f32 + 2));
+    hattn::ptx::st_global_f32(out_f32 + i + 3, hattn::ptx::ld_global_nc_f32(in_f32 + 3));
 }
 
 // Each thread cp.asyncs one 16-byte chunk into shared memory, waits, and after a barrier reads its
@@ -64,6 +73,27 @@ __global__ void __launch_bounds__(kThreads) cp_async_kernel(const uint32_t* in, 
     const uint4 v = hattn::ptx::ld_shared_v4_b32(&staged[from]);
     hattn::ptx::st_global_v2_b32(out + base + 4 * t, v.x, v.y);
     hattn::ptx::st_global_v2_b32(out + base + 4 * t + 2, v.z, v.w);
+}
+
+// Two groups per thread (buffer 0 from the first half of `in`, buffer 1 from the second): after
+// wait_group<1> and a barrier buffer 0 is complete and is passed on through st.shared.v4; after
+// wait_group<0> buffer 1 too. out0[t] = first half's chunk (t + 1 + 3) % n through `passed`,
+// out1[t] = second half's chunk (t + 2) % n, both written with st.global.v4.
+__global__ void __launch_bounds__(kThreads) cp_async_groups_kernel(const uint32_t* in, uint32_t* out0, uint32_t* out1) {
+    __shared__ uint4 staged[2][kThreads];
+    __shared__ uint4 passed[kThreads];
+    const int t = static_cast<int>(threadIdx.x);
+    hattn::ptx::cp_async_cg_16(&staged[0][t], in + 4 * t);
+    hattn::ptx::cp_async_commit_group();
+    hattn::ptx::cp_async_cg_16(&staged[1][t], in + 4 * (kThreads + t));
+    hattn::ptx::cp_async_commit_group();
+    hattn::ptx::cp_async_wait_group<1>();
+    __syncthreads();
+    hattn::ptx::st_shared_v4_b32(&passed[t], hattn::ptx::ld_shared_v4_b32(&staged[0][(t + 1) % kThreads]));
+    hattn::ptx::cp_async_wait_group<0>();
+    __syncthreads();
+    hattn::ptx::st_global_v4_b32(out0 + 4 * t, hattn::ptx::ld_shared_v4_b32(&passed[(t + 3) % kThreads]));
+    hattn::ptx::st_global_v4_b32(out1 + 4 * t, hattn::ptx::ld_shared_v4_b32(&staged[1][(t + 2) % kThreads]));
 }
 
 std::vector<float> e4m3_inputs() {
@@ -176,6 +206,33 @@ TEST(PtxFp8, CpAsyncThroughSharedMemory) {
         for (int t = 0; t < kThreads; ++t)
             for (int w = 0; w < 4; ++w) want[b * kBlockWords + 4 * t + w] = in[b * kBlockWords + 4 * ((t + 1) % kThreads) + w];
     EXPECT_EQ(out, want);
+}
+
+TEST(PtxFp8, CpAsyncTwoGroupsAndVectorStores) {
+    HATTN_REQUIRE_HOPPER();
+    constexpr int kWords = 2 * kThreads * 4;
+    std::vector<uint32_t> in(kWords);
+    for (int i = 0; i < kWords; ++i) in[i] = 0x9E3779B9u * static_cast<uint32_t>(i + 1);
+    DeviceBuffer<uint32_t> d_in(in.size()), d_out0(kWords / 2), d_out1(kWords / 2);
+    HATTN_CUDA_CHECK(d_in.status);
+    HATTN_CUDA_CHECK(d_out0.status);
+    HATTN_CUDA_CHECK(d_out1.status);
+    HATTN_CUDA_CHECK(cudaMemcpy(d_in.ptr, in.data(), d_in.bytes(), cudaMemcpyHostToDevice));
+    HATTN_CUDA_CHECK(cudaMemset(d_out0.ptr, 0, d_out0.bytes()));
+    HATTN_CUDA_CHECK(cudaMemset(d_out1.ptr, 0, d_out1.bytes()));
+    cp_async_groups_kernel<<<1, kThreads>>>(d_in.ptr, d_out0.ptr, d_out1.ptr);
+    HATTN_CUDA_CHECK(cudaGetLastError());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint32_t> out0(kWords / 2), out1(kWords / 2), want0(kWords / 2), want1(kWords / 2);
+    HATTN_CUDA_CHECK(cudaMemcpy(out0.data(), d_out0.ptr, d_out0.bytes(), cudaMemcpyDeviceToHost));
+    HATTN_CUDA_CHECK(cudaMemcpy(out1.data(), d_out1.ptr, d_out1.bytes(), cudaMemcpyDeviceToHost));
+    for (int t = 0; t < kThreads; ++t)
+        for (int w = 0; w < 4; ++w) {
+            want0[4 * t + w] = in[4 * ((t + 4) % kThreads) + w];
+            want1[4 * t + w] = in[4 * (kThreads + (t + 2) % kThreads) + w];
+        }
+    EXPECT_EQ(out0, want0);
+    EXPECT_EQ(out1, want1);
 }
 
 }  // namespace
