@@ -40,19 +40,6 @@ __device__ __forceinline__ void st_global_b32(void* p, uint32_t a) {
     asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(a));
 }
 
-// PTX ISA 9.7.9.9 ld.global.nc: 2 floats / 1 float through the read-only path, cached in L1 (the
-// RoPE tables in the tensor-core pre-pass's fragment order).
-__device__ __forceinline__ float2 ld_global_nc_v2_f32(const float* p) {
-    float2 r;
-    asm("ld.global.nc.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p));
-    return r;
-}
-__device__ __forceinline__ float ld_global_nc_f32(const float* p) {
-    float r;
-    asm("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(p));
-    return r;
-}
-
 // PTX ISA 9.7.9.11 st.global.v4.b32: 16 bytes to global memory (16-byte aligned).
 __device__ __forceinline__ void st_global_v4_b32(void* p, uint4 a) {
     asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w));

@@ -50,13 +50,6 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(const uint32_t* in, uint
     hattn::ptx::st_global_f32(out_f32 + i + 1, f.y);
     hattn::ptx::st_global_f32(out_f32 + i + 2, f.z);
     hattn::ptx::st_global_f32(out_f32 + i + 3, f.w);
-    // ... and once more through the 2-float and 1-float loads, into the same words (same values).
-    const float* in_f32 = reinterpret_cast<const float*>(in) + i;
-    const float2 pair = hattn::ptx::ld_global_nc_v2_f32(in_f32);
-    hattn::ptx::st_global_f32(out_f32 + i + 0, pair.x);
-    hattn::ptx::st_global_f32(out_f32 + i + 1, pair.y);
-    hattn::ptx::st_global_f32(out_f32 + i + 2, hattn::ptx::ld_global_nc_f32(in_f32 + 2));
-    hattn::ptx::st_global_f32(out_f32 + i + 3, hattn::ptx::ld_global_nc_f32(in_f32 + 3));
 }
 
 // Each thread cp.asyncs one 16-byte chunk into shared memory, waits, and after a barrier reads its

@@ -402,60 +402,12 @@ __device__ __forceinline__ float block_scale(float amax, float norm, bool write_
     return amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
 }
 
-// RoPE on the way (kRope): the rotation needs fp32, and the tensor cores take 16-bit operands. A
-// rotated fp32 value x is exactly hi + mid + lo with three bf16 terms (round to nearest takes 8 of
-// its 24 significant bits each time, and each residual is exact in fp32), so three mma.sync per
-// tile see exactly the fp32 input the butterfly kernels transform: the same error model, at the
-// price of the split (~5 instructions per element) and two more mma per tile. Both RoPE pairings
-// stay inside a thread: (2i, 2i+1) are one register's halves, (i, i + d/2) the same register of
-// groups j and j + d/32. Measured (bench/RESULTS.md run 35d): correct (the 176 float64 cases) but
-// slower than the butterfly's 2x1 layout (35-47% of copy against 50-57%): the cos/sin loads sit in
-// the loop in fragment order (8- or 4-byte pieces) and stall it, and 180-255 registers leave one
-// thread block per SM. So the default with RoPE stays the butterfly; next: cp.async the block's
-// table rows into shared memory with its data, one block ahead.
-template <bool kIsBf16>
-__device__ __forceinline__ void mma_h16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
-                                        const float (&c)[4]) {
-    if constexpr (kIsBf16) {
-        ptx::mma_m16n8k16_f32_bf16(d, a, b0, b1, c);
-    } else {
-        ptx::mma_m16n8k16_f32_f16(d, a, b0, b1, c);
-    }
-}
-
-// acc (both n8 tiles of a group) = x B for fp32 A values x[register][half], through hi + mid + lo.
-__device__ __forceinline__ void mma_h16_split3(float (&acc)[2][4], const float (&x)[4][2], const uint4& b) {
-    uint32_t part[3][4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        float x0 = x[r][0], x1 = x[r][1];
-#pragma unroll
-        for (int k = 0; k < 3; ++k) {
-            part[k][r] = ptx::cvt_rn_bf16x2_f32(x0, x1);
-            float h0, h1;
-            ptx::unpack_x2_f32<true>(part[k][r], h0, h1);
-            x0 -= h0;  // exact (see above)
-            x1 -= h1;
-        }
-    }
-    constexpr float kZero[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-        const uint32_t b0 = q == 0 ? b.x : b.z, b1 = q == 0 ? b.y : b.w;
-        mma_h16<true>(acc[q], part[2], b0, b1, kZero);  // the small terms first
-        mma_h16<true>(acc[q], part[1], b0, b1, acc[q]);
-        mma_h16<true>(acc[q], part[0], b0, b1, acc[q]);
-    }
-}
-
-template <int kHeadDim, bool kIsBf16, Rope kRope = Rope::kNone>
+template <int kHeadDim, bool kIsBf16>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     fp8_hadamard_mma_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int total_blocks,
-                            const uint64_t seed, const float* __restrict__ rope_cos,
-                            const float* __restrict__ rope_sin) {
+                            const uint64_t seed) {
     using L = MmaLayout<kHeadDim>;
     constexpr int kGroups = L::kGroups;
-    constexpr bool kBf16Mma = kIsBf16 || kRope != Rope::kNone;  // RoPE's split terms are bf16
     extern __shared__ __align__(128) uint8_t mma_smem[];  // [kMmaStages][block], then B per group and lane
     __shared__ float warp_amax[kStageBuffers][kMmaWarps];
     uint4* b_table = reinterpret_cast<uint4*>(mma_smem + kMmaStages * L::kStageBytes);
@@ -474,8 +426,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int k = 2 * bt + 8 * half;
-                w[2 * q + half] = signed_hadamard16<kBf16Mma>(seed, j, k, m) |
-                                  (signed_hadamard16<kBf16Mma>(seed, j, k + 1, m) << 16);
+                w[2 * q + half] = signed_hadamard16<kIsBf16>(seed, j, k, m) |
+                                  (signed_hadamard16<kIsBf16>(seed, j, k + 1, m) << 16);
             }
         }
         b_table[e] = make_uint4(w[0], w[1], w[2], w[3]);
@@ -507,78 +459,18 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         const int a_row = warp * kMmaRows + (lane % 8) + 8 * ((lane / 8) % 2);
         const uint8_t* a_base = buffer + a_row * L::kRowBytes;
         const int a_swizzle = (lane / 16) ^ (a_row % kSwizzleRows);
-        auto load_a = [&](int j, uint32_t (&a)[4]) {
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+            uint32_t a[4];
             ptx::ldmatrix_x4(a, a_base + (((2 * j) ^ a_swizzle) * kChunkBytes));
-        };
-        if constexpr (kRope == Rope::kNone) {
-#pragma unroll
-            for (int j = 0; j < kGroups; ++j) {
-                uint32_t a[4];
-                load_a(j, a);
-                const uint4 b = ptx::ld_shared_v4_b32(b_table + j * kWarpSize + lane);
-                constexpr float kZero[4] = {0.f, 0.f, 0.f, 0.f};
-                mma_h16<kIsBf16>(acc[j][0], a, b.x, b.y, kZero);
-                mma_h16<kIsBf16>(acc[j][1], a, b.z, b.w, kZero);
-            }
-        } else {
-            // Register r of a group: row g + 8 (r % 2), columns 16 j + 2t + 8 (r / 2) + {0, 1}. Rows
-            // past seqlen are zeros and read no table row (cos 0, sin 0 keeps them zero).
-            const int seq_row0 = p.first_row + warp * kMmaRows + g;
-            const int64_t half_cols = kHeadDim / 2;
-            const float* cos_rows[2];
-            const float* sin_rows[2];
-            bool row_ok[2];
-#pragma unroll
-            for (int rh = 0; rh < 2; ++rh) {
-                row_ok[rh] = seq_row0 + 8 * rh < tensor.seqlen;
-                const int64_t table_row = static_cast<int64_t>(row_ok[rh] ? seq_row0 + 8 * rh + tensor.rope_offset : 0);
-                cos_rows[rh] = rope_cos + table_row * half_cols;
-                sin_rows[rh] = rope_sin + table_row * half_cols;
-            }
-            auto widen = [&](uint32_t word, float (&x)[2]) { ptx::unpack_x2_f32<kIsBf16>(word, x[0], x[1]); };
-            if constexpr (kRope == Rope::kHalf) {
-#pragma unroll
-                for (int j = 0; j < kGroups / 2; ++j) {  // columns 16 j + k pair with 16 (j + d/32) + k
-                    uint32_t a_lo[4], a_hi[4];
-                    load_a(j, a_lo);
-                    load_a(j + kGroups / 2, a_hi);
-                    float x_lo[4][2], x_hi[4][2];
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        widen(a_lo[r], x_lo[r]);
-                        widen(a_hi[r], x_hi[r]);
-                        const int pair = j * kMmaGroupCols + 2 * t + 8 * (r / 2);
-                        float2 c = make_float2(0.f, 0.f), sn = make_float2(0.f, 0.f);
-                        if (row_ok[r % 2]) {
-                            c = ptx::ld_global_nc_v2_f32(cos_rows[r % 2] + pair);
-                            sn = ptx::ld_global_nc_v2_f32(sin_rows[r % 2] + pair);
-                        }
-                        rotate(x_lo[r][0], x_hi[r][0], c.x, sn.x);
-                        rotate(x_lo[r][1], x_hi[r][1], c.y, sn.y);
-                    }
-                    mma_h16_split3(acc[j], x_lo, ptx::ld_shared_v4_b32(b_table + j * kWarpSize + lane));
-                    mma_h16_split3(acc[j + kGroups / 2], x_hi,
-                                   ptx::ld_shared_v4_b32(b_table + (j + kGroups / 2) * kWarpSize + lane));
-                }
-            } else {  // interleaved: pair i = columns (2i, 2i + 1), one register
-#pragma unroll
-                for (int j = 0; j < kGroups; ++j) {
-                    uint32_t a[4];
-                    load_a(j, a);
-                    float x[4][2];
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        widen(a[r], x[r]);
-                        const int pair = (j * kMmaGroupCols + 2 * t + 8 * (r / 2)) / 2;
-                        float c = 0.f, sn = 0.f;
-                        if (row_ok[r % 2]) {
-                            c = ptx::ld_global_nc_f32(cos_rows[r % 2] + pair);
-                            sn = ptx::ld_global_nc_f32(sin_rows[r % 2] + pair);
-                        }
-                        rotate(x[r][0], x[r][1], c, sn);
-                    }
-                    mma_h16_split3(acc[j], x, ptx::ld_shared_v4_b32(b_table + j * kWarpSize + lane));
-                }
+            const uint4 b = ptx::ld_shared_v4_b32(b_table + j * kWarpSize + lane);
+            constexpr float kZero[4] = {0.f, 0.f, 0.f, 0.f};
+            if constexpr (kIsBf16) {
+                ptx::mma_m16n8k16_f32_bf16(acc[j][0], a, b.x, b.y, kZero);
+                ptx::mma_m16n8k16_f32_bf16(acc[j][1], a, b.z, b.w, kZero);
+            } else {
+                ptx::mma_m16n8k16_f32_f16(acc[j][0], a, b.x, b.y, kZero);
+                ptx::mma_m16n8k16_f32_f16(acc[j][1], a, b.z, b.w, kZero);
             }
         }
         // ---- H_{d/16} across the groups, in registers ----
@@ -647,14 +539,14 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 
 // Q's and K's blocks by the tensor-core Hadamard on a grid-stride walk (as many thread blocks as
 // fit on the GPU at once).
-template <int kHeadDim, bool kIsBf16, Rope kRope>
+template <int kHeadDim, bool kIsBf16>
 cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
     auto blocks_of = [&](const Fp8Tensor& t) {
         return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
     };
     constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
     constexpr int kDefaultSmemLimit = 48 * 1024;
-    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
+    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16>;
     cudaError_t rc = cudaSuccess;
     if (kSmem > kDefaultSmemLimit) {
         rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -671,7 +563,7 @@ cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream)
         if (total == 0) return cudaSuccess;
         const int64_t grid = std::min(total, resident);
         kernel<<<static_cast<unsigned>(grid), kMmaThreads, kSmem, stream>>>(
-            tensors, static_cast<int>(q_blocks), static_cast<int>(total), a.hadamard_seed, a.rope_cos, a.rope_sin);
+            tensors, static_cast<int>(q_blocks), static_cast<int>(total), a.hadamard_seed);
         return cudaGetLastError();
     };
     const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k);
@@ -1000,12 +892,7 @@ cudaError_t launch_variant(const Fp8PrepassArgs& a, int chunks, int blocks_per_c
 // its default layout (V^T when asked for).
 template <int kHeadDim, bool kIsBf16>
 cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    cudaError_t rc = cudaErrorInvalidValue;
-    switch (a.rope) {
-        case Rope::kNone: rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16, Rope::kNone>(a, stream); break;
-        case Rope::kInterleaved: rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16, Rope::kInterleaved>(a, stream); break;
-        case Rope::kHalf: rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16, Rope::kHalf>(a, stream); break;
-    }
+    const cudaError_t rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16>(a, stream);
     if (rc != cudaSuccess) return rc;
     constexpr Fp8PrepassVariant kQuant = fp8_default_variant(kHeadDim, Rope::kNone, false);
     return a.v.vt_keys > 0
@@ -1033,14 +920,14 @@ cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t st
             if (error != nullptr) *error = "fp8 pre-pass: the tensor-core variant takes 1 block per CTA (16x1)";
             return cudaErrorInvalidValue;
         }
-        if (fp8_variant_built(kHeadDim, kFp8MmaChunks, 1, a.rope, a.hadamard)) {
+        if (a.hadamard && a.rope == Rope::kNone) {
             const bool bf16 = a.dtype == fwd::Dtype::kBf16;
             const cudaError_t rc = bf16 ? detail::launch_mma<kHeadDim, true>(a, stream)
                                         : detail::launch_mma<kHeadDim, false>(a, stream);
             if (rc != cudaSuccess && error != nullptr) *error = "fp8 pre-pass launch failed";
             return rc;
         }
-        chunks = fallback.chunks;  // nothing for the tensor-core kernel to do without the Hadamard
+        chunks = fallback.chunks;  // no RoPE in the tensor-core kernel, nothing for it to do without the Hadamard
         blocks = build_blocks;
     }
     if ((chunks != 2 && chunks != 4 && chunks != 8) || (blocks != 1 && blocks != detail::kStagedBlocks)) {
