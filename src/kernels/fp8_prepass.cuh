@@ -10,12 +10,13 @@
 //   2. RoPE      both conventions pair elements a thread already holds: interleaved pairs
 //                (2i, 2i+1) sit inside a chunk, half-split pairs (i, i+d/2) are the same register
 //                of chunks k and k + kChunks/2 -- so the rotation is register arithmetic;
-//   3. Hadamard  (without RoPE the default is the tensor-core kernel further down,
-//                fp8_hadamard_mma_kernel: H_16 by mma.sync, the rest in registers) signs (a hash of seed and column, computed on the host per launch and passed as
+//   3. Hadamard  signs (a hash of seed and column, computed on the host per launch and passed as
 //                a per-lane bit mask), then the butterfly over the d index bits:
 //                bits 0-2 inside a chunk and the top log2(kChunks) bits between the chunks in
 //                registers, the bits in between across the lane group with shfl.bfly (1/sqrt(d)
 //                is folded into the quantization scale);
+//                (Without RoPE the default is the tensor-core kernel further down,
+//                fp8_hadamard_mma_kernel: H_16 by mma.sync, the rest in registers.)
 //   4. amax      per thread, per warp (shuffles), per block (shared memory);
 //   5. quantize  y * 448 / amax -> cvt.rn.satfinite.e4m3x2 -> two 8-byte stores per row, and
 //                the block's descale amax / 448; or, for V with HATTN_FP8_PREPASS_V_TRANSPOSED,
@@ -394,6 +395,11 @@ __device__ __forceinline__ void mma_stage_rows(const Fp8Tensors& tensors, const 
     ptx::cp_async_commit_group();
 }
 
+// 128-row blocks of one tensor over every (batch, head): its descale count, and its share of a launch.
+inline int64_t tensor_blocks(const Fp8Tensor& t, int batch) {
+    return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * batch;
+}
+
 // The block's scale from its amax (of the unnormalized butterfly outputs when `norm` < 1), and its
 // descale stored by one thread: written once, shared by both kernels so that they quantize alike.
 __device__ __forceinline__ float block_scale(float amax, float norm, bool write_descale, float* descale) {
@@ -541,9 +547,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 // fit on the GPU at once).
 template <int kHeadDim, bool kIsBf16>
 cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    auto blocks_of = [&](const Fp8Tensor& t) {
-        return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
-    };
+    auto blocks_of = [&](const Fp8Tensor& t) { return tensor_blocks(t, a.batch); };
     constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
     constexpr int kDefaultSmemLimit = 48 * 1024;
     auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16>;
@@ -780,9 +784,7 @@ enum class Tensors3 { kAll, kQK, kV };
 
 template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard, bool kVtOut = false>
 cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream, Tensors3 which = Tensors3::kAll) {
-    auto blocks_of = [&](const Fp8Tensor& t) {
-        return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * a.batch;
-    };
+    auto blocks_of = [&](const Fp8Tensor& t) { return tensor_blocks(t, a.batch); };
     const int64_t nq = which == Tensors3::kV ? 0 : blocks_of(a.q), nk = which == Tensors3::kV ? 0 : blocks_of(a.k),
                   nv = which == Tensors3::kQK ? 0 : blocks_of(a.v);
     const HadamardSigns signs = make_lane_signs<kHeadDim, kChunks>(a.hadamard_seed);
