@@ -11,7 +11,7 @@
 //             rope_half+hadamard writing V as V^T for the FP8 forward (+vt)
 //   variants  <chunks>x<blocks per CTA> (kernels/fp8_prepass.cuh: Layout, kStagedBlocks): 2x1,
 //             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4, 16x1 (the tensor-core Hadamard,
-//             kFp8MmaChunks: Q and K with the Hadamard and no RoPE); a variant that is not built (it would
+//             kFp8MmaChunks: Q and K with the Hadamard, RoPE or not); a variant that is not built (it would
 //             spill at d 256) runs its fallback (fp8_variant_run), marked "*".
 // GB/s of the pre-pass counts 2 bytes read and 1 written per element plus the descales (the rotary
 // tables, read from L2 by every head, are not counted), as bench/fp8_prepass_bench.cu does.

@@ -273,7 +273,9 @@ HATTN_API hattn_fp8_prepass_params hattn_fp8_prepass_params_contiguous(
 HATTN_API hattn_status hattn_fp8_prepass_validate(const hattn_fp8_prepass_params* params, char* msg, size_t msg_len);
 
 /* The FP8 pre-pass on `stream`: for each row x (head_dim values) of q and k,
- *   1. RoPE (if rope != HATTN_ROPE_NONE), computed in fp32;
+ *   1. RoPE (if rope != HATTN_ROPE_NONE), computed in fp32 (x_a cos - x_b sin and x_a sin + x_b cos,
+ *      one fma each); with the Hadamard the rotated values are then rounded to bf16, the type the
+ *      tensor cores take them in (a relative error of 2^-9, 1/32 of the e4m3 step that follows);
  *   2. the random-sign Hadamard transform (if hadamard): y = x D H / sqrt(head_dim), H the
  *      Sylvester Hadamard matrix (H[i][j] = (-1)^popcount(i & j)), D = diag(s_c) with
  *      s_c = -1 where the top bit of splitmix64(hadamard_seed + c) is set, else +1 (splitmix64:

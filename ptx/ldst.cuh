@@ -81,6 +81,13 @@ __device__ __forceinline__ uint4 ld_shared_v4_b32(const void* p) {
     return r;
 }
 
+// PTX ISA 9.7.9.8 ld.shared.v2.b32: 8 bytes (8-byte aligned; see ld_shared_v4_b32).
+__device__ __forceinline__ uint2 ld_shared_v2_b32(const void* p) {
+    uint2 r;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "r"(smem_u32(p)) : "memory");
+    return r;
+}
+
 // PTX ISA 9.7.9.9 st.shared.v4.b32: 16 bytes (16-byte aligned; see ld_shared_v2_f32).
 __device__ __forceinline__ void st_shared_v4_b32(void* p, uint4 a) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(smem_u32(p)), "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w)

@@ -90,6 +90,18 @@ bool variant_from_env(hattn::fp8::Fp8PrepassVariant& variant) {
     return true;
 }
 
+// How the kernel this case runs evaluates RoPE (testing/fp8_reference.h: RopeEval): the
+// tensor-core Hadamard rounds the rotated values to bf16, the butterfly kernels keep fp32.
+ht::RopeEval rope_eval_of(const Case& c) {
+    namespace f8 = hattn::fp8;
+    const f8::Rope rope = static_cast<f8::Rope>(static_cast<int>(c.rope));
+    f8::Fp8PrepassVariant v;
+    const f8::Fp8PrepassVariant run = variant_from_env(v)
+                                          ? f8::fp8_variant_run(c.head_dim, v.chunks, v.blocks_per_cta, rope, c.hadamard)
+                                          : f8::fp8_default_variant(c.head_dim, rope, c.hadamard);
+    return c.hadamard && run.chunks == f8::kFp8MmaChunks ? ht::RopeEval::kRotateBf16 : ht::RopeEval::kFp32;
+}
+
 // A [b, s, h, d] tensor: its strides and the elements its buffer holds.
 struct Layout {
     int64_t batch_stride, seq_stride, head_stride, size;
@@ -160,8 +172,9 @@ ht::Fp8ReferenceResult check_tensor(const char* name, const Case& c, const Tenso
                                     const std::vector<float>& descale, hattn_rope rope, bool hadamard,
                                     const std::vector<float>& cos, const std::vector<float>& sin, int rope_offset) {
     SCOPED_TRACE(name);
-    const ht::Fp8ReferenceResult r = ht::reference_fp8_prepass_fp64(
-        t.host.data(), reference_layout(c, t), rope, cos.data(), sin.data(), rope_offset, hadamard, kSeed);
+    const ht::Fp8ReferenceResult r =
+        ht::reference_fp8_prepass_fp64(t.host.data(), reference_layout(c, t), rope, cos.data(), sin.data(),
+                                       rope_offset, hadamard, kSeed, rope_eval_of(c));
     // Descales.
     EXPECT_EQ(descale.size(), r.descale.size());
     int bad_descales = 0;

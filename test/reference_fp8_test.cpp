@@ -283,3 +283,38 @@ TEST(BlockQuantizer, Fp32ErrorBoundHolds) {
         }
     }
 }
+
+// RopeEval::kRotateBf16 (the tensor-core kernel's RoPE): every rotated value is a bf16, within half a
+// bf16 ulp (plus the fp32 rotation's error) of the exact rotation, ties go to even, and the
+// Hadamard's error bound then starts from those exact values (it is smaller than kFp32's).
+TEST(BlockQuantizer, RopeRoundedToBf16) {
+    EXPECT_EQ(ht::round_to_bf16(1.0f + 0x1p-8f), 1.0f);                   // a tie: to even (down)
+    EXPECT_EQ(ht::round_to_bf16(1.0f + 3 * 0x1p-8f), 1.0f + 0x1p-6f);     // a tie: to even (up)
+    EXPECT_EQ(ht::round_to_bf16(-(1.0f + 0x1p-7f + 0x1p-9f)), -(1.0f + 0x1p-7f));
+    std::mt19937_64 rng(12);
+    std::normal_distribution<float> normal;
+    for (int d : {64, 128, 256}) {
+        const int rows = 64;
+        ht::Fp8TensorLayout layout{1, rows, 1, d, int64_t{rows} * d, d, d};
+        std::vector<float> x(static_cast<size_t>(rows) * d), cos, sin;
+        for (auto& v : x) v = ht::round_to_bf16(normal(rng));
+        ht::rope_tables(rows, d, &cos, &sin);
+        for (hattn_rope rope : {HATTN_ROPE_HALF, HATTN_ROPE_INTERLEAVED}) {
+            const ht::Fp8ReferenceResult exact =
+                ht::reference_fp8_prepass_fp64(x.data(), layout, rope, cos.data(), sin.data(), 0, false, 0);
+            const ht::Fp8ReferenceResult rounded = ht::reference_fp8_prepass_fp64(
+                x.data(), layout, rope, cos.data(), sin.data(), 0, false, 0, ht::RopeEval::kRotateBf16);
+            for (size_t i = 0; i < x.size(); ++i) {
+                const double v = rounded.transformed[i];
+                ASSERT_EQ(static_cast<double>(ht::round_to_bf16(static_cast<float>(v))), v) << i;
+                // Half a bf16 ulp (2^-8 relative at most) plus the fp32 rotation's few ulps.
+                ASSERT_LE(std::fabs(v - exact.transformed[i]), 0x1p-8 * std::fabs(exact.transformed[i]) + 4e-6) << i;
+            }
+            const ht::Fp8ReferenceResult had = ht::reference_fp8_prepass_fp64(
+                x.data(), layout, rope, cos.data(), sin.data(), 0, true, 5, ht::RopeEval::kRotateBf16);
+            const ht::Fp8ReferenceResult had32 =
+                ht::reference_fp8_prepass_fp64(x.data(), layout, rope, cos.data(), sin.data(), 0, true, 5);
+            EXPECT_LT(had.fp32_error_bound[0], had32.fp32_error_bound[0]) << "d " << d;
+        }
+    }
+}

@@ -310,86 +310,163 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
     ptx::cp_async_commit_group();
 }
 
-// ---- The tensor-core Hadamard (variant kFp8MmaChunks): Q and K without RoPE ----------------------
+// ---- The tensor-core Hadamard (variant kFp8MmaChunks): Q and K, with or without RoPE ------------
 // The butterfly above spends ~10 instructions per element (log2(d) FADD levels, the cross-lane ones
 // with a SHFL each) and makes the Hadamard kernels issue-bound. Sylvester's H_d is a Kronecker
-// product, H_d = H_{d/16} (x) H_16 (column index = 16 j + k), so the transform splits into
-//   1. H_16 on every group of 16 consecutive columns: one 16 x 16 matrix, applied by mma.sync
-//      m16n8k16 to the 16-bit inputs as they are (bf16 or fp16: exact; +-1 products are exact and
-//      the sums are fp32) with D's signs folded into B, so the diagonal costs nothing either;
-//   2. H_{d/16} across the groups: every thread holds the same columns of every group (below), so
-//      these log2(d/16) levels are FADDs between its own registers, no shuffles.
-// About 8 instructions per element in all, as few as the plain quantizer's 10. (D's signs are hashed
-// in the kernel here, once per thread block for B: a grid-stride walk has few thread blocks.)
+// product of d's index bits, H[c][o] = (-1)^popcount(c & o), so any 4 of the log2(d) column bits can
+// go to one 16 x 16 matrix and the rest to butterfly levels:
+//   1. the 4 "mma bits" {0, 2, 3, 4} of every 32-column span by mma.sync m16n8k16 on the 16-bit
+//      inputs as they are (+-1 products are exact, the sums fp32), D's signs folded into B;
+//   2. the other bits (bit 1, and the span index, bits >= 5) as FADD levels between a thread's own
+//      registers: every thread holds the same columns of every span, so no shuffles.
+// About 10 instructions per element with RoPE, fewer without.
 //
-// Layout: 256 threads, warp w owns rows 16w..16w+15 of the block (one m16 tile per group). A block
-// lands in shared memory by cp.async (each warp copies its own rows: no barrier but the amax's),
-// the next one while this one is computed (a grid-stride walk over Q's and K's blocks keeps the
-// copies going). Rows are stored with their 16-byte chunks XOR-swizzled by row % 8, so ldmatrix's
-// 8 rows of one chunk hit 8 different bank groups. B's columns are permuted (mma_out_col) so that
-// lane (g, t)'s four accumulators of a row are output columns 16 j + 4t .. 4t + 3: one 32-bit word
-// of e4m3 per row and group, staged in the warp's own rows of the input buffer (padded pitch:
-// conflict-free), then written with 16-byte stores.
+// Layout: 256 threads, warp w owns rows 16w..16w+15 of the block; lane group g (lane / 4) rows g
+// and g + 8 of them. Lane (g, q) reads with one 16-byte shared-memory load the 8 contiguous columns
+// 32m + 8q .. +7 of span m of one row: words w0..w3 (column pairs), and these four registers are the
+// A operand as they are: the mma's rows g and g + 8 are the two halves of the same input row
+// (a0 = w0, a2 = w2: columns 8q + {0, 1, 4, 5}; a1 = w1, a3 = w3: 8q + {2, 3, 6, 7}). So mma index
+// k = e + 2q + 8h is column 8q + 4h + e of the first half and column + 2 of the second: the mma
+// sums over column bits {0, 2, 3, 4}, and bit 1 (the mma row half) is a FADD level between a
+// lane's own accumulators. B is shared by both halves, so D's sign is B's for the first half; the
+// second half's words get the ratio of the two signs (an XOR of sign bits, sign_ratio_mask).
+// B's columns are ordered the same way (mma_out_col), so after the FADD levels a lane holds output
+// columns 32m + 8q .. +7 of its rows: 8 contiguous e4m3 bytes, one 8-byte store straight to global
+// memory (4 lanes fill a row's 32-byte sector).
+//   Why this order and not ldmatrix's: RoPE pairs columns, and here each pair sits in one thread --
+// interleaved pairs (2i, 2i + 1) are one word, half-split pairs (i, i + d/2) the same word of spans
+// m and m + d/64 -- and its cos/sin are 4 contiguous floats per word quad (one 16-byte load each).
+//   RoPE rotates in fp32 and rounds the result once to bf16 for the mma (bf16 also for fp16 inputs:
+// a rotation can overflow fp16's range, never bf16's). That rounding (2^-9 relative) is 1/32 of the
+// e4m3 step it feeds; the float64 reference models it (testing/fp8_reference.h: kRotateBf16).
+//   Walk: each thread block takes a contiguous range of Q's then K's blocks, ordered (batch, block,
+// head) with heads fastest, so one thread block quantizes the same 128 positions of consecutive
+// heads: RoPE's table rows are then read from L1 again instead of L2, and the walk advances by
+// increments (no division per block). A block lands in shared memory by cp.async (each warp copies
+// its own rows: no barrier but the amax's), the next one while this one is computed. Rows are stored
+// with 16-byte chunk index XOR 4 (row & 1), so a quarter-warp's 16-byte loads (rows 2p and 2p + 1,
+// 4 chunks each) hit all 32 banks once.
 constexpr int kMmaThreads = 256;
 constexpr int kMmaWarps = kMmaThreads / kWarpSize;
 constexpr int kMmaRows = kBlockRows / kMmaWarps;  // one m16 tile per warp
-constexpr int kMmaGroupCols = 16;                 // H_16 per mma (k = 16)
+constexpr int kMmaSpanCols = 32;                  // columns of one span: 8 per lane quad member
+constexpr int kMmaRowsPerLane = 2;                // rows g and g + 8 of the warp's 16
+constexpr int kMmaTilesN = 2;                     // n8 tiles per mma (16 outputs)
 constexpr int kMmaStages = 2;
 constexpr int kChunkBytes = 16;
-constexpr int kSwizzleRows = 8;  // ldmatrix reads 8 rows of one chunk
-constexpr int kOutPad = 16;      // bytes after each staged e4m3 row (bank spread of the word stores)
+constexpr int kRowParitySwizzle = 4;  // chunk index XOR 4 (row & 1): rows 2p, 2p + 1 in other bank halves
 constexpr uint16_t kBf16One = 0x3F80u, kF16One = 0x3C00u, kHalfSign = 0x8000u;
 static_assert(kMmaRows == 16, "mma.sync m16: 16 rows per warp");
 
 template <int kHeadDim>
 struct MmaLayout {
-    static constexpr int kGroups = kHeadDim / kMmaGroupCols;
-    static constexpr int kRowBytes = kHeadDim * 2;            // a 16-bit input row
+    static constexpr int kSpans = kHeadDim / kMmaSpanCols;
+    static constexpr int kRowBytes = kHeadDim * 2;  // a 16-bit input row
     static constexpr int kRowChunks = kRowBytes / kChunkBytes;
     static constexpr int kStageBytes = kBlockRows * kRowBytes;
-    static constexpr int kOutPitch = kHeadDim + kOutPad;       // staged e4m3 row
-    static constexpr int kBTableBytes = kGroups * kWarpSize * kChunkBytes;  // B per group and lane
-    static constexpr int kSmemBytes = kMmaStages * kStageBytes + kBTableBytes;
-    static_assert(kRowChunks >= kSwizzleRows, "the swizzle needs 8 chunks per row");
-    static_assert(kMmaRows * kOutPitch <= kMmaRows * kRowBytes, "the e4m3 rows fit in the warp's input rows");
+    static constexpr int kBTableBytes = kSpans * kWarpSize * kChunkBytes;  // one B per span and lane
+    static constexpr int kRatioBytes = kSpans * kWarpSize * 8;             // two sign-ratio words per span and lane
+    static constexpr int kSmemBytes = kMmaStages * kStageBytes + kBTableBytes + kRatioBytes;
+    static_assert(kRowChunks >= 2 * kRowParitySwizzle, "the swizzle flips chunk bit 2 inside the row");
 };
 
-// Output column (inside a group) of accumulator column n of n8 tile q: lane t's columns 2t, 2t+1 of
-// both tiles become 4t .. 4t + 3.
-HATTN_HOST_DEVICE constexpr int mma_out_col(int q, int n) { return 4 * (n / 2) + 2 * q + n % 2; }
+// Column (inside a span, first half: bit 1 clear) of mma index k: k = e + 2q + 8h -> 8q + 4h + e.
+HATTN_HOST_DEVICE constexpr int mma_in_col(int k) { return 8 * ((k >> 1) & 3) + 4 * (k >> 3) + (k & 1); }
+// Output column (inside a span, bit 1 set later by its FADD level) of accumulator column n of n8
+// tile nb: n = 2q + e -> 8q + 4 nb + e.
+HATTN_HOST_DEVICE constexpr int mma_out_col(int nb, int n) { return 8 * (n >> 1) + 4 * nb + (n & 1); }
+constexpr int kMmaBitsMask = 0x1D;  // column bits {0, 2, 3, 4}: the mma's share of H
+constexpr int kMmaHalfBit = 2;      // column bit 1: the mma row half (a1, a3: columns + 2)
 
-// D H_16's entry (row k, column m) of group j as a 16-bit +-1.
+// B's entry (k, n) of span m, tile nb: D's sign of the first half's input column times H's entry
+// over the mma bits, as a 16-bit +-1.
 template <bool kIsBf16>
-__device__ __forceinline__ uint32_t signed_hadamard16(uint64_t seed, int j, int k, int m) {
-    const uint32_t negative = (__popc(k & m) & 1) ^ hadamard_sign_bit(seed, j * kMmaGroupCols + k);
+__device__ __forceinline__ uint32_t signed_hadamard_b(uint64_t seed, int m, int nb, int k, int n) {
+    const int in = mma_in_col(k), out = mma_out_col(nb, n);
+    const uint32_t negative =
+        (__popc(in & out & kMmaBitsMask) & 1) ^ hadamard_sign_bit(seed, m * kMmaSpanCols + in);
     return (kIsBf16 ? kBf16One : kF16One) | (negative ? kHalfSign : 0u);
 }
 
-// This warp's rows of block p into stage buffer `buffer` (rows past seqlen: zeros). Lane l copies
-// chunk l % kRowChunks of rows l / kRowChunks + i * kRowStep: its source and destination advance by
-// a constant per step, and the swizzle's row bits (row % 8 = first row + a multiple of the step, the
-// two without common bits) XOR in as a compile-time constant.
+// The sign flips of word `word` (1 or 3: the second half) of lane quad member q in span m: where
+// D's sign of its column differs from the first half's column (2 lower), which B carries.
+__device__ __forceinline__ uint32_t sign_ratio_mask(uint64_t seed, int m, int q, int word) {
+    uint32_t mask = 0;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int col = m * kMmaSpanCols + 8 * q + 2 * word + e;
+        if (hadamard_sign_bit(seed, col) != hadamard_sign_bit(seed, col - kMmaHalfBit)) mask |= kHalfSign << (16 * e);
+    }
+    return mask;
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a stage buffer.
 template <int kHeadDim>
-__device__ __forceinline__ void mma_stage_rows(const Fp8Tensors& tensors, const BlockPlace& p, uint8_t* buffer,
+HATTN_HOST_DEVICE constexpr int mma_smem_offset(int row, int chunk) {
+    return row * MmaLayout<kHeadDim>::kRowBytes + ((chunk ^ (kRowParitySwizzle * (row & 1))) * kChunkBytes);
+}
+
+// Where the walk is: block `blk` of head `head` of batch `batch` of tensor `which` (0 q, 1 k).
+// Blocks go heads fastest, then blocks, then batches, Q's before K's.
+struct MmaCursor {
+    int which, batch, blk, head;
+
+    __device__ __forceinline__ void advance(const Fp8Tensors& tensors, int batches) {
+        const Fp8Tensor& t = tensors.t[which];
+        if (++head < t.heads) return;
+        head = 0;
+        if (++blk < (t.seqlen + kBlockRows - 1) / kBlockRows) return;
+        blk = 0;
+        if (++batch < batches) return;
+        batch = 0;
+        ++which;
+    }
+};
+
+// The cursor at block g of the walk (once per thread block: divisions).
+__device__ __forceinline__ MmaCursor mma_cursor_at(const Fp8Tensors& tensors, int64_t g, int64_t q_blocks) {
+    MmaCursor c;
+    c.which = g < q_blocks ? 0 : 1;
+    if (c.which == 1) g -= q_blocks;
+    const Fp8Tensor& t = tensors.t[c.which];
+    const int64_t blocks = (t.seqlen + kBlockRows - 1) / kBlockRows;
+    c.head = static_cast<int>(g % t.heads);
+    g /= t.heads;
+    c.blk = static_cast<int>(g % blocks);
+    c.batch = static_cast<int>(g / blocks);
+    return c;
+}
+
+// This warp's rows of the cursor's block into stage buffer `buffer` (rows past seqlen: zeros).
+// Lane l copies chunk l % kRowChunks of rows l / kRowChunks + i * kRowStep.
+template <int kHeadDim>
+__device__ __forceinline__ void mma_stage_rows(const Fp8Tensors& tensors, const MmaCursor& at, uint8_t* buffer,
                                                int warp, int lane) {
     using L = MmaLayout<kHeadDim>;
     constexpr int kRowStep = kWarpSize / L::kRowChunks;  // rows per step: 4, 2, 1
-    static_assert(kSwizzleRows % kRowStep == 0, "the step's multiples keep the swizzle's row bits apart");
-    const Fp8Tensor& t = tensors.t[p.which];
+    const Fp8Tensor& t = tensors.t[at.which];
     const int row0 = lane / L::kRowChunks, chunk = lane % L::kRowChunks;
-    const int valid_rows = t.seqlen - (p.first_row + warp * kMmaRows);  // rows of the warp that exist
-    const uint16_t* src = p.in + static_cast<int64_t>(p.first_row + warp * kMmaRows + row0) * t.in_seq_stride +
+    const int warp_row = at.blk * kBlockRows + warp * kMmaRows;
+    const int valid_rows = t.seqlen - warp_row;  // rows of the warp that exist
+    const uint16_t* src = static_cast<const uint16_t*>(t.in) + at.batch * t.in_batch_stride +
+                          at.head * t.in_head_stride + static_cast<int64_t>(warp_row + row0) * t.in_seq_stride +
                           chunk * kChunkElems;
-    uint8_t* dst = buffer + (warp * kMmaRows + row0) * L::kRowBytes;
-    const int swizzled = chunk ^ row0;
+    const int64_t step = kRowStep * t.in_seq_stride;
+    if (valid_rows >= kMmaRows) {  // every row exists (all but a tensor's last block): no per-row tests
 #pragma unroll
-    for (int i = 0; i < kMmaRows / kRowStep; ++i) {
-        const int row = row0 + i * kRowStep;
-        uint8_t* d = dst + i * kRowStep * L::kRowBytes + ((swizzled ^ ((i * kRowStep) % kSwizzleRows)) * kChunkBytes);
-        if (row < valid_rows) {
-            ptx::cp_async_cg_16(d, src + static_cast<int64_t>(i * kRowStep) * t.in_seq_stride);
-        } else {
-            ptx::st_shared_v4_b32(d, make_uint4(0u, 0u, 0u, 0u));
+        for (int i = 0; i < kMmaRows / kRowStep; ++i, src += step) {
+            ptx::cp_async_cg_16(buffer + mma_smem_offset<kHeadDim>(warp * kMmaRows + row0 + i * kRowStep, chunk), src);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kMmaRows / kRowStep; ++i, src += step) {
+            const int row = row0 + i * kRowStep;
+            uint8_t* d = buffer + mma_smem_offset<kHeadDim>(warp * kMmaRows + row, chunk);
+            if (row < valid_rows) {
+                ptx::cp_async_cg_16(d, src);
+            } else {
+                ptx::st_shared_v4_b32(d, make_uint4(0u, 0u, 0u, 0u));
+            }
         }
     }
     ptx::cp_async_commit_group();
@@ -408,88 +485,205 @@ __device__ __forceinline__ float block_scale(float amax, float norm, bool write_
     return amax > 0.f ? fminf(kE4m3Max / amax, FLT_MAX) * norm : 0.f;
 }
 
-template <int kHeadDim, bool kIsBf16>
+// One word (a column pair of one row) rotated by RoPE and rounded to bf16x2: interleaved pairs are
+// the word's two halves, half-split pairs the same half of two words (lo: column i, hi: i + d/2).
+template <bool kIsBf16>
+__device__ __forceinline__ uint32_t rope_word_interleaved(uint32_t w, float c, float s) {
+    float a, b;
+    ptx::unpack_x2_f32<kIsBf16>(w, a, b);
+    rotate(a, b, c, s);
+    return ptx::cvt_rn_bf16x2_f32(a, b);
+}
+template <bool kIsBf16>
+__device__ __forceinline__ void rope_words_half(uint32_t& lo, uint32_t& hi, float2 c, float2 s) {
+    float a0, a1, b0, b1;
+    ptx::unpack_x2_f32<kIsBf16>(lo, a0, a1);
+    ptx::unpack_x2_f32<kIsBf16>(hi, b0, b1);
+    rotate(a0, b0, c.x, s.x);
+    rotate(a1, b1, c.y, s.y);
+    lo = ptx::cvt_rn_bf16x2_f32(a0, a1);
+    hi = ptx::cvt_rn_bf16x2_f32(b0, b1);
+}
+
+template <int kHeadDim, bool kIsBf16, Rope kRope>
 __global__ void __launch_bounds__(kMmaThreads, 1)
-    fp8_hadamard_mma_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int total_blocks,
-                            const uint64_t seed) {
+    fp8_hadamard_mma_kernel(const __grid_constant__ Fp8Tensors tensors, const int64_t q_blocks,
+                            const int64_t total_blocks, const int batches, const uint64_t seed,
+                            const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
     using L = MmaLayout<kHeadDim>;
-    constexpr int kGroups = L::kGroups;
-    extern __shared__ __align__(128) uint8_t mma_smem[];  // [kMmaStages][block], then B per group and lane
+    constexpr int kSpans = L::kSpans;
+    constexpr int kHalfSpans = kSpans / 2;  // RoPE half-split: span m pairs with m + kHalfSpans
+    constexpr int kTableCols = kHeadDim / 2;
+    // The mma's type: the input's, or bf16 when RoPE rounded the rotated values to it.
+    constexpr bool kMmaBf16 = kIsBf16 || kRope != Rope::kNone;
+    // [kMmaStages][block], then B and the sign ratios per span and lane (tables in shared memory, not
+    // registers: ptxas would recompute their hashes in the loop rather than hold them).
+    extern __shared__ __align__(128) uint8_t mma_smem[];
     __shared__ float warp_amax[kStageBuffers][kMmaWarps];
     uint4* b_table = reinterpret_cast<uint4*>(mma_smem + kMmaStages * L::kStageBytes);
+    uint2* ratio_table = reinterpret_cast<uint2*>(mma_smem + kMmaStages * L::kStageBytes + L::kBTableBytes);
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
-    const int g = lane / 4, t = lane % 4;  // the fragment coordinates (ptx/mma.cuh)
+    const int g = lane / 4, q = lane % 4;  // the fragment coordinates (ptx/mma.cuh)
 
-    int block = static_cast<int>(blockIdx.x);  // the launch has no more thread blocks than blocks
-    mma_stage_rows<kHeadDim>(tensors, place_block(tensors, block, q_blocks, total_blocks, 0), mma_smem, warp, lane);
-    // B = D_j H_16 with the output permutation, per group j and lane: {tile 0 b0, b1, tile 1 b0, b1}.
-    for (int e = static_cast<int>(threadIdx.x); e < kGroups * kWarpSize; e += kMmaThreads) {
-        const int j = e / kWarpSize, bg = (e % kWarpSize) / 4, bt = e % 4;
+    // This thread block's contiguous range of the walk.
+    const int64_t first = total_blocks * blockIdx.x / gridDim.x;
+    const int64_t count = total_blocks * (blockIdx.x + 1) / gridDim.x - first;
+    MmaCursor at = mma_cursor_at(tensors, first, q_blocks);
+    if (count > 0) mma_stage_rows<kHeadDim>(tensors, at, mma_smem, warp, lane);
+    // B = D H over the mma bits, per span m and lane: {tile 0 b0, b1, tile 1 b0, b1}.
+    for (int e = static_cast<int>(threadIdx.x); e < kSpans * kWarpSize; e += kMmaThreads) {
+        const int m = e / kWarpSize, bg = (e % kWarpSize) / 4, bq = e % 4;
         uint32_t w[4];
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int m = mma_out_col(q, bg);
+        for (int nb = 0; nb < kMmaTilesN; ++nb) {
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int k = 2 * bt + 8 * half;
-                w[2 * q + half] = signed_hadamard16<kIsBf16>(seed, j, k, m) |
-                                  (signed_hadamard16<kIsBf16>(seed, j, k + 1, m) << 16);
+            for (int half = 0; half < 2; ++half) {  // b0: k = 2q, 2q + 1; b1: k + 8
+                const int k = 2 * bq + 8 * half;
+                w[2 * nb + half] = signed_hadamard_b<kMmaBf16>(seed, m, nb, k, bg) |
+                                   (signed_hadamard_b<kMmaBf16>(seed, m, nb, k + 1, bg) << 16);
             }
         }
         b_table[e] = make_uint4(w[0], w[1], w[2], w[3]);
+        ratio_table[e] = make_uint2(sign_ratio_mask(seed, m, bq, 1), sign_ratio_mask(seed, m, bq, 3));
     }
     __syncthreads();  // B is in place
 
     constexpr float kNorm = inv_sqrt_head_dim<kHeadDim>();
-    BlockPlace next_place = place_block(tensors, block, q_blocks, total_blocks, 0);
+    // Lane (g, q)'s 16-byte chunk of span m in row r is chunk 4m + q XOR 4 (r & 1) (rows g and g + 8
+    // alike): span bit 0 flips on odd rows, so span m sits one span up (m even) or down (m odd).
+    constexpr int kSpanBytes = kMmaSpanCols * 2;
+    constexpr int kRowsApart = 8 * L::kRowBytes;  // row g + 8
+    const int lane_row = warp * kMmaRows + g;
+    const int odd_row_shift = (g & 1) != 0 ? kSpanBytes : 0;
+    MmaCursor next = at;
 #pragma unroll 1
-    for (int i = 0; block < total_blocks; ++i, block += static_cast<int>(gridDim.x)) {
-        const BlockPlace p = next_place;
-        const Fp8Tensor& tensor = tensors.t[p.which];
-        uint8_t* buffer = mma_smem + (i % kMmaStages) * L::kStageBytes;
-        const int next = block + static_cast<int>(gridDim.x);
-        if (next < total_blocks) {
-            next_place = place_block(tensors, next, q_blocks, total_blocks, 0);
-            mma_stage_rows<kHeadDim>(tensors, next_place, mma_smem + ((i + 1) % kMmaStages) * L::kStageBytes, warp,
-                                     lane);
+    for (int64_t i = 0; i < count; ++i) {
+        const Fp8Tensor& tensor = tensors.t[at.which];
+        const uint8_t* buffer = mma_smem + (i % kMmaStages) * L::kStageBytes;
+        const uint8_t* a_base = buffer + lane_row * L::kRowBytes + q * kChunkBytes;
+        next.advance(tensors, batches);
+        if (i + 1 < count) {
+            mma_stage_rows<kHeadDim>(tensors, next, mma_smem + ((i + 1) % kMmaStages) * L::kStageBytes, warp, lane);
         } else {
             ptx::cp_async_commit_group();  // an empty group: the wait below counts the same
         }
         ptx::cp_async_wait_group<1>();  // this block's copies (the next block's may be in flight)
         __syncwarp();                   // ... and the other lanes' copies of the warp's rows
 
-        // ---- H_16 per group by the tensor cores ----
-        float acc[kGroups][2][4];
-        // Lane l gives ldmatrix the row of matrix l / 8 (rows +0 / +8, chunks 2j / 2j + 1): chunk
-        // 2j + c of row r sits at chunk (2j) ^ (c ^ r % 8), a row base plus a constant per j.
-        const int a_row = warp * kMmaRows + (lane % 8) + 8 * ((lane / 8) % 2);
-        const uint8_t* a_base = buffer + a_row * L::kRowBytes;
-        const int a_swizzle = (lane / 16) ^ (a_row % kSwizzleRows);
+        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 and row0 + 8 of the tensor
+        float acc[kSpans][kMmaRowsPerLane][kMmaTilesN][4];
+        // Span m's words of rows g and g + 8 (x[0], x[1]).
+        auto load_span = [&](int m, uint4 (&x)[2]) {
+            const uint8_t* a = a_base + m * kSpanBytes + ((m & 1) != 0 ? -odd_row_shift : odd_row_shift);
+            x[0] = ptx::ld_shared_v4_b32(a);
+            x[1] = ptx::ld_shared_v4_b32(a + kRowsApart);
+        };
+        // Span m of both rows on the tensor cores, two n8 tiles each (D's sign ratios first).
+        auto mma_span = [&](int m, const uint4 (&x)[2]) {
+            const uint4 b = ptx::ld_shared_v4_b32(b_table + m * kWarpSize + lane);
+            const uint2 ratio = ptx::ld_shared_v2_b32(ratio_table + m * kWarpSize + lane);
 #pragma unroll
-        for (int j = 0; j < kGroups; ++j) {
-            uint32_t a[4];
-            ptx::ldmatrix_x4(a, a_base + (((2 * j) ^ a_swizzle) * kChunkBytes));
-            const uint4 b = ptx::ld_shared_v4_b32(b_table + j * kWarpSize + lane);
-            constexpr float kZero[4] = {0.f, 0.f, 0.f, 0.f};
-            if constexpr (kIsBf16) {
-                ptx::mma_m16n8k16_f32_bf16(acc[j][0], a, b.x, b.y, kZero);
-                ptx::mma_m16n8k16_f32_bf16(acc[j][1], a, b.z, b.w, kZero);
-            } else {
-                ptx::mma_m16n8k16_f32_f16(acc[j][0], a, b.x, b.y, kZero);
-                ptx::mma_m16n8k16_f32_f16(acc[j][1], a, b.z, b.w, kZero);
+            for (int r = 0; r < kMmaRowsPerLane; ++r) {
+                const uint32_t a[4] = {x[r].x, x[r].y ^ ratio.x, x[r].z, x[r].w ^ ratio.y};
+                constexpr float kZero[4] = {0.f, 0.f, 0.f, 0.f};
+                if constexpr (kMmaBf16) {
+                    ptx::mma_m16n8k16_f32_bf16(acc[m][r][0], a, b.x, b.y, kZero);
+                    ptx::mma_m16n8k16_f32_bf16(acc[m][r][1], a, b.z, b.w, kZero);
+                } else {
+                    ptx::mma_m16n8k16_f32_f16(acc[m][r][0], a, b.x, b.y, kZero);
+                    ptx::mma_m16n8k16_f32_f16(acc[m][r][1], a, b.z, b.w, kZero);
+                }
+            }
+        };
+        // ---- RoPE, then the mma bits: D H by the tensor cores ----
+        // This lane's first table entry of each row (a pointer each, so that the spans are
+        // immediate offsets): interleaved pair 4q of span 0, half-split column 8q. Rows past seqlen
+        // are zeros: any table row rotates them to zeros, so clamp to a valid one.
+        const float* cos_row[kMmaRowsPerLane];
+        const float* sin_row[kMmaRowsPerLane];
+        if constexpr (kRope != Rope::kNone) {
+            constexpr int kLaneEntries = kRope == Rope::kInterleaved ? 4 : 8;
+#pragma unroll
+            for (int r = 0; r < kMmaRowsPerLane; ++r) {
+                const int row = min(row0 + 8 * r, tensor.seqlen - 1);
+                const int64_t entry = static_cast<int64_t>(row + tensor.rope_offset) * kTableCols + kLaneEntries * q;
+                cos_row[r] = rope_cos + entry;
+                sin_row[r] = rope_sin + entry;
             }
         }
-        // ---- H_{d/16} across the groups, in registers ----
+        if constexpr (kRope == Rope::kHalf) {
+            // Column 32m + 8q + t (t < 8, m < kHalfSpans) pairs with the same of span m + kHalfSpans.
 #pragma unroll
-        for (int stride = 1; stride < kGroups; stride *= 2) {
+            for (int m = 0; m < kHalfSpans; ++m) {
+                uint4 lo[2], hi[2];
+                load_span(m, lo);
+                load_span(m + kHalfSpans, hi);
 #pragma unroll
-            for (int j = 0; j < kGroups; ++j) {
-                if ((j & stride) != 0) continue;
+                for (int r = 0; r < 2; ++r) {
+                    const float* cp = cos_row[r] + kMmaSpanCols * m;
+                    const float* sp = sin_row[r] + kMmaSpanCols * m;
+                    const float4 c0 = ptx::ld_global_nc_v4_f32(cp), c1 = ptx::ld_global_nc_v4_f32(cp + 4);
+                    const float4 s0 = ptx::ld_global_nc_v4_f32(sp), s1 = ptx::ld_global_nc_v4_f32(sp + 4);
+                    rope_words_half<kIsBf16>(lo[r].x, hi[r].x, make_float2(c0.x, c0.y), make_float2(s0.x, s0.y));
+                    rope_words_half<kIsBf16>(lo[r].y, hi[r].y, make_float2(c0.z, c0.w), make_float2(s0.z, s0.w));
+                    rope_words_half<kIsBf16>(lo[r].z, hi[r].z, make_float2(c1.x, c1.y), make_float2(s1.x, s1.y));
+                    rope_words_half<kIsBf16>(lo[r].w, hi[r].w, make_float2(c1.z, c1.w), make_float2(s1.z, s1.w));
+                }
+                mma_span(m, lo);
+                mma_span(m + kHalfSpans, hi);
+            }
+        } else {
 #pragma unroll
-                for (int r = 0; r < 8; ++r) {
-                    const float x = acc[j][r / 4][r % 4], y = acc[j + stride][r / 4][r % 4];
-                    acc[j][r / 4][r % 4] = x + y;
-                    acc[j + stride][r / 4][r % 4] = x - y;
+            for (int m = 0; m < kSpans; ++m) {
+                uint4 x[2];
+                load_span(m, x);
+                if constexpr (kRope == Rope::kInterleaved) {
+                    // Word j of span m is pair 16m + 4q + j.
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const float4 c = ptx::ld_global_nc_v4_f32(cos_row[r] + kMmaSpanCols / 2 * m);
+                        const float4 s = ptx::ld_global_nc_v4_f32(sin_row[r] + kMmaSpanCols / 2 * m);
+                        x[r].x = rope_word_interleaved<kIsBf16>(x[r].x, c.x, s.x);
+                        x[r].y = rope_word_interleaved<kIsBf16>(x[r].y, c.y, s.y);
+                        x[r].z = rope_word_interleaved<kIsBf16>(x[r].z, c.z, s.z);
+                        x[r].w = rope_word_interleaved<kIsBf16>(x[r].w, c.w, s.w);
+                    }
+                }
+                mma_span(m, x);
+            }
+        }
+        // ---- the other bits in registers: column bit 1 (the mma row half: accumulators 0, 1 with
+        // 2, 3), then the span bits (m) ----
+#pragma unroll
+        for (int m = 0; m < kSpans; ++m)
+#pragma unroll
+            for (int r = 0; r < kMmaRowsPerLane; ++r)
+#pragma unroll
+                for (int nb = 0; nb < kMmaTilesN; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& x = acc[m][r][nb][e];
+                        float& y = acc[m][r][nb][e + 2];
+                        const float sum = x + y, diff = x - y;
+                        x = sum;
+                        y = diff;
+                    }
+        // All span levels but the last: its sums and differences are formed in the quantization,
+        // x * scale +- y * scale (two FFMAs and a FMUL for two outputs instead of two FADDs and two
+        // FMULs), and its amax needs none of them: max(|x + y|, |x - y|) = |x| + |y|.
+        constexpr int kLastStride = kSpans / 2;
+#pragma unroll
+        for (int stride = 1; stride < kLastStride; stride *= 2) {
+#pragma unroll
+            for (int m = 0; m < kSpans; ++m) {
+                if ((m & stride) != 0) continue;
+#pragma unroll
+                for (int v = 0; v < kMmaRowsPerLane * kMmaTilesN * 4; ++v) {
+                    float& x = acc[m][v / 8][(v / 4) % 2][v % 4];
+                    float& y = acc[m + stride][v / 8][(v / 4) % 2][v % 4];
+                    const float sum = x + y, diff = x - y;
+                    x = sum;
+                    y = diff;
                 }
             }
         }
@@ -497,9 +691,12 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         // ---- amax of the block ----
         float amax = 0.f;
 #pragma unroll
-        for (int j = 0; j < kGroups; ++j)
+        for (int m = 0; m < kLastStride; ++m)
 #pragma unroll
-            for (int r = 0; r < 8; ++r) amax = fmaxf(amax, fabsf(acc[j][r / 4][r % 4]));
+            for (int v = 0; v < kMmaRowsPerLane * kMmaTilesN * 4; ++v) {
+                const float x = acc[m][v / 8][(v / 4) % 2][v % 4], y = acc[m + kLastStride][v / 8][(v / 4) % 2][v % 4];
+                amax = fmaxf(amax, fabsf(x) + fabsf(y));
+            }
 #pragma unroll
         for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
             amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
@@ -507,50 +704,57 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         if (lane == 0) warp_amax[i % kStageBuffers][warp] = amax;  // by parity, as in fp8_prepass_kernel
         __syncthreads();
 #pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w) amax = fmaxf(amax, warp_amax[i % kStageBuffers][w]);
-        const float scale = block_scale(amax, kNorm, threadIdx.x == 0, tensor.descale + p.local_block);
+        for (int v = 0; v < kMmaWarps; ++v) amax = fmaxf(amax, warp_amax[i % kStageBuffers][v]);
+        const int blocks = (tensor.seqlen + kBlockRows - 1) / kBlockRows;
+        const int descale_index = (at.batch * tensor.heads + at.head) * blocks + at.blk;
+        const float scale = block_scale(amax, kNorm, threadIdx.x == 0, tensor.descale + descale_index);
+        // The last span level with the scale: acc[m], acc[m + kLastStride] <- (x +- y) * scale.
+#pragma unroll
+        for (int m = 0; m < kLastStride; ++m)
+#pragma unroll
+            for (int v = 0; v < kMmaRowsPerLane * kMmaTilesN * 4; ++v) {
+                float& x = acc[m][v / 8][(v / 4) % 2][v % 4];
+                float& y = acc[m + kLastStride][v / 8][(v / 4) % 2][v % 4];
+                const float ys = y * scale;
+                const float sum = fmaf(x, scale, ys), diff = fmaf(x, scale, -ys);
+                x = sum;
+                y = diff;
+            }
 
-        // ---- quantize into the warp's rows of the buffer, then 16-byte stores ----
-        uint8_t* staged = buffer + warp * kMmaRows * L::kRowBytes;
+        // ---- quantize and store: 8 contiguous bytes per row and span ----
+        // Output columns 32m + 8q + 4nb + 2h + e of row g + 8r are acc[m][r][nb][2h + e].
+        uint8_t* out = static_cast<uint8_t*>(tensor.out) + at.batch * tensor.out_batch_stride +
+                       at.head * tensor.out_head_stride + static_cast<int64_t>(row0) * tensor.out_seq_stride + 8 * q;
 #pragma unroll
-        for (int j = 0; j < kGroups; ++j) {
+        for (int r = 0; r < kMmaRowsPerLane; ++r) {
+            if (row0 + 8 * r >= tensor.seqlen) continue;
+            uint8_t* row_out = out + static_cast<int64_t>(8 * r) * tensor.out_seq_stride;
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {  // rows g and g + 8
-                const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(acc[j][0][2 * half] * scale,
-                                                                     acc[j][0][2 * half + 1] * scale);
-                const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(acc[j][1][2 * half] * scale,
-                                                                     acc[j][1][2 * half + 1] * scale);
-                ptx::st_shared_b32(staged + (g + 8 * half) * L::kOutPitch + j * kMmaGroupCols + 4 * t, lo | (hi << 16));
+            for (int m = 0; m < kSpans; ++m) {
+                uint32_t word[kMmaTilesN];
+#pragma unroll
+                for (int nb = 0; nb < kMmaTilesN; ++nb) {
+                    const float* y = acc[m][r][nb];
+                    const uint32_t lo = ptx::cvt_rn_satfinite_e4m3x2_f32(y[0], y[1]);
+                    const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(y[2], y[3]);
+                    word[nb] = lo | (hi << 16);
+                }
+                ptx::st_global_v2_b32(row_out + m * kMmaSpanCols, word[0], word[1]);
             }
         }
-        __syncwarp();
-        constexpr int kOutChunks = kHeadDim / kChunkBytes;      // 16-byte chunks of an e4m3 row
-        constexpr int kOutRowStep = kWarpSize / kOutChunks;     // rows per store step: 8, 4, 2
-        const int out_row0 = lane / kOutChunks, out_chunk = lane % kOutChunks;
-        const int valid_rows = tensor.seqlen - (p.first_row + warp * kMmaRows);
-        uint8_t* out = p.out + static_cast<int64_t>(p.first_row + warp * kMmaRows + out_row0) * tensor.out_seq_stride +
-                       out_chunk * kChunkBytes;
-        const uint8_t* from = staged + out_row0 * L::kOutPitch + out_chunk * kChunkBytes;
-#pragma unroll
-        for (int k = 0; k < kMmaRows / kOutRowStep; ++k) {
-            if (out_row0 + k * kOutRowStep < valid_rows) {
-                ptx::st_global_v4_b32(out + static_cast<int64_t>(k * kOutRowStep) * tensor.out_seq_stride,
-                                      ptx::ld_shared_v4_b32(from + k * kOutRowStep * L::kOutPitch));
-            }
-        }
-        __syncwarp();  // the staged rows are read before the next-but-one block's copies land there
+        __syncwarp();  // the warp's rows are read before the next-but-one block's copies land there
+        at = next;
     }
     ptx::cp_async_wait_all();  // nothing outstanding at exit
 }
 
-// Q's and K's blocks by the tensor-core Hadamard on a grid-stride walk (as many thread blocks as
-// fit on the GPU at once).
-template <int kHeadDim, bool kIsBf16>
-cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    auto blocks_of = [&](const Fp8Tensor& t) { return tensor_blocks(t, a.batch); };
+// Q's and K's blocks by the tensor-core Hadamard, one contiguous range of the walk per thread block
+// (as many thread blocks as fit on the GPU at once).
+template <int kHeadDim, bool kIsBf16, Rope kRope>
+cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t stream) {
     constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
     constexpr int kDefaultSmemLimit = 48 * 1024;
-    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16>;
+    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
     cudaError_t rc = cudaSuccess;
     if (kSmem > kDefaultSmemLimit) {
         rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -563,19 +767,23 @@ cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream)
         return rc;
     }
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
-    auto launch = [&](const Fp8Tensors& tensors, int64_t q_blocks, int64_t total) {
-        if (total == 0) return cudaSuccess;
-        const int64_t grid = std::min(total, resident);
-        kernel<<<static_cast<unsigned>(grid), kMmaThreads, kSmem, stream>>>(
-            tensors, static_cast<int>(q_blocks), static_cast<int>(total), a.hadamard_seed);
-        return cudaGetLastError();
-    };
-    const int64_t nq = blocks_of(a.q), nk = blocks_of(a.k);
-    constexpr int64_t kMaxBlocks = INT32_MAX;
-    if (nq + nk <= kMaxBlocks) return launch(Fp8Tensors{{a.q, a.k, a.v}}, nq, nq + nk);
-    rc = launch(Fp8Tensors{{a.q, a.q, a.q}}, nq, nq);  // q alone: every block is a q block
-    if (rc == cudaSuccess) rc = launch(Fp8Tensors{{a.k, a.k, a.k}}, nk, nk);
-    return rc;
+    const int64_t nq = tensor_blocks(a.q, a.batch), total = nq + tensor_blocks(a.k, a.batch);
+    if (total == 0) return cudaSuccess;
+    const int64_t grid = std::min(total, resident);
+    kernel<<<static_cast<unsigned>(grid), kMmaThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total,
+                                                                         a.batch, a.hadamard_seed, a.rope_cos,
+                                                                         a.rope_sin);
+    return cudaGetLastError();
+}
+
+template <int kHeadDim, bool kIsBf16>
+cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    switch (a.rope) {
+        case Rope::kNone: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kNone>(a, stream);
+        case Rope::kInterleaved: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kInterleaved>(a, stream);
+        case Rope::kHalf: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kHalf>(a, stream);
+    }
+    return cudaErrorInvalidValue;
 }
 
 // One launch quantizes all three tensors (one wave tail instead of three). V is never rotated (that
@@ -915,21 +1123,21 @@ cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t st
     const int build_blocks = HATTN_FP8_BLOCKS_PER_CTA != 0 ? HATTN_FP8_BLOCKS_PER_CTA : fallback.blocks_per_cta;
     int chunks = a.variant.chunks != 0 ? a.variant.chunks : fallback.chunks;
     int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta
-                 : chunks == kFp8MmaChunks        ? 1  // its walk is grid-stride
+                 : chunks == kFp8MmaChunks        ? 1  // its walk is one range per thread block
                                                   : build_blocks;
     if (chunks == kFp8MmaChunks) {
         if (blocks != 1) {
             if (error != nullptr) *error = "fp8 pre-pass: the tensor-core variant takes 1 block per CTA (16x1)";
             return cudaErrorInvalidValue;
         }
-        if (a.hadamard && a.rope == Rope::kNone) {
+        if (a.hadamard) {
             const bool bf16 = a.dtype == fwd::Dtype::kBf16;
             const cudaError_t rc = bf16 ? detail::launch_mma<kHeadDim, true>(a, stream)
                                         : detail::launch_mma<kHeadDim, false>(a, stream);
             if (rc != cudaSuccess && error != nullptr) *error = "fp8 pre-pass launch failed";
             return rc;
         }
-        chunks = fallback.chunks;  // no RoPE in the tensor-core kernel, nothing for it to do without the Hadamard
+        chunks = fallback.chunks;  // nothing for the tensor cores to do without the Hadamard
         blocks = build_blocks;
     }
     if ((chunks != 2 && chunks != 4 && chunks != 8) || (blocks != 1 && blocks != detail::kStagedBlocks)) {

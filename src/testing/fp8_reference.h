@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "hattn.h"
@@ -122,6 +123,40 @@ inline void rope_row(double* x, int d, hattn_rope rope, const float* cos_row, co
     }
 }
 
+// How the kernel that runs evaluates RoPE before the Hadamard (kernels/fp8_prepass.cuh):
+//   kFp32       the butterfly kernels: in fp32, the result stays fp32 (the error bound covers it);
+//   kRotateBf16 the tensor-core kernel: a' = fma(a, cos, -(b sin)), b' = fma(a, sin, b cos) in
+//               fp32, each rounded to nearest-even bf16 for the mma. The reference does the same
+//               operations (they are exactly rounded, so the host gets the kernel's bits), and the
+//               Hadamard then starts from exact values.
+enum class RopeEval { kFp32, kRotateBf16 };
+
+inline float round_to_bf16(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    u += 0x7FFFu + ((u >> 16) & 1u);  // to nearest, ties to even (finite inputs)
+    u &= 0xFFFF0000u;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// RoPE of one row as the tensor-core kernel evaluates it (RopeEval::kRotateBf16).
+inline void rope_row_bf16(double* x, int d, hattn_rope rope, const float* cos_row, const float* sin_row) {
+    if (rope == HATTN_ROPE_NONE) return;
+    for (int i = 0; i < d / 2; ++i) {
+        const int ia = rope == HATTN_ROPE_INTERLEAVED ? 2 * i : i;
+        const int ib = rope == HATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + d / 2;
+        const float c = cos_row[i], s = sin_row[i];
+        const float a = static_cast<float>(x[ia]), b = static_cast<float>(x[ib]);
+        // fp32 products: the double product of two floats is exact, so one rounding to float is the
+        // fp32 multiply (no contraction into an fma can change it).
+        const float bs = static_cast<float>(static_cast<double>(b) * s);
+        const float bc = static_cast<float>(static_cast<double>(b) * c);
+        x[ia] = round_to_bf16(std::fma(a, c, -bs));
+        x[ib] = round_to_bf16(std::fma(a, s, bc));
+    }
+}
+
 // +1 or -1: column c of the diagonal D.
 inline double hadamard_sign(uint64_t seed, int column) { return fp8::hadamard_sign_bit(seed, column) ? -1.0 : 1.0; }
 
@@ -194,7 +229,8 @@ inline int fp8_blocks(int seqlen) { return (seqlen + HATTN_FP8_BLOCK_ROWS - 1) /
 // i uses table row i + rope_offset.
 inline Fp8ReferenceResult reference_fp8_prepass_fp64(const float* x, const Fp8TensorLayout& layout, hattn_rope rope,
                                                      const float* rope_cos, const float* rope_sin, int rope_offset,
-                                                     bool hadamard, uint64_t seed) {
+                                                     bool hadamard, uint64_t seed,
+                                                     RopeEval rope_eval = RopeEval::kFp32) {
     const int d = layout.head_dim;
     const int blocks = fp8_blocks(layout.seqlen);
     Fp8ReferenceResult r;
@@ -212,7 +248,13 @@ inline Fp8ReferenceResult reference_fp8_prepass_fp64(const float* x, const Fp8Te
                 double* row = &r.transformed[packed(b, s, h)];
                 for (int c = 0; c < d; ++c) row[c] = src[c];
                 for (int c = 0; c < d; ++c) magnitude[c] = std::fabs(row[c]);
-                if (rope != HATTN_ROPE_NONE) {
+                const bool rounded_rope = rope != HATTN_ROPE_NONE && rope_eval == RopeEval::kRotateBf16;
+                if (rounded_rope) {
+                    // The rotated bf16 values are the kernel's exactly: the error starts after them.
+                    const size_t table_row = static_cast<size_t>(s + rope_offset) * (d / 2);
+                    rope_row_bf16(row, d, rope, rope_cos + table_row, rope_sin + table_row);
+                    for (int c = 0; c < d; ++c) magnitude[c] = std::fabs(row[c]);
+                } else if (rope != HATTN_ROPE_NONE) {
                     const size_t table_row = static_cast<size_t>(s + rope_offset) * (d / 2);
                     rope_row(row, d, rope, rope_cos + table_row, rope_sin + table_row);
                     // |a cos| + |b sin| and |a sin| + |b cos|: the same rotation with magnitudes.
@@ -225,7 +267,7 @@ inline Fp8ReferenceResult reference_fp8_prepass_fp64(const float* x, const Fp8Te
                         magnitude[ib] = ma * sn + mb * c;
                     }
                 }
-                fp32_error_bound_row(magnitude.data(), d, rope != HATTN_ROPE_NONE, hadamard,
+                fp32_error_bound_row(magnitude.data(), d, rope != HATTN_ROPE_NONE && !rounded_rope, hadamard,
                                      &r.fp32_error_bound[packed(b, s, h)]);
                 if (hadamard) hadamard_row(row, d, seed);
             }
