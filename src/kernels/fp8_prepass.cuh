@@ -321,8 +321,8 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
 //      registers: every thread holds the same columns of every span, so no shuffles.
 // About 10 instructions per element with RoPE, fewer without.
 //
-// Layout: 256 threads, warp w owns rows 16w..16w+15 of the block; lane group g (lane / 4) rows g
-// and g + 8 of them. Lane (g, q) reads with one 16-byte shared-memory load the 8 contiguous columns
+// Layout (MmaLayout): a warp owns 16 rows of the block (8 at d = 256); lane group g (lane / 4) rows
+// g and g + 8 of them (row g). Lane (g, q) reads with one 16-byte shared-memory load the 8 contiguous columns
 // 32m + 8q .. +7 of span m of one row: words w0..w3 (column pairs), and these four registers are the
 // A operand as they are: the mma's rows g and g + 8 are the two halves of the same input row
 // (a0 = w0, a2 = w2: columns 8q + {0, 1, 4, 5}; a1 = w1, a3 = w3: 8q + {2, 3, 6, 7}). So mma index
@@ -346,20 +346,24 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
 // its own rows: no barrier but the amax's), the next one while this one is computed. Rows are stored
 // with 16-byte chunk index XOR 4 (row & 1), so a quarter-warp's 16-byte loads (rows 2p and 2p + 1,
 // 4 chunks each) hit all 32 banks once.
-constexpr int kMmaThreads = 256;
-constexpr int kMmaWarps = kMmaThreads / kWarpSize;
-constexpr int kMmaRows = kBlockRows / kMmaWarps;  // one m16 tile per warp
-constexpr int kMmaSpanCols = 32;                  // columns of one span: 8 per lane quad member
-constexpr int kMmaRowsPerLane = 2;                // rows g and g + 8 of the warp's 16
-constexpr int kMmaTilesN = 2;                     // n8 tiles per mma (16 outputs)
+constexpr int kMmaGroupRows = 8;   // rows of one mma: 8 lane groups, each one row's two halves
+constexpr int kMmaSpanCols = 32;   // columns of one span: 8 per lane quad member
+constexpr int kMmaTilesN = 2;      // n8 tiles per mma (16 outputs)
 constexpr int kMmaStages = 2;
 constexpr int kChunkBytes = 16;
 constexpr int kRowParitySwizzle = 4;  // chunk index XOR 4 (row & 1): rows 2p, 2p + 1 in other bank halves
 constexpr uint16_t kBf16One = 0x3F80u, kF16One = 0x3C00u, kHalfSign = 0x8000u;
-static_assert(kMmaRows == 16, "mma.sync m16: 16 rows per warp");
 
+// Rows per lane: 2 (rows g and g + 8 of a warp's 16; 256 threads) at d 64 / 128, 1 at d 256 (a warp
+// owns 8 rows, 512 threads): a thread holds d / 2 or d / 4 fp32 accumulators per row it owns, and
+// at d 256 two rows (128 accumulators) would leave one thread block of 8 warps per SM, too few to
+// hide a warp's chain of loads, mma, butterfly levels and stores.
 template <int kHeadDim>
 struct MmaLayout {
+    static constexpr int kRowsPerLane = kHeadDim == 256 ? 1 : 2;
+    static constexpr int kWarpRows = kMmaGroupRows * kRowsPerLane;
+    static constexpr int kWarps = kBlockRows / kWarpRows;
+    static constexpr int kThreads = kWarps * kWarpSize;
     static constexpr int kSpans = kHeadDim / kMmaSpanCols;
     static constexpr int kRowBytes = kHeadDim * 2;  // a 16-bit input row
     static constexpr int kRowChunks = kRowBytes / kChunkBytes;
@@ -446,22 +450,23 @@ __device__ __forceinline__ void mma_stage_rows(const Fp8Tensors& tensors, const 
     constexpr int kRowStep = kWarpSize / L::kRowChunks;  // rows per step: 4, 2, 1
     const Fp8Tensor& t = tensors.t[at.which];
     const int row0 = lane / L::kRowChunks, chunk = lane % L::kRowChunks;
-    const int warp_row = at.blk * kBlockRows + warp * kMmaRows;
+    const int warp_row = at.blk * kBlockRows + warp * L::kWarpRows;
     const int valid_rows = t.seqlen - warp_row;  // rows of the warp that exist
     const uint16_t* src = static_cast<const uint16_t*>(t.in) + at.batch * t.in_batch_stride +
                           at.head * t.in_head_stride + static_cast<int64_t>(warp_row + row0) * t.in_seq_stride +
                           chunk * kChunkElems;
     const int64_t step = kRowStep * t.in_seq_stride;
-    if (valid_rows >= kMmaRows) {  // every row exists (all but a tensor's last block): no per-row tests
+    if (valid_rows >= L::kWarpRows) {  // every row exists (all but a tensor's last block): no per-row tests
 #pragma unroll
-        for (int i = 0; i < kMmaRows / kRowStep; ++i, src += step) {
-            ptx::cp_async_cg_16(buffer + mma_smem_offset<kHeadDim>(warp * kMmaRows + row0 + i * kRowStep, chunk), src);
+        for (int i = 0; i < L::kWarpRows / kRowStep; ++i, src += step) {
+            ptx::cp_async_cg_16(buffer + mma_smem_offset<kHeadDim>(warp * L::kWarpRows + row0 + i * kRowStep, chunk),
+                                src);
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < kMmaRows / kRowStep; ++i, src += step) {
+        for (int i = 0; i < L::kWarpRows / kRowStep; ++i, src += step) {
             const int row = row0 + i * kRowStep;
-            uint8_t* d = buffer + mma_smem_offset<kHeadDim>(warp * kMmaRows + row, chunk);
+            uint8_t* d = buffer + mma_smem_offset<kHeadDim>(warp * L::kWarpRows + row, chunk);
             if (row < valid_rows) {
                 ptx::cp_async_cg_16(d, src);
             } else {
@@ -505,8 +510,14 @@ __device__ __forceinline__ void rope_words_half(uint32_t& lo, uint32_t& hi, floa
     hi = ptx::cvt_rn_bf16x2_f32(b0, b1);
 }
 
+// Thread blocks per SM the registers must allow: 8 warps alone cannot hide the latencies of a
+// warp's chain of loads, mma, butterfly levels and stores (d 64: 3 x 8 warps at <= 80 registers,
+// d 128: 2 x 8 at <= 128, d 256: 1 x 16 at <= 128; ptxas fits each without spills).
+template <int kHeadDim>
+constexpr int mma_min_ctas_per_sm() { return kHeadDim == 64 ? 3 : kHeadDim == 128 ? 2 : 1; }
+
 template <int kHeadDim, bool kIsBf16, Rope kRope>
-__global__ void __launch_bounds__(kMmaThreads, 1)
+__global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_per_sm<kHeadDim>())
     fp8_hadamard_mma_kernel(const __grid_constant__ Fp8Tensors tensors, const int64_t q_blocks,
                             const int64_t total_blocks, const int batches, const uint64_t seed,
                             const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
@@ -519,7 +530,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     // [kMmaStages][block], then B and the sign ratios per span and lane (tables in shared memory, not
     // registers: ptxas would recompute their hashes in the loop rather than hold them).
     extern __shared__ __align__(128) uint8_t mma_smem[];
-    __shared__ float warp_amax[kStageBuffers][kMmaWarps];
+    constexpr int kRowsPerLane = L::kRowsPerLane;
+    __shared__ float warp_amax[kStageBuffers][L::kWarps];
     uint4* b_table = reinterpret_cast<uint4*>(mma_smem + kMmaStages * L::kStageBytes);
     uint2* ratio_table = reinterpret_cast<uint2*>(mma_smem + kMmaStages * L::kStageBytes + L::kBTableBytes);
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -531,7 +543,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     MmaCursor at = mma_cursor_at(tensors, first, q_blocks);
     if (count > 0) mma_stage_rows<kHeadDim>(tensors, at, mma_smem, warp, lane);
     // B = D H over the mma bits, per span m and lane: {tile 0 b0, b1, tile 1 b0, b1}.
-    for (int e = static_cast<int>(threadIdx.x); e < kSpans * kWarpSize; e += kMmaThreads) {
+    for (int e = static_cast<int>(threadIdx.x); e < kSpans * kWarpSize; e += L::kThreads) {
         const int m = e / kWarpSize, bg = (e % kWarpSize) / 4, bq = e % 4;
         uint32_t w[4];
 #pragma unroll
@@ -553,7 +565,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     // alike): span bit 0 flips on odd rows, so span m sits one span up (m even) or down (m odd).
     constexpr int kSpanBytes = kMmaSpanCols * 2;
     constexpr int kRowsApart = 8 * L::kRowBytes;  // row g + 8
-    const int lane_row = warp * kMmaRows + g;
+    const int lane_row = warp * L::kWarpRows + g;
     const int odd_row_shift = (g & 1) != 0 ? kSpanBytes : 0;
     MmaCursor next = at;
 #pragma unroll 1
@@ -570,20 +582,20 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         ptx::cp_async_wait_group<1>();  // this block's copies (the next block's may be in flight)
         __syncwarp();                   // ... and the other lanes' copies of the warp's rows
 
-        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 and row0 + 8 of the tensor
-        float acc[kSpans][kMmaRowsPerLane][kMmaTilesN][4];
-        // Span m's words of rows g and g + 8 (x[0], x[1]).
-        auto load_span = [&](int m, uint4 (&x)[2]) {
+        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 (and row0 + 8) of the tensor
+        float acc[kSpans][kRowsPerLane][kMmaTilesN][4];
+        // Span m's words of rows g (and g + 8): x[0] (, x[1]).
+        auto load_span = [&](int m, uint4 (&x)[kRowsPerLane]) {
             const uint8_t* a = a_base + m * kSpanBytes + ((m & 1) != 0 ? -odd_row_shift : odd_row_shift);
-            x[0] = ptx::ld_shared_v4_b32(a);
-            x[1] = ptx::ld_shared_v4_b32(a + kRowsApart);
+#pragma unroll
+            for (int r = 0; r < kRowsPerLane; ++r) x[r] = ptx::ld_shared_v4_b32(a + r * kRowsApart);
         };
-        // Span m of both rows on the tensor cores, two n8 tiles each (D's sign ratios first).
-        auto mma_span = [&](int m, const uint4 (&x)[2]) {
+        // Span m of the lane's rows on the tensor cores, two n8 tiles each (D's sign ratios first).
+        auto mma_span = [&](int m, const uint4 (&x)[kRowsPerLane]) {
             const uint4 b = ptx::ld_shared_v4_b32(b_table + m * kWarpSize + lane);
             const uint2 ratio = ptx::ld_shared_v2_b32(ratio_table + m * kWarpSize + lane);
 #pragma unroll
-            for (int r = 0; r < kMmaRowsPerLane; ++r) {
+            for (int r = 0; r < kRowsPerLane; ++r) {
                 const uint32_t a[4] = {x[r].x, x[r].y ^ ratio.x, x[r].z, x[r].w ^ ratio.y};
                 constexpr float kZero[4] = {0.f, 0.f, 0.f, 0.f};
                 if constexpr (kMmaBf16) {
@@ -599,12 +611,12 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         // This lane's first table entry of each row (a pointer each, so that the spans are
         // immediate offsets): interleaved pair 4q of span 0, half-split column 8q. Rows past seqlen
         // are zeros: any table row rotates them to zeros, so clamp to a valid one.
-        const float* cos_row[kMmaRowsPerLane];
-        const float* sin_row[kMmaRowsPerLane];
+        const float* cos_row[kRowsPerLane];
+        const float* sin_row[kRowsPerLane];
         if constexpr (kRope != Rope::kNone) {
             constexpr int kLaneEntries = kRope == Rope::kInterleaved ? 4 : 8;
 #pragma unroll
-            for (int r = 0; r < kMmaRowsPerLane; ++r) {
+            for (int r = 0; r < kRowsPerLane; ++r) {
                 const int row = min(row0 + 8 * r, tensor.seqlen - 1);
                 const int64_t entry = static_cast<int64_t>(row + tensor.rope_offset) * kTableCols + kLaneEntries * q;
                 cos_row[r] = rope_cos + entry;
@@ -615,11 +627,11 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
             // Column 32m + 8q + t (t < 8, m < kHalfSpans) pairs with the same of span m + kHalfSpans.
 #pragma unroll
             for (int m = 0; m < kHalfSpans; ++m) {
-                uint4 lo[2], hi[2];
+                uint4 lo[kRowsPerLane], hi[kRowsPerLane];
                 load_span(m, lo);
                 load_span(m + kHalfSpans, hi);
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
+                for (int r = 0; r < kRowsPerLane; ++r) {
                     const float* cp = cos_row[r] + kMmaSpanCols * m;
                     const float* sp = sin_row[r] + kMmaSpanCols * m;
                     const float4 c0 = ptx::ld_global_nc_v4_f32(cp), c1 = ptx::ld_global_nc_v4_f32(cp + 4);
@@ -635,12 +647,12 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         } else {
 #pragma unroll
             for (int m = 0; m < kSpans; ++m) {
-                uint4 x[2];
+                uint4 x[kRowsPerLane];
                 load_span(m, x);
                 if constexpr (kRope == Rope::kInterleaved) {
                     // Word j of span m is pair 16m + 4q + j.
 #pragma unroll
-                    for (int r = 0; r < 2; ++r) {
+                    for (int r = 0; r < kRowsPerLane; ++r) {
                         const float4 c = ptx::ld_global_nc_v4_f32(cos_row[r] + kMmaSpanCols / 2 * m);
                         const float4 s = ptx::ld_global_nc_v4_f32(sin_row[r] + kMmaSpanCols / 2 * m);
                         x[r].x = rope_word_interleaved<kIsBf16>(x[r].x, c.x, s.x);
@@ -657,7 +669,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 #pragma unroll
         for (int m = 0; m < kSpans; ++m)
 #pragma unroll
-            for (int r = 0; r < kMmaRowsPerLane; ++r)
+            for (int r = 0; r < kRowsPerLane; ++r)
 #pragma unroll
                 for (int nb = 0; nb < kMmaTilesN; ++nb)
 #pragma unroll
@@ -678,7 +690,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
             for (int m = 0; m < kSpans; ++m) {
                 if ((m & stride) != 0) continue;
 #pragma unroll
-                for (int v = 0; v < kMmaRowsPerLane * kMmaTilesN * 4; ++v) {
+                for (int v = 0; v < kRowsPerLane * kMmaTilesN * 4; ++v) {
                     float& x = acc[m][v / 8][(v / 4) % 2][v % 4];
                     float& y = acc[m + stride][v / 8][(v / 4) % 2][v % 4];
                     const float sum = x + y, diff = x - y;
@@ -693,7 +705,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 #pragma unroll
         for (int m = 0; m < kLastStride; ++m)
 #pragma unroll
-            for (int v = 0; v < kMmaRowsPerLane * kMmaTilesN * 4; ++v) {
+            for (int v = 0; v < kRowsPerLane * kMmaTilesN * 4; ++v) {
                 const float x = acc[m][v / 8][(v / 4) % 2][v % 4], y = acc[m + kLastStride][v / 8][(v / 4) % 2][v % 4];
                 amax = fmaxf(amax, fabsf(x) + fabsf(y));
             }
@@ -704,7 +716,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         if (lane == 0) warp_amax[i % kStageBuffers][warp] = amax;  // by parity, as in fp8_prepass_kernel
         __syncthreads();
 #pragma unroll
-        for (int v = 0; v < kMmaWarps; ++v) amax = fmaxf(amax, warp_amax[i % kStageBuffers][v]);
+        for (int v = 0; v < L::kWarps; ++v) amax = fmaxf(amax, warp_amax[i % kStageBuffers][v]);
         const int blocks = (tensor.seqlen + kBlockRows - 1) / kBlockRows;
         const int descale_index = (at.batch * tensor.heads + at.head) * blocks + at.blk;
         const float scale = block_scale(amax, kNorm, threadIdx.x == 0, tensor.descale + descale_index);
@@ -712,7 +724,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 #pragma unroll
         for (int m = 0; m < kLastStride; ++m)
 #pragma unroll
-            for (int v = 0; v < kMmaRowsPerLane * kMmaTilesN * 4; ++v) {
+            for (int v = 0; v < kRowsPerLane * kMmaTilesN * 4; ++v) {
                 float& x = acc[m][v / 8][(v / 4) % 2][v % 4];
                 float& y = acc[m + kLastStride][v / 8][(v / 4) % 2][v % 4];
                 const float ys = y * scale;
@@ -726,7 +738,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         uint8_t* out = static_cast<uint8_t*>(tensor.out) + at.batch * tensor.out_batch_stride +
                        at.head * tensor.out_head_stride + static_cast<int64_t>(row0) * tensor.out_seq_stride + 8 * q;
 #pragma unroll
-        for (int r = 0; r < kMmaRowsPerLane; ++r) {
+        for (int r = 0; r < kRowsPerLane; ++r) {
             if (row0 + 8 * r >= tensor.seqlen) continue;
             uint8_t* row_out = out + static_cast<int64_t>(8 * r) * tensor.out_seq_stride;
 #pragma unroll
@@ -763,14 +775,14 @@ cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t st
     int device = 0, sms = 0, per_sm = 0;
     if ((rc = cudaGetDevice(&device)) != cudaSuccess) return rc;
     if ((rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return rc;
-    if ((rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMmaThreads, kSmem)) != cudaSuccess) {
+    if ((rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, MmaLayout<kHeadDim>::kThreads, kSmem)) != cudaSuccess) {
         return rc;
     }
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
     const int64_t nq = tensor_blocks(a.q, a.batch), total = nq + tensor_blocks(a.k, a.batch);
     if (total == 0) return cudaSuccess;
     const int64_t grid = std::min(total, resident);
-    kernel<<<static_cast<unsigned>(grid), kMmaThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total,
+    kernel<<<static_cast<unsigned>(grid), MmaLayout<kHeadDim>::kThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total,
                                                                          a.batch, a.hadamard_seed, a.rope_cos,
                                                                          a.rope_sin);
     return cudaGetLastError();

@@ -54,9 +54,10 @@ constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged va
 //   Hadamard           the tensor-core kernel (kFp8MmaChunks) at every head dim, run 35 (% of
 //                      copy at 64k: 88 / 90 / 92 at d 64 / 128 / 256; the butterfly layouts'
 //                      best were 2 x 4 at d 64 (83%), 4 x 4 at 128 (81%), 8 x 4 at 256 (71%))
-//   RoPE + Hadamard    2 x 1 at d 64 / 128 (53 / 57%), 4 x 1 at 256 (54%): the staged copies
-//                      then cost more than they hide (the kernel is issue-bound); RoPE in the
-//                      tensor-core kernel (exact 3-term bf16 split) measured 35-47% (run 35d)
+//   RoPE + Hadamard    the tensor-core kernel too, run 36 (RoPE in fp32 rounded to bf16 for the
+//                      mma; % of copy at 64k: 70 / 80 / 63-70 at d 64 / 128 / 256; the butterfly
+//                      layouts' best 54 / 57 / 54: 2 x 1 at d 64 / 128, 4 x 1 at 256)
+//   RoPE only          2 x 1 at d 64 / 128, 4 x 1 at 256 (the butterfly kernels without the transform)
 // (One launch quantizes Q, K and V: the transform is Q's and K's.)
 constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool hadamard) {
     if (hadamard) return {kFp8MmaChunks, 1};
