@@ -15,8 +15,9 @@
 //                bits 0-2 inside a chunk and the top log2(kChunks) bits between the chunks in
 //                registers, the bits in between across the lane group with shfl.bfly (1/sqrt(d)
 //                is folded into the quantization scale);
-//                (Without RoPE the default is the tensor-core kernel further down,
-//                fp8_hadamard_mma_kernel: H_16 by mma.sync, the rest in registers.)
+//                (With the Hadamard the default is the tensor-core kernel further down,
+//                fp8_hadamard_mma_kernel: 4 column bits by mma.sync, the rest in registers,
+//                RoPE before it; these kernels run V, RoPE alone, and the A/B variants.)
 //   4. amax      per thread, per warp (shuffles), per block (shared memory);
 //   5. quantize  y * 448 / amax -> cvt.rn.satfinite.e4m3x2 -> two 8-byte stores per row, and
 //                the block's descale amax / 448; or, for V with HATTN_FP8_PREPASS_V_TRANSPOSED,
