@@ -110,12 +110,15 @@ inline void rope_tables(int rows, int d, std::vector<float>* cos_t, std::vector<
     }
 }
 
+// The columns of RoPE pair i: (2i, 2i + 1) interleaved, (i, i + d/2) half-split.
+inline int rope_first(hattn_rope rope, int i) { return rope == HATTN_ROPE_INTERLEAVED ? 2 * i : i; }
+inline int rope_second(hattn_rope rope, int d, int i) { return rope == HATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + d / 2; }
+
 // Rotates one row of d values in place with table rows cos_row / sin_row (d / 2 values each).
 inline void rope_row(double* x, int d, hattn_rope rope, const float* cos_row, const float* sin_row) {
     if (rope == HATTN_ROPE_NONE) return;
     for (int i = 0; i < d / 2; ++i) {
-        const int ia = rope == HATTN_ROPE_INTERLEAVED ? 2 * i : i;
-        const int ib = rope == HATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + d / 2;
+        const int ia = rope_first(rope, i), ib = rope_second(rope, d, i);
         const double c = cos_row[i], s = sin_row[i];
         const double a = x[ia], b = x[ib];
         x[ia] = a * c - b * s;
@@ -144,8 +147,7 @@ inline float round_to_bf16(float x) {
 inline void rope_row_bf16(double* x, int d, hattn_rope rope, const float* cos_row, const float* sin_row) {
     if (rope == HATTN_ROPE_NONE) return;
     for (int i = 0; i < d / 2; ++i) {
-        const int ia = rope == HATTN_ROPE_INTERLEAVED ? 2 * i : i;
-        const int ib = rope == HATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + d / 2;
+        const int ia = rope_first(rope, i), ib = rope_second(rope, d, i);
         const float c = cos_row[i], s = sin_row[i];
         const float a = static_cast<float>(x[ia]), b = static_cast<float>(x[ib]);
         // fp32 products: the double product of two floats is exact, so one rounding to float is the
@@ -259,8 +261,7 @@ inline Fp8ReferenceResult reference_fp8_prepass_fp64(const float* x, const Fp8Te
                     rope_row(row, d, rope, rope_cos + table_row, rope_sin + table_row);
                     // |a cos| + |b sin| and |a sin| + |b cos|: the same rotation with magnitudes.
                     for (int i = 0; i < d / 2; ++i) {
-                        const int ia = rope == HATTN_ROPE_INTERLEAVED ? 2 * i : i;
-                        const int ib = rope == HATTN_ROPE_INTERLEAVED ? 2 * i + 1 : i + d / 2;
+                        const int ia = rope_first(rope, i), ib = rope_second(rope, d, i);
                         const double c = std::fabs(rope_cos[table_row + i]), sn = std::fabs(rope_sin[table_row + i]);
                         const double ma = magnitude[ia], mb = magnitude[ib];
                         magnitude[ia] = ma * c + mb * sn;
