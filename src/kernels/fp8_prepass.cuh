@@ -355,13 +355,14 @@ constexpr int kChunkBytes = 16;
 constexpr int kRowParitySwizzle = 4;  // chunk index XOR 4 (row & 1): rows 2p, 2p + 1 in other bank halves
 constexpr uint16_t kBf16One = 0x3F80u, kF16One = 0x3C00u, kHalfSign = 0x8000u;
 
-// Rows per lane: 2 (rows g and g + 8 of a warp's 16; 256 threads) at d 64 / 128, 1 at d 256 (a warp
-// owns 8 rows, 512 threads): a thread holds d / 2 or d / 4 fp32 accumulators per row it owns, and
-// at d 256 two rows (128 accumulators) would leave one thread block of 8 warps per SM, too few to
-// hide a warp's chain of loads, mma, butterfly levels and stores.
+// Rows per lane: 64 accumulators per thread at every head dim, 4 rows (g + 8r) at d 64 (a warp owns
+// 32 rows, 128 threads), 2 at d 128 (16 rows, 256 threads), 1 at d 256 (8 rows, 512 threads). Fewer
+// rows would spread a block's fixed costs (staging addresses, the amax barrier, the descale) over
+// fewer elements; more would cap the resident warps (at d 256 two rows, 128 accumulators, leave one
+// thread block of 8 warps per SM, too few to hide a warp's chain of loads, mma, levels and stores).
 template <int kHeadDim>
 struct MmaLayout {
-    static constexpr int kRowsPerLane = kHeadDim == 256 ? 1 : 2;
+    static constexpr int kRowsPerLane = kHeadDim == 64 ? 4 : kHeadDim == 128 ? 2 : 1;
     static constexpr int kWarpRows = kMmaGroupRows * kRowsPerLane;
     static constexpr int kWarps = kBlockRows / kWarpRows;
     static constexpr int kThreads = kWarps * kWarpSize;
@@ -512,10 +513,10 @@ __device__ __forceinline__ void rope_words_half(uint32_t& lo, uint32_t& hi, floa
 }
 
 // Thread blocks per SM the registers must allow: 8 warps alone cannot hide the latencies of a
-// warp's chain of loads, mma, butterfly levels and stores (d 64: 3 x 8 warps at <= 80 registers,
-// d 128: 2 x 8 at <= 128, d 256: 1 x 16 at <= 128; ptxas fits each without spills).
+// warp's chain of loads, mma, butterfly levels and stores, so 16 warps at <= 128 registers (d 64:
+// 4 x 4 warps, d 128: 2 x 8, d 256: 1 x 16; ptxas fits each without spills).
 template <int kHeadDim>
-constexpr int mma_min_ctas_per_sm() { return kHeadDim == 64 ? 3 : kHeadDim == 128 ? 2 : 1; }
+constexpr int mma_min_ctas_per_sm() { return kHeadDim == 64 ? 4 : kHeadDim == 128 ? 2 : 1; }
 
 template <int kHeadDim, bool kIsBf16, Rope kRope>
 __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_per_sm<kHeadDim>())

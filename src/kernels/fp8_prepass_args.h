@@ -55,7 +55,7 @@ constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged va
 //                      copy at 64k: 88 / 90 / 92 at d 64 / 128 / 256; the butterfly layouts'
 //                      best were 2 x 4 at d 64 (83%), 4 x 4 at 128 (81%), 8 x 4 at 256 (71%))
 //   RoPE + Hadamard    the tensor-core kernel too, run 36 (RoPE in fp32 rounded to bf16 for the
-//                      mma; % of copy at 64k: 70 / 80 / 63-70 at d 64 / 128 / 256; the butterfly
+//                      mma; % of copy at 64k: 79 / 80 / 72 at d 64 / 128 / 256; the butterfly
 //                      layouts' best 54 / 57 / 54: 2 x 1 at d 64 / 128, 4 x 1 at 256)
 //   RoPE only          2 x 1 at d 64 / 128, 4 x 1 at 256 (the butterfly kernels without the transform)
 // (One launch quantizes Q, K and V: the transform is Q's and K's.)
