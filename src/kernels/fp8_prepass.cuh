@@ -232,6 +232,9 @@ struct Fp8Tensors {
     Fp8Tensor t[3];  // q, k, v
 };
 
+// 128-row blocks of one (batch, head) of a tensor (the last one partial).
+HATTN_HOST_DEVICE inline int seq_blocks(const Fp8Tensor& t) { return (t.seqlen + kBlockRows - 1) / kBlockRows; }
+
 // Where block g of a launch lives: blocks [0, q_blocks) are q's, the next k_blocks k's, the rest
 // v's; inside a tensor, local_block = (batch * heads + head) * blocks + block (the descale's index).
 struct BlockPlace {
@@ -256,7 +259,7 @@ __device__ __forceinline__ BlockPlace place_block(const Fp8Tensors& tensors, int
         }
     }
     const Fp8Tensor& t = tensors.t[p.which];
-    const int blocks = (t.seqlen + kBlockRows - 1) / kBlockRows;
+    const int blocks = seq_blocks(t);
     const int block = p.local_block % blocks;
     const int head_linear = p.local_block / blocks;
     const int head = head_linear % t.heads;
@@ -320,10 +323,11 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
 //      inputs as they are (+-1 products are exact, the sums fp32), D's signs folded into B;
 //   2. the other bits (bit 1, and the span index, bits >= 5) as FADD levels between a thread's own
 //      registers: every thread holds the same columns of every span, so no shuffles.
-// About 10 instructions per element with RoPE, fewer without.
+// SASS of the d128 loop: about 14 instructions per element with RoPE, 10 without. (D's signs are
+// hashed in the kernel, once per thread block for B and the sign ratios: the walk has few blocks.)
 //
-// Layout (MmaLayout): a warp owns 16 rows of the block (8 at d = 256); lane group g (lane / 4) rows
-// g and g + 8 of them (row g). Lane (g, q) reads with one 16-byte shared-memory load the 8 contiguous columns
+// Layout (MmaLayout): a warp owns 8 kRowsPerLane rows of the block; lane group g (lane / 4) rows
+// g + 8r of them, r < kRowsPerLane. Lane (g, q) reads with one 16-byte shared-memory load the 8 contiguous columns
 // 32m + 8q .. +7 of span m of one row: words w0..w3 (column pairs), and these four registers are the
 // A operand as they are: the mma's rows g and g + 8 are the two halves of the same input row
 // (a0 = w0, a2 = w2: columns 8q + {0, 1, 4, 5}; a1 = w1, a3 = w3: 8q + {2, 3, 6, 7}). So mma index
@@ -421,7 +425,7 @@ struct MmaCursor {
         const Fp8Tensor& t = tensors.t[which];
         if (++head < t.heads) return;
         head = 0;
-        if (++blk < (t.seqlen + kBlockRows - 1) / kBlockRows) return;
+        if (++blk < seq_blocks(t)) return;
         blk = 0;
         if (++batch < batches) return;
         batch = 0;
@@ -435,7 +439,7 @@ __device__ __forceinline__ MmaCursor mma_cursor_at(const Fp8Tensors& tensors, in
     c.which = g < q_blocks ? 0 : 1;
     if (c.which == 1) g -= q_blocks;
     const Fp8Tensor& t = tensors.t[c.which];
-    const int64_t blocks = (t.seqlen + kBlockRows - 1) / kBlockRows;
+    const int64_t blocks = seq_blocks(t);
     c.head = static_cast<int>(g % t.heads);
     g /= t.heads;
     c.blk = static_cast<int>(g % blocks);
@@ -481,7 +485,7 @@ __device__ __forceinline__ void mma_stage_rows(const Fp8Tensors& tensors, const 
 
 // 128-row blocks of one tensor over every (batch, head): its descale count, and its share of a launch.
 inline int64_t tensor_blocks(const Fp8Tensor& t, int batch) {
-    return static_cast<int64_t>((t.seqlen + kBlockRows - 1) / kBlockRows) * t.heads * batch;
+    return static_cast<int64_t>(seq_blocks(t)) * t.heads * batch;
 }
 
 // The block's scale from its amax (of the unnormalized butterfly outputs when `norm` < 1), and its
@@ -563,10 +567,10 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
     __syncthreads();  // B is in place
 
     constexpr float kNorm = inv_sqrt_head_dim<kHeadDim>();
-    // Lane (g, q)'s 16-byte chunk of span m in row r is chunk 4m + q XOR 4 (r & 1) (rows g and g + 8
+    // Lane (g, q)'s 16-byte chunk of span m in row r is chunk 4m + q XOR 4 (r & 1) (rows g + 8r
     // alike): span bit 0 flips on odd rows, so span m sits one span up (m even) or down (m odd).
     constexpr int kSpanBytes = kMmaSpanCols * 2;
-    constexpr int kRowsApart = 8 * L::kRowBytes;  // row g + 8
+    constexpr int kRowsApart = kMmaGroupRows * L::kRowBytes;  // row g + 8r to g + 8 (r + 1)
     const int lane_row = warp * L::kWarpRows + g;
     const int odd_row_shift = (g & 1) != 0 ? kSpanBytes : 0;
     MmaCursor next = at;
@@ -584,9 +588,9 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
         ptx::cp_async_wait_group<1>();  // this block's copies (the next block's may be in flight)
         __syncwarp();                   // ... and the other lanes' copies of the warp's rows
 
-        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 (and row0 + 8) of the tensor
+        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 + 8r of the tensor
         float acc[kSpans][kRowsPerLane][kMmaTilesN][4];
-        // Span m's words of rows g (and g + 8): x[0] (, x[1]).
+        // Span m's words of rows g + 8r: x[r].
         auto load_span = [&](int m, uint4 (&x)[kRowsPerLane]) {
             const uint8_t* a = a_base + m * kSpanBytes + ((m & 1) != 0 ? -odd_row_shift : odd_row_shift);
 #pragma unroll
@@ -619,7 +623,7 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
             constexpr int kLaneEntries = kRope == Rope::kInterleaved ? 4 : 8;
 #pragma unroll
             for (int r = 0; r < kRowsPerLane; ++r) {
-                const int row = min(row0 + 8 * r, tensor.seqlen - 1);
+                const int row = min(row0 + kMmaGroupRows * r, tensor.seqlen - 1);
                 const int64_t entry = static_cast<int64_t>(row + tensor.rope_offset) * kTableCols + kLaneEntries * q;
                 cos_row[r] = rope_cos + entry;
                 sin_row[r] = rope_sin + entry;
@@ -719,8 +723,7 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
         __syncthreads();
 #pragma unroll
         for (int v = 0; v < L::kWarps; ++v) amax = fmaxf(amax, warp_amax[i % kStageBuffers][v]);
-        const int blocks = (tensor.seqlen + kBlockRows - 1) / kBlockRows;
-        const int descale_index = (at.batch * tensor.heads + at.head) * blocks + at.blk;
+        const int descale_index = (at.batch * tensor.heads + at.head) * seq_blocks(tensor) + at.blk;
         const float scale = block_scale(amax, kNorm, threadIdx.x == 0, tensor.descale + descale_index);
         // The last span level with the scale: acc[m], acc[m + kLastStride] <- (x +- y) * scale.
 #pragma unroll
@@ -741,8 +744,8 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
                        at.head * tensor.out_head_stride + static_cast<int64_t>(row0) * tensor.out_seq_stride + 8 * q;
 #pragma unroll
         for (int r = 0; r < kRowsPerLane; ++r) {
-            if (row0 + 8 * r >= tensor.seqlen) continue;
-            uint8_t* row_out = out + static_cast<int64_t>(8 * r) * tensor.out_seq_stride;
+            if (row0 + kMmaGroupRows * r >= tensor.seqlen) continue;
+            uint8_t* row_out = out + static_cast<int64_t>(kMmaGroupRows * r) * tensor.out_seq_stride;
 #pragma unroll
             for (int m = 0; m < kSpans; ++m) {
                 uint32_t word[kMmaTilesN];
@@ -767,6 +770,7 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
 template <int kHeadDim, bool kIsBf16, Rope kRope>
 cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t stream) {
     constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
+    constexpr int kThreads = MmaLayout<kHeadDim>::kThreads;
     constexpr int kDefaultSmemLimit = 48 * 1024;
     auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
     cudaError_t rc = cudaSuccess;
@@ -777,16 +781,15 @@ cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t st
     int device = 0, sms = 0, per_sm = 0;
     if ((rc = cudaGetDevice(&device)) != cudaSuccess) return rc;
     if ((rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return rc;
-    if ((rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, MmaLayout<kHeadDim>::kThreads, kSmem)) != cudaSuccess) {
+    if ((rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem)) != cudaSuccess) {
         return rc;
     }
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
     const int64_t nq = tensor_blocks(a.q, a.batch), total = nq + tensor_blocks(a.k, a.batch);
     if (total == 0) return cudaSuccess;
     const int64_t grid = std::min(total, resident);
-    kernel<<<static_cast<unsigned>(grid), MmaLayout<kHeadDim>::kThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total,
-                                                                         a.batch, a.hadamard_seed, a.rope_cos,
-                                                                         a.rope_sin);
+    kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total, a.batch,
+                                                                     a.hadamard_seed, a.rope_cos, a.rope_sin);
     return cudaGetLastError();
 }
 
