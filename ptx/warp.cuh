@@ -32,6 +32,15 @@ __device__ __forceinline__ bool elect_one_sync() {
     return is_leader != 0;
 }
 
+// PTX ISA 10.3 %laneid: this thread's lane. Volatile, so it is read where it is used: a kernel
+// whose registers are all taken (the FP8 forward's 192-key blocks) then recomputes a lane test
+// in its epilogue instead of keeping it in a register, or spilling it, across the mainloop.
+__device__ __forceinline__ uint32_t lane_id() {
+    uint32_t lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    return lane;
+}
+
 // Warpgroup index of this thread, made warp-uniform for the compiler (a warpgroup is 4
 // consecutive warps starting at a warp index divisible by 4).
 __device__ __forceinline__ uint32_t warpgroup_index() {

@@ -22,7 +22,8 @@
 # Environment: OUT (default ./ab_fp8_out), BUILD_DIR (build-ab-fp8), JOBS (16), BUDGET_S (300),
 #   VARIANTS (all: base,lazy,twolevel,lazy_twolevel), GRIDS (auto; e.g. tiles,auto: one CTA per tile
 #   against the launcher's persistent rule), SEQLENS (2048,8192,16384), VLAYOUTS (rows; rows,vt:
-#   V^T from the pre-pass against the call's own transpose pass), AB_TIMEOUT_S (120),
+#   V^T from the pre-pass against the call's own transpose pass), HEAD_DIMS (64,128,256),
+#   AB_TIMEOUT_S (120),
 #   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -35,6 +36,7 @@ VARIANTS=${VARIANTS:-}
 GRIDS=${GRIDS:-}
 SEQLENS=${SEQLENS:-}
 VLAYOUTS=${VLAYOUTS:-}
+HEAD_DIMS=${HEAD_DIMS:-}
 AB_TIMEOUT_S=${AB_TIMEOUT_S:-120}
 PREPASS_TESTS=${PREPASS_TESTS:-0}
 RESERVE_S=8
@@ -87,6 +89,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   [ -n "$GRIDS" ] && ab_args+=(--grids "$GRIDS")
   [ -n "$SEQLENS" ] && ab_args+=(--seqlens "$SEQLENS")
   [ -n "$VLAYOUTS" ] && ab_args+=(--v-layouts "$VLAYOUTS")
+  [ -n "$HEAD_DIMS" ] && ab_args+=(--head-dims "$HEAD_DIMS")
   run ab "$AB_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
   cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
 

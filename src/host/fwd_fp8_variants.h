@@ -18,16 +18,22 @@ struct Fp8VariantInfo {
     const char* name;
     bool lazy_rescale;  // fwd_fp8::Tuning's options
     bool two_level;
+    int block_n = 0;  // KV block width, 0: the head dim's default (fwd_fp8::default_block_n)
+    int stages = 0;   // K/V ring slots, 0: the default (fwd_fp8::default_stages)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
 // at d = 128 and 256 and "lazy_twolevel" at d = 64. (The MUFU + FMA-pipe exp split, measured in
-// run 26, lost and is gone.)
+// run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
+// keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
+// a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
     {"twolevel", false, true},
     {"lazy_twolevel", true, true},
+    {"lazy_n192", true, false, 192, 3},
+    {"lazy_twolevel_n192", true, true, 192, 3},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
@@ -42,8 +48,14 @@ constexpr int fp8_variant_index(const char* name) {
     return -1;
 }
 
-// Two-level accumulation needs a second O in registers: not built at head_dim 256.
-constexpr bool fp8_variant_built(int variant, int head_dim) { return !(kFp8Variants[variant].two_level && head_dim > 128); }
+// Two-level accumulation needs a second O in registers, and 192-key blocks 96 registers of S: neither
+// is built at head_dim 256 (O alone is 128 registers there), and both together only at head_dim 64
+// (at 128 they spill). CMakeLists.txt builds the same pairs.
+constexpr bool fp8_variant_built(int variant, int head_dim) {
+    const Fp8VariantInfo& v = kFp8Variants[variant];
+    const int max_head_dim = v.two_level && v.block_n > 128 ? 64 : v.two_level || v.block_n > 128 ? 128 : 256;
+    return head_dim <= max_head_dim;
+}
 
 // One (variant, head dim) kernel's launch; defined in src/host/fwd_fp8_variant.cu, which is
 // compiled once per built pair.

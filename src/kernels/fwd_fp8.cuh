@@ -111,7 +111,8 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
 
     // 8-bit rows are head_dim (Q, K) or kBlockN (V^T) bytes: 64-byte rows take the 64-byte swizzle.
     static constexpr int kQkSpan = kHeadDim < kSwizzleBytes ? kHeadDim : kSwizzleBytes;
-    static constexpr int kVtSpan = Shape::kBlockN < kSwizzleBytes ? Shape::kBlockN : kSwizzleBytes;
+    // V^T rows are kBlockN keys: whole 128-byte spans where they divide it, 64-byte ones otherwise.
+    static constexpr int kVtSpan = Shape::kBlockN % kSwizzleBytes == 0 ? kSwizzleBytes : kSwizzleBytes / 2;
     using QTile = SwizzledTile<E4m3, Shape::kBlockM, kHeadDim, kQkSpan>;
     using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
@@ -123,7 +124,19 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
         2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
             ? 2
             : 1;
-    static_assert(kDescaleRows % Shape::kBlockN == 0, "a KV block must lie inside one descale block");
+    // A KV block's descale groups: its keys in slices that each lie inside one 128-row descale
+    // block of K and V (the largest of 128, 64, 32 keys dividing kBlockN: one group per block at
+    // 64 and 128 keys, three of 64 keys at 192). Each group has its own k and v descale.
+    static constexpr int kDescaleGroupKeys =
+        Shape::kBlockN % kDescaleRows == 0 ? kDescaleRows : Shape::kBlockN % 64 == 0 ? 64 : kE4m3KeyGroup;
+    static constexpr int kDescaleGroups = Shape::kBlockN / kDescaleGroupKeys;
+    static_assert(kDescaleRows % kDescaleGroupKeys == 0 && Shape::kBlockN % kDescaleGroupKeys == 0,
+                  "every descale group of a KV block inside one descale block");
+    // How many descale blocks one KV block's groups can touch (a block starts at a multiple of the
+    // group width, so at most 128 - kDescaleGroupKeys keys into a descale block).
+    static constexpr int kSpanned = (Shape::kBlockN - 1 + kDescaleRows - kDescaleGroupKeys) / kDescaleRows + 1;
+    static_assert(kDescaleGroups == 1 || Opt::kLazyRescale,
+                  "several descale groups per KV block: the lazy path only (V's descales go into P)");
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
@@ -244,7 +257,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         float s[kBlockN / 2];
         uint32_t pf[kBlockN / kMmaK][4];
         float o_scale[kAccRowsPerThread];
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2>,
+        constexpr int kGroups = Cfg::kDescaleGroups;
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups>,
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
@@ -345,11 +359,55 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             };
             // Block it's softmax: P_it in s, the O scale for P_it V_it in o_scale. v_ds_p: V's descale
             // of the same block (lazy: it goes into P; the plain path takes it at the next rescale).
-            auto softmax_update = [&](float k_ds, float v_ds_p) {
+            // Block it's descales. Its descale groups lie in at most kSpanned descale blocks (two
+            // at 192 keys: keys 0-127 | 128-191, then 192-255 | 256-383, ...), so those are loaded
+            // (at the top of a step; used after its waits) and converted once each, and every
+            // group picks its block's (rel: 0 or 1 blocks after the first).
+            struct BlockDescales {
+                float k[Cfg::kSpanned], v[Cfg::kSpanned];
+                int first_key;
+            };
+            auto load_descales = [&](int it) {
+                BlockDescales d;
+                d.first_key = (n_blocks - 1 - it) * kBlockN;
+#pragma unroll
+                for (int j = 0; j < Cfg::kSpanned; ++j) {
+                    const int index = min(d.first_key / kDescaleRows + j, p.kv_descale_blocks - 1);
+                    d.k[j] = k_ds_row[index];
+                    d.v[j] = Opt::kLazyRescale ? v_ds_row[index] : 0.f;
+                }
+                return d;
+            };
+            auto softmax_update = [&](const BlockDescales& d) {
                 if constexpr (Opt::kLazyRescale) {
-                    rescale_pending = softmax.online_update(s, block_scale_log2(k_ds), decltype(softmax)::v_shift(v_ds_p), o_scale);
+                    using Softmax = decltype(softmax);
+                    float block_scale[Cfg::kSpanned];
+                    typename Softmax::VShift block_v[Cfg::kSpanned];
+#pragma unroll
+                    for (int j = 0; j < Cfg::kSpanned; ++j) {
+                        block_scale[j] = block_scale_log2(d.k[j]);
+                        block_v[j] = Softmax::v_shift(d.v[j]);
+                    }
+                    float scale_log2[kGroups];
+                    typename Softmax::VShift v[kGroups];
+#pragma unroll
+                    for (int g = 0; g < kGroups; ++g) {
+                        // (A group wholly past seqlen_k is masked; load_descales clamped its
+                        // descale to the last block's, which will do.)
+                        const int rel = (d.first_key % kDescaleRows + g * Cfg::kDescaleGroupKeys) / kDescaleRows;
+                        scale_log2[g] = block_scale[0];
+                        v[g] = block_v[0];
+#pragma unroll
+                        for (int j = 1; j < Cfg::kSpanned; ++j) {
+                            if (rel == j) {
+                                scale_log2[g] = block_scale[j];
+                                v[g] = block_v[j];
+                            }
+                        }
+                    }
+                    rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
                 } else {
-                    softmax.online_update(s, block_scale_log2(k_ds), o_scale);
+                    softmax.online_update(s, block_scale_log2(d.k[0]), o_scale);
                 }
             };
 
@@ -361,8 +419,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (n_blocks > 0) {
                 // Prologue: S_0 alone, its softmax.
                 {
-                    const float k_ds = k_ds_row[descale_index(0)];
-                    const float v_ds_p = Opt::kLazyRescale ? v_ds_row[descale_index(0)] : 0.f;
+                    const BlockDescales ds = load_descales(0);
                     smem.k_ring.consumer_wait(k_state);
                     take_turn();
                     ptx::wgmma_fence();
@@ -374,15 +431,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     release(smem.k_ring, k_state);
                     k_state.advance();
                     if (n_masked > 0) mask(0);
-                    softmax_update(k_ds, v_ds_p);
+                    softmax_update(ds);
                 }
                 auto v_release = v_state;
 
                 // Steady state, as the 16-bit forward: S_it and P_{it-1} V_{it-1} issued together.
                 auto step = [&](int it, auto masked) {
-                    const float k_ds = k_ds_row[descale_index(it)];
-                    const float v_ds = v_ds_row[descale_index(it - 1)];
-                    const float v_ds_p = Opt::kLazyRescale ? v_ds_row[descale_index(it)] : 0.f;
+                    const BlockDescales ds = load_descales(it);
+                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(it - 1)];  // plain: O's unit
                     smem.k_ring.consumer_wait(k_state);
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
@@ -401,7 +457,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     k_state.advance();
                     v_state.advance();
                     if constexpr (decltype(masked)::value) mask(it);
-                    softmax_update(k_ds, v_ds_p);
+                    softmax_update(ds);
                 };
                 int it = 1;
                 for (; it < n_masked; ++it) step(it, std::true_type{});
@@ -413,7 +469,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
                 // Drain: the last P V.
                 {
-                    const float v_ds = v_ds_row[descale_index(n_blocks - 1)];
+                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(n_blocks - 1)];
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
@@ -441,7 +497,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
             softmax.finalize(inv_sum, lse);
-            if (p.lse != nullptr && me.lane % 4 == 0) {
+            if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
                 float* lse_row = p.lse + q_head * p.mask.seqlen_q;
 #pragma unroll
                 for (int r = 0; r < kAccRowsPerThread; ++r)

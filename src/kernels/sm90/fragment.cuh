@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/sm90/tile.cuh"
 #include "ptx/convert.cuh"
@@ -47,6 +48,17 @@ __device__ __forceinline__ int acc_row_in_warpgroup(int tid) { return 16 * (tid 
 __host__ __device__ constexpr int acc_row_half(int i) { return (i / 2) % 2; }  // 0: row r0, 1: r0 + 8
 __host__ __device__ constexpr int acc_col(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
 
+// f(std::integral_constant<int, 0>{}) .. f(std::integral_constant<int, kCount - 1>{}): a loop whose
+// index is a constant expression in the body (template arguments such as a register slice).
+template <int kCount, class F, int... kI>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, kI...>) {
+    (f(std::integral_constant<int, kI>{}), ...);
+}
+template <int kCount, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+    static_for_impl<kCount>(f, std::make_integer_sequence<int, kCount>{});
+}
+
 // An accumulator fragment cleared before its first GEMM (unrolled: it stays in registers).
 template <int N>
 __device__ __forceinline__ void zero_fill(float (&acc)[N]) {
@@ -84,15 +96,19 @@ __device__ __forceinline__ void tree_fold(float (&v)[kCount], Op op) {
     }
 }
 
-template <int kN, class Op>
+// kFirst / kLen (multiples of 4): only the registers [kFirst, kFirst + kLen), i.e. the columns of
+// n8 groups kFirst / 4 .. (kFirst + kLen) / 4 - 1 (the FP8 forward reduces each descale group of a
+// KV block on its own).
+template <int kN, class Op, int kFirst = 0, int kLen = kN>
 __device__ __forceinline__ float row_reduce(const float (&acc)[kN], int row_half, Op op) {
-    static_assert(kN % 4 == 0, "an accumulator holds whole n8 groups");
-    constexpr int kCount = kN / 2;  // values of one row: i = 4j + 2 * row_half + {0, 1}
+    static_assert(kFirst % 4 == 0 && kLen % 4 == 0 && kLen > 0 && kFirst + kLen <= kN,
+                  "whole n8 groups of the accumulator");
+    constexpr int kCount = kLen / 2;  // values of one row: i = kFirst + 4j + 2 * row_half + {0, 1}
     float v[kCount];
 #pragma unroll
     for (int j = 0; j < kCount / 2; ++j) {
-        v[2 * j] = acc[4 * j + 2 * row_half];
-        v[2 * j + 1] = acc[4 * j + 2 * row_half + 1];
+        v[2 * j] = acc[kFirst + 4 * j + 2 * row_half];
+        v[2 * j + 1] = acc[kFirst + 4 * j + 2 * row_half + 1];
     }
     if constexpr (HATTN_ROW_REDUCE_TREE) {
         tree_fold(v, op);
@@ -104,13 +120,20 @@ __device__ __forceinline__ float row_reduce(const float (&acc)[kN], int row_half
 }
 
 // This thread's part of a row's max and sum (the quad's other lanes hold the rest).
-template <int kN>
+// (kFirst, kLen: a slice of registers, as row_reduce.)
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+template <int kN, int kFirst = 0, int kLen = kN>
 __device__ __forceinline__ float row_max_of(const float (&acc)[kN], int row_half) {
-    return row_reduce(acc, row_half, [](float a, float b) { return fmaxf(a, b); });
+    return row_reduce<kN, MaxOp, kFirst, kLen>(acc, row_half, MaxOp{});
 }
-template <int kN>
+template <int kN, int kFirst = 0, int kLen = kN>
 __device__ __forceinline__ float row_sum_of(const float (&acc)[kN], int row_half) {
-    return row_reduce(acc, row_half, [](float a, float b) { return a + b; });
+    return row_reduce<kN, SumOp, kFirst, kLen>(acc, row_half, SumOp{});
 }
 
 // Multiply each of the thread's two rows by its factor.

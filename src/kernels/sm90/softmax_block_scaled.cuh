@@ -101,10 +101,21 @@ struct BlockScaledSoftmax {
 // blocks a row's max rarely grows by more than 0.75 in log2 units.
 // A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
 constexpr float kLazyRescaleLog2 = 0.75f;
+//
+// Descale groups: a KV block of kN columns may span several descale blocks of K and V (the FP8
+// forward's 192-key blocks against 128-row descale blocks). Its columns are then kGroups equal
+// slices, each inside one descale block, each with its own score scale and V shift: the row max
+// is taken per slice (the same FMNMX count), each slice's max scaled before the maxima meet (one
+// FFMA per slice and row), each exponent's FFMA reads its slice's scale and offset (free: an FFMA
+// takes its multiplier from a register either way), and each slice's sum enters the row sum with
+// its own 1 / v_ds. kGroups = 1 is the one-scale-per-block case.
 
-template <int kN, int kGainLog2 = 0>
+template <int kN, int kGainLog2 = 0, int kGroups = 1>
 struct LazyBlockScaledSoftmax {
     static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
+    static constexpr int kRegs = kN / 2;                 // accumulator registers per thread
+    static constexpr int kGroupRegs = kRegs / kGroups;   // registers of one descale group
+    static_assert(kRegs % kGroups == 0 && kGroupRegs % 4 == 0, "descale groups of whole n8 column groups");
     float ref_log2[kAccRowsPerThread];  // R per row: scaled log2 score + log2 v_ds (-inf: no key yet)
     float row_sum[kAccRowsPerThread];   // sum of 2^(x - R + gain) over the keys so far, per thread
 
@@ -116,7 +127,7 @@ struct LazyBlockScaledSoftmax {
         }
     }
 
-    // V's descale of this block as it enters P: log2 and reciprocal of v_ds (1 for v_ds = 0).
+    // V's descale of a group as it enters P: log2 and reciprocal of v_ds (1 for v_ds = 0).
     struct VShift {
         float log2, inv;
     };
@@ -125,18 +136,22 @@ struct LazyBlockScaledSoftmax {
         return {__log2f(v), __fdividef(1.f, v)};
     }
 
-    // s: raw scores (masked ones -inf); scale_log2 = this K block's scale * log2 e, > 0. Replaces s
-    // by P. Returns true (the same in every lane of the warp) when O must be rescaled by o_scale
-    // before P V; o_scale is left untouched otherwise.
-    __device__ __forceinline__ bool online_update(float (&s)[kN / 2], float scale_log2, VShift v,
-                                                  float (&o_scale)[kAccRowsPerThread]) {
+    // s: raw scores (masked ones -inf); scale_log2[g] = the K descale group g's score scale * log2 e,
+    // > 0. Replaces s by P. Returns true (the same in every lane of the warp) when O must be rescaled
+    // by o_scale before P V; o_scale is left untouched otherwise.
+    __device__ __forceinline__ bool online_update(float (&s)[kRegs], const float (&scale_log2)[kGroups],
+                                                  const VShift (&v)[kGroups], float (&o_scale)[kAccRowsPerThread]) {
         float block_max[kAccRowsPerThread];
         bool need[kAccRowsPerThread];
         bool any = false;
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = row_max_of(s, r);
-            block_max[r] = fmaf(quad_max(m), scale_log2, v.log2);  // -inf: no visible key in this block
+            float m = -INFINITY;
+            static_for<kGroups>([&](auto g) {
+                constexpr int kFirst = decltype(g)::value * kGroupRegs;
+                m = fmaxf(m, fmaf(row_max_of<kRegs, kFirst, kGroupRegs>(s, r), scale_log2[g], v[g].log2));
+            });
+            block_max[r] = quad_max(m);  // -inf: no visible key in this block
             need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
             any |= need[r];
         }
@@ -154,12 +169,16 @@ struct LazyBlockScaledSoftmax {
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             // A row with no visible key so far keeps R = -inf: exponentiate against 0 (its scores
             // are all -inf) instead of NaN.
-            const float offset = (ref_log2[r] == -INFINITY ? 0.f : ref_log2[r]) - v.log2 - kGainLog2f;
+            const float ref = ref_log2[r] == -INFINITY ? 0.f : ref_log2[r];
+            static_for<kGroups>([&](auto g) {
+                constexpr int kFirst = decltype(g)::value * kGroupRegs;
+                const float offset = ref - v[g].log2 - kGainLog2f;
 #pragma unroll
-            for (int i = 0; i < kN / 2; ++i)
-                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
-            const float sum = row_sum_of(s, r);
-            row_sum[r] = fmaf(sum, v.inv, row_sum[r]);
+                for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
+                    if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
+                const float sum = row_sum_of<kRegs, kFirst, kGroupRegs>(s, r);
+                row_sum[r] = fmaf(sum, v[g].inv, row_sum[r]);
+            });
         }
         return rescale;
     }
