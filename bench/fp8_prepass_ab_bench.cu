@@ -10,7 +10,7 @@
 //   modes     quant, hadamard, rope_half+hadamard, rope_interleaved+hadamard, and quant and
 //             rope_half+hadamard writing V as V^T for the FP8 forward (+vt)
 //   variants  <chunks>x<blocks per CTA> (kernels/fp8_prepass.cuh: Layout, kStagedBlocks): 2x1,
-//             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4, 16x1 / 16x2 (the tensor-core Hadamard with 1 / 2 stage buffers,
+//             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4, 16x1 (the tensor-core Hadamard,
 //             kFp8MmaChunks: Q and K with the Hadamard, RoPE or not); a variant that is not built (it would
 //             spill at d 256) runs its fallback (fp8_variant_run), marked "*".
 // GB/s of the pre-pass counts 2 bytes read and 1 written per element plus the descales (the rotary
@@ -62,7 +62,7 @@ constexpr Mode kModes[] = {{"quant", HATTN_ROPE_NONE, false},
                            {"quant+vt", HATTN_ROPE_NONE, false, true},
                            {"rope_half+hadamard+vt", HATTN_ROPE_HALF, true, true}};
 constexpr int kNumModes = sizeof(kModes) / sizeof(kModes[0]);
-constexpr Fp8PrepassVariant kVariants[] = {{2, 1}, {4, 1}, {8, 1}, {2, 4}, {4, 4}, {8, 4}, {hattn::fp8::kFp8MmaChunks, 1}, {hattn::fp8::kFp8MmaChunks, 2}};
+constexpr Fp8PrepassVariant kVariants[] = {{2, 1}, {4, 1}, {8, 1}, {2, 4}, {4, 4}, {8, 4}, {hattn::fp8::kFp8MmaChunks, 1}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 Rope rope_of(hattn_rope r) {

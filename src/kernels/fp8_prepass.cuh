@@ -354,12 +354,7 @@ __device__ __forceinline__ void stage_block(const Fp8Tensors& tensors, const Blo
 constexpr int kMmaGroupRows = 8;   // rows of one mma: 8 lane groups, each one row's two halves
 constexpr int kMmaSpanCols = 32;   // columns of one span: 8 per lane quad member
 constexpr int kMmaTilesN = 2;      // n8 tiles per mma (16 outputs)
-// Stage buffers (the variant's second number, "16x<stages>"): 2 lets block i + 1 land in the other
-// buffer while block i is read span by span; 1 reads all of block i into registers first (32 words
-// per thread at every head dim), then lets block i + 1 land in the same buffer. One buffer halves
-// the shared memory, which leaves the L1 room for RoPE's table rows: at d 256 they are 128 KB per
-// block (fp32 cos and sin, 1 KB per position), re-read for every head of the heads-fastest walk.
-constexpr int kMmaMaxStages = 2;
+constexpr int kMmaStages = 2;
 constexpr int kChunkBytes = 16;
 constexpr int kRowParitySwizzle = 4;  // chunk index XOR 4 (row & 1): rows 2p, 2p + 1 in other bank halves
 constexpr uint16_t kBf16One = 0x3F80u, kF16One = 0x3C00u, kHalfSign = 0x8000u;
@@ -381,8 +376,7 @@ struct MmaLayout {
     static constexpr int kStageBytes = kBlockRows * kRowBytes;
     static constexpr int kBTableBytes = kSpans * kWarpSize * kChunkBytes;  // one B per span and lane
     static constexpr int kRatioBytes = kSpans * kWarpSize * 8;             // two sign-ratio words per span and lane
-    template <int kStages>
-    static constexpr int smem_bytes() { return kStages * kStageBytes + kBTableBytes + kRatioBytes; }
+    static constexpr int kSmemBytes = kMmaStages * kStageBytes + kBTableBytes + kRatioBytes;
     static_assert(kRowChunks >= 2 * kRowParitySwizzle, "the swizzle flips chunk bit 2 inside the row");
 };
 
@@ -528,7 +522,7 @@ __device__ __forceinline__ void rope_words_half(uint32_t& lo, uint32_t& hi, floa
 template <int kHeadDim>
 constexpr int mma_min_ctas_per_sm() { return kHeadDim == 64 ? 4 : kHeadDim == 128 ? 2 : 1; }
 
-template <int kHeadDim, bool kIsBf16, Rope kRope, int kStages>
+template <int kHeadDim, bool kIsBf16, Rope kRope>
 __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_per_sm<kHeadDim>())
     fp8_hadamard_mma_kernel(const __grid_constant__ Fp8Tensors tensors, const int64_t q_blocks,
                             const int64_t total_blocks, const int batches, const uint64_t seed,
@@ -539,14 +533,13 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
     constexpr int kTableCols = kHeadDim / 2;
     // The mma's type: the input's, or bf16 when RoPE rounded the rotated values to it.
     constexpr bool kMmaBf16 = kIsBf16 || kRope != Rope::kNone;
-    // [kStages][block], then B and the sign ratios per span and lane (tables in shared memory, not
+    // [kMmaStages][block], then B and the sign ratios per span and lane (tables in shared memory, not
     // registers: ptxas would recompute their hashes in the loop rather than hold them).
     extern __shared__ __align__(128) uint8_t mma_smem[];
     constexpr int kRowsPerLane = L::kRowsPerLane;
     __shared__ float warp_amax[kStageBuffers][L::kWarps];
-    static_assert(kStages == 1 || kStages == kMmaMaxStages, "one or two stage buffers");
-    uint4* b_table = reinterpret_cast<uint4*>(mma_smem + kStages * L::kStageBytes);
-    uint2* ratio_table = reinterpret_cast<uint2*>(mma_smem + kStages * L::kStageBytes + L::kBTableBytes);
+    uint4* b_table = reinterpret_cast<uint4*>(mma_smem + kMmaStages * L::kStageBytes);
+    uint2* ratio_table = reinterpret_cast<uint2*>(mma_smem + kMmaStages * L::kStageBytes + L::kBTableBytes);
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
     const int g = lane / 4, q = lane % 4;  // the fragment coordinates (ptx/mma.cuh)
 
@@ -584,48 +577,25 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
 #pragma unroll 1
     for (int64_t i = 0; i < count; ++i) {
         const Fp8Tensor& tensor = tensors.t[at.which];
-        const uint8_t* buffer = mma_smem + (i % kStages) * L::kStageBytes;
+        const uint8_t* buffer = mma_smem + (i % kMmaStages) * L::kStageBytes;
         const uint8_t* a_base = buffer + lane_row * L::kRowBytes + q * kChunkBytes;
-        // Span m's words of rows g + 8r from the stage buffer: x[r].
-        auto load_span_smem = [&](int m, uint4 (&x)[kRowsPerLane]) {
+        next.advance(tensors, batches);
+        if (i + 1 < count) {
+            mma_stage_rows<kHeadDim>(tensors, next, mma_smem + ((i + 1) % kMmaStages) * L::kStageBytes, warp, lane);
+        } else {
+            ptx::cp_async_commit_group();  // an empty group: the wait below counts the same
+        }
+        ptx::cp_async_wait_group<1>();  // this block's copies (the next block's may be in flight)
+        __syncwarp();                   // ... and the other lanes' copies of the warp's rows
+
+        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 + 8r of the tensor
+        float acc[kSpans][kRowsPerLane][kMmaTilesN][4];
+        // Span m's words of rows g + 8r: x[r].
+        auto load_span = [&](int m, uint4 (&x)[kRowsPerLane]) {
             const uint8_t* a = a_base + m * kSpanBytes + ((m & 1) != 0 ? -odd_row_shift : odd_row_shift);
 #pragma unroll
             for (int r = 0; r < kRowsPerLane; ++r) x[r] = ptx::ld_shared_v4_b32(a + r * kRowsApart);
         };
-        auto stage_next = [&] {
-            next.advance(tensors, batches);
-            if (i + 1 < count) {
-                mma_stage_rows<kHeadDim>(tensors, next, mma_smem + ((i + 1) % kStages) * L::kStageBytes, warp, lane);
-            } else {
-                ptx::cp_async_commit_group();  // an empty group: the waits count the same
-            }
-        };
-        // One buffer: all of block i into registers, then block i + 1 into the buffer. (Unused
-        // with two: the spans are read from shared memory where they are used.)
-        uint4 block_words[kStages == 1 ? kSpans : 1][kRowsPerLane];
-        if constexpr (kStages == 1) {
-            ptx::cp_async_wait_group<0>();  // this block's copies
-            __syncwarp();                   // ... and the other lanes' copies of the warp's rows
-#pragma unroll
-            for (int m = 0; m < kSpans; ++m) load_span_smem(m, block_words[m]);
-            __syncwarp();  // every lane has read the warp's rows before the next block's land there
-            stage_next();
-        } else {
-            stage_next();
-            ptx::cp_async_wait_group<1>();  // this block's copies (the next block's may be in flight)
-            __syncwarp();                   // ... and the other lanes' copies of the warp's rows
-        }
-        auto load_span = [&](int m, uint4 (&x)[kRowsPerLane]) {
-            if constexpr (kStages == 1) {
-#pragma unroll
-                for (int r = 0; r < kRowsPerLane; ++r) x[r] = block_words[m][r];
-            } else {
-                load_span_smem(m, x);
-            }
-        };
-
-        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 + 8r of the tensor
-        float acc[kSpans][kRowsPerLane][kMmaTilesN][4];
         // Span m of the lane's rows on the tensor cores, two n8 tiles each (D's sign ratios first).
         auto mma_span = [&](int m, const uint4 (&x)[kRowsPerLane]) {
             const uint4 b = ptx::ld_shared_v4_b32(b_table + m * kWarpSize + lane);
@@ -789,9 +759,7 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
                 ptx::st_global_v2_b32(row_out + m * kMmaSpanCols, word[0], word[1]);
             }
         }
-        if constexpr (kStages == kMmaMaxStages) {
-            __syncwarp();  // the warp's rows are read before the next-but-one block's copies land there
-        }
+        __syncwarp();  // the warp's rows are read before the next-but-one block's copies land there
         at = next;
     }
     ptx::cp_async_wait_all();  // nothing outstanding at exit
@@ -799,12 +767,12 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
 
 // Q's and K's blocks by the tensor-core Hadamard, one contiguous range of the walk per thread block
 // (as many thread blocks as fit on the GPU at once).
-template <int kHeadDim, bool kIsBf16, Rope kRope, int kStages>
+template <int kHeadDim, bool kIsBf16, Rope kRope>
 cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    constexpr int kSmem = MmaLayout<kHeadDim>::template smem_bytes<kStages>();
+    constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
     constexpr int kThreads = MmaLayout<kHeadDim>::kThreads;
     constexpr int kDefaultSmemLimit = 48 * 1024;
-    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope, kStages>;
+    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
     cudaError_t rc = cudaSuccess;
     if (kSmem > kDefaultSmemLimit) {
         rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -825,21 +793,14 @@ cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t st
     return cudaGetLastError();
 }
 
-template <int kHeadDim, bool kIsBf16, int kStages>
-cudaError_t launch_hadamard_mma_qk_stages(const Fp8PrepassArgs& a, cudaStream_t stream) {
+template <int kHeadDim, bool kIsBf16>
+cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
     switch (a.rope) {
-        case Rope::kNone: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kNone, kStages>(a, stream);
-        case Rope::kInterleaved:
-            return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kInterleaved, kStages>(a, stream);
-        case Rope::kHalf: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kHalf, kStages>(a, stream);
+        case Rope::kNone: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kNone>(a, stream);
+        case Rope::kInterleaved: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kInterleaved>(a, stream);
+        case Rope::kHalf: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kHalf>(a, stream);
     }
     return cudaErrorInvalidValue;
-}
-// stages: 1 or 2 stage buffers (the variant's blocks_per_cta).
-template <int kHeadDim, bool kIsBf16>
-cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream, int stages) {
-    return stages == 1 ? launch_hadamard_mma_qk_stages<kHeadDim, kIsBf16, 1>(a, stream)
-                       : launch_hadamard_mma_qk_stages<kHeadDim, kIsBf16, kMmaMaxStages>(a, stream);
 }
 
 // One launch quantizes all three tensors (one wave tail instead of three). V is never rotated (that
@@ -1157,8 +1118,8 @@ cudaError_t launch_variant(const Fp8PrepassArgs& a, int chunks, int blocks_per_c
 // The tensor-core Hadamard: Q and K by fp8_hadamard_mma_kernel, then V by the plain quantizer in
 // its default layout (V^T when asked for).
 template <int kHeadDim, bool kIsBf16>
-cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream, int stages) {
-    const cudaError_t rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16>(a, stream, stages);
+cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    const cudaError_t rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16>(a, stream);
     if (rc != cudaSuccess) return rc;
     constexpr Fp8PrepassVariant kQuant = fp8_default_variant(kHeadDim, Rope::kNone, false);
     return a.v.vt_keys > 0
@@ -1178,20 +1139,18 @@ cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t st
     const Fp8PrepassVariant fallback = fp8_default_variant(kHeadDim, a.rope, a.hadamard);
     const int build_blocks = HATTN_FP8_BLOCKS_PER_CTA != 0 ? HATTN_FP8_BLOCKS_PER_CTA : fallback.blocks_per_cta;
     int chunks = a.variant.chunks != 0 ? a.variant.chunks : fallback.chunks;
-    // The tensor-core kernel's second number is its stage buffers (its walk is one range per
-    // thread block).
     int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta
-                 : chunks == kFp8MmaChunks        ? fp8_default_variant(kHeadDim, a.rope, true).blocks_per_cta
+                 : chunks == kFp8MmaChunks        ? 1  // its walk is one range per thread block
                                                   : build_blocks;
     if (chunks == kFp8MmaChunks) {
-        if (blocks != 1 && blocks != 2) {
-            if (error != nullptr) *error = "fp8 pre-pass: the tensor-core variant takes 1 or 2 stage buffers (16x1, 16x2)";
+        if (blocks != 1) {
+            if (error != nullptr) *error = "fp8 pre-pass: the tensor-core variant takes 1 block per CTA (16x1)";
             return cudaErrorInvalidValue;
         }
         if (a.hadamard) {
             const bool bf16 = a.dtype == fwd::Dtype::kBf16;
-            const cudaError_t rc = bf16 ? detail::launch_mma<kHeadDim, true>(a, stream, blocks)
-                                        : detail::launch_mma<kHeadDim, false>(a, stream, blocks);
+            const cudaError_t rc = bf16 ? detail::launch_mma<kHeadDim, true>(a, stream)
+                                        : detail::launch_mma<kHeadDim, false>(a, stream);
             if (rc != cudaSuccess && error != nullptr) *error = "fp8 pre-pass launch failed";
             return rc;
         }
@@ -1200,7 +1159,7 @@ cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t st
     }
     if ((chunks != 2 && chunks != 4 && chunks != 8) || (blocks != 1 && blocks != detail::kStagedBlocks)) {
         if (error != nullptr) {
-            *error = "fp8 pre-pass: unknown variant (chunks 2, 4 or 8 with 1 or 4 blocks per CTA; or 16x1, 16x2)";
+            *error = "fp8 pre-pass: unknown variant (chunks 2, 4 or 8 with 1 or 4 blocks per CTA; or 16x1)";
         }
         return cudaErrorInvalidValue;
     }

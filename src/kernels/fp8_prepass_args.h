@@ -43,9 +43,8 @@ struct Fp8PrepassVariant {
 
 // chunks = kFp8MmaChunks names the tensor-core Hadamard (kernels/fp8_prepass.cuh:
 // fp8_hadamard_mma_kernel: 4 of the Hadamard's column bits by mma.sync) for Q and K; it exists for
-// the Hadamard (with or without RoPE), and its second number is its stage buffers, 1 or 2 (its walk
-// is one contiguous range per thread block). Runs 35 and 36 of bench/RESULTS.md named the
-// two-buffer kernel "16x1"; it is "16x2" since.
+// the Hadamard (with or without RoPE), and blocks per thread block do not apply to it (its walk is
+// one contiguous range per thread block).
 constexpr int kFp8MmaChunks = 16;
 
 constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged variants
@@ -61,7 +60,7 @@ constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged va
 //   RoPE only          2 x 1 at d 64 / 128, 4 x 1 at 256 (the butterfly kernels without the transform)
 // (One launch quantizes Q, K and V: the transform is Q's and K's.)
 constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool hadamard) {
-    if (hadamard) return {kFp8MmaChunks, 2};
+    if (hadamard) return {kFp8MmaChunks, 1};
     if (rope != Rope::kNone) return {head_dim == 256 ? 4 : 2, 1};
     return {head_dim == 256 ? 4 : 2, kFp8StagedBlocks};
 }
@@ -70,7 +69,7 @@ constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool ha
 // under d = 256's 128-register cap (512 threads), and a call for one runs the same chunks with one
 // block per thread block where that is built, else chunks 8 with one block.
 constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
-    if (chunks == kFp8MmaChunks) return hadamard && (blocks_per_cta == 1 || blocks_per_cta == 2);
+    if (chunks == kFp8MmaChunks) return hadamard && blocks_per_cta == 1;
     if (head_dim != 256) return true;
     const bool rope_only = rope != Rope::kNone && !hadamard;
     if (chunks == 4) {  // 4-64 bytes of spills
