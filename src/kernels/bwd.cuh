@@ -50,6 +50,7 @@
 #include "kernels/bwd_args.h"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/fragment.cuh"
+#include "kernels/sm90/launch_setup.h"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/softmax.cuh"
@@ -897,13 +898,6 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
             break;
         }
     }
-    void (*kernel)(TensorMaps, KernelParams) = lpt_grid ? (p.deterministic ? bwd_kernel<Cfg, true, true> : bwd_kernel<Cfg, true>)
-                                                        : (p.deterministic ? bwd_kernel<Cfg, false, true> : bwd_kernel<Cfg>);
-    cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (rc != cudaSuccess) {
-        if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
-        return rc;
-    }
     cudaLaunchConfig_t config = {};
     config.gridDim = grid;
     config.blockDim = dim3(Cfg::kThreads);
@@ -917,12 +911,19 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
         config.attrs = attribute;
         config.numAttrs = 1;
     }
-    rc = cudaLaunchKernelEx(&config, kernel, maps, p);
-    if (rc != cudaSuccess) {
-        if (error) *error = std::string("backward kernel launch: ") + cudaGetErrorString(rc);
-        return rc;
-    }
-    rc = cudaGetLastError();
+    // One of four instantiations (grid order x determinism), each with its own launch set-up.
+    using Kernel = void (*)(TensorMaps, KernelParams);
+    auto launch = [&](auto kernel) {
+        return launch_with_dynamic_smem<decltype(kernel)::value>(kSmem, [&] {
+            const cudaError_t launch_rc = cudaLaunchKernelEx(&config, decltype(kernel)::value, maps, p);
+            return launch_rc != cudaSuccess ? launch_rc : cudaGetLastError();
+        });
+    };
+    const cudaError_t rc =
+        lpt_grid ? (p.deterministic ? launch(std::integral_constant<Kernel, bwd_kernel<Cfg, true, true>>{})
+                                    : launch(std::integral_constant<Kernel, bwd_kernel<Cfg, true>>{}))
+                 : (p.deterministic ? launch(std::integral_constant<Kernel, bwd_kernel<Cfg, false, true>>{})
+                                    : launch(std::integral_constant<Kernel, bwd_kernel<Cfg>>{}));
     if (rc != cudaSuccess && error) *error = std::string("backward kernel launch: ") + cudaGetErrorString(rc);
     return rc;
 }

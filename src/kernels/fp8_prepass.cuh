@@ -48,6 +48,7 @@
 #include <string>
 
 #include "kernels/fp8_prepass_args.h"
+#include "kernels/sm90/launch_setup.h"
 #include "kernels/sm90/vt_e4m3.cuh"  // V^T for the FP8 forward
 #include "ptx/convert.cuh"
 #include "ptx/global.cuh"
@@ -221,6 +222,9 @@ HadamardSigns make_lane_signs(uint64_t seed) {
 // V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED): a 128-row V block is one 128-key
 // stretch of V^T's rows (sm90/vt_e4m3.cuh). Rows past seqlen are zeros in registers, so V^T's
 // padding keys are zeros.
+using sm90::ensure_dynamic_smem;
+using sm90::launch_with_dynamic_smem;
+using sm90::max_active_ctas_per_sm;
 using sm90::store_vt_block;
 using sm90::vt_tile_pitch;
 template <int kHeadDim>
@@ -771,26 +775,23 @@ template <int kHeadDim, bool kIsBf16, Rope kRope>
 cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t stream) {
     constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
     constexpr int kThreads = MmaLayout<kHeadDim>::kThreads;
-    constexpr int kDefaultSmemLimit = 48 * 1024;
-    auto kernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
-    cudaError_t rc = cudaSuccess;
-    if (kSmem > kDefaultSmemLimit) {
-        rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        if (rc != cudaSuccess) return rc;
-    }
+    constexpr auto kKernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
+    // The attribute before the occupancy query: it counts the dynamic shared memory against it.
+    cudaError_t rc = ensure_dynamic_smem<kKernel>(kSmem);
+    if (rc != cudaSuccess) return rc;
     int device = 0, sms = 0, per_sm = 0;
     if ((rc = cudaGetDevice(&device)) != cudaSuccess) return rc;
     if ((rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return rc;
-    if ((rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem)) != cudaSuccess) {
-        return rc;
-    }
+    if ((rc = max_active_ctas_per_sm<kKernel, kThreads, kSmem>(&per_sm)) != cudaSuccess) return rc;
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
     const int64_t nq = tensor_blocks(a.q, a.batch), total = nq + tensor_blocks(a.k, a.batch);
     if (total == 0) return cudaSuccess;
     const int64_t grid = std::min(total, resident);
-    kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total, a.batch,
-                                                                     a.hadamard_seed, a.rope_cos, a.rope_sin);
-    return cudaGetLastError();
+    return launch_with_dynamic_smem<kKernel>(kSmem, [&] {
+        kKernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total, a.batch,
+                                                                          a.hadamard_seed, a.rope_cos, a.rope_sin);
+        return cudaGetLastError();
+    });
 }
 
 template <int kHeadDim, bool kIsBf16>
@@ -1016,19 +1017,16 @@ cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream, Tensors
     constexpr int kThreads = Layout<kHeadDim, kChunks>::kThreads;
     // V^T's staging tile follows the stage buffers, only when V^T is asked for.
     constexpr int kSmem = stage_bytes<kHeadDim, kChunks, kBlocksPerCta>() + (kVtOut ? vt_tile_bytes<kHeadDim>() : 0);
-    constexpr int kDefaultSmemLimit = 48 * 1024;  // more must be opted into per kernel
     constexpr int64_t kMaxBlocks = INT32_MAX;     // block indices are int; each tensor alone fits (validated)
-    auto kernel = fp8_prepass_kernel<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard, kVtOut>;
-    if (kSmem > kDefaultSmemLimit) {
-        const cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        if (rc != cudaSuccess) return rc;
-    }
+    constexpr auto kKernel = fp8_prepass_kernel<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard, kVtOut>;
     auto launch = [&](const Fp8Tensors& tensors, int64_t q_blocks, int64_t k_blocks, int64_t total) {
         const int64_t grid = (total + kBlocksPerCta - 1) / kBlocksPerCta;
-        kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(
-            tensors, static_cast<int>(q_blocks), static_cast<int>(k_blocks), static_cast<int>(total), a.rope_cos,
-            a.rope_sin, signs);
-        return cudaGetLastError();
+        return launch_with_dynamic_smem<kKernel>(kSmem, [&] {
+            kKernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(
+                tensors, static_cast<int>(q_blocks), static_cast<int>(k_blocks), static_cast<int>(total), a.rope_cos,
+                a.rope_sin, signs);
+            return cudaGetLastError();
+        });
     };
     if (nq + nk + nv <= kMaxBlocks) return launch(Fp8Tensors{{a.q, a.k, a.v}}, nq, nk, nq + nk + nv);
     // Too many blocks for one launch: one per tensor (q and k in the first slot, v in the third).

@@ -46,6 +46,7 @@
 #include "kernels/fwd_rules.h"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/forward_roles.cuh"
+#include "kernels/sm90/launch_setup.h"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
@@ -394,20 +395,18 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
-    auto kernel = fwd_kernel<Cfg>;
-    cudaError_t rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    const char* what = "cudaFuncSetAttribute";
     // Persistent for short keys: +4-15% at seqlen_k <= 2k, +1-2% at 4k, causal +8-14% up to 4k
     // with the back-and-forth walk, -10-40% at 8k-16k.
     int ctas = 0;
-    if (rc == cudaSuccess) {
-        what = "querying the SM count";
-        rc = p.scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
-    }
+    const char* what = "querying the SM count";
+    cudaError_t rc =
+        p.scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
     if (rc == cudaSuccess) {
         what = "kernel launch";
-        kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
-        rc = cudaGetLastError();
+        rc = launch_with_dynamic_smem<fwd_kernel<Cfg>>(kSmem, [&] {
+            fwd_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
+            return cudaGetLastError();
+        });
     }
     if (rc != cudaSuccess && error) *error = std::string("forward ") + what + ": " + cudaGetErrorString(rc);
     return rc;

@@ -57,6 +57,7 @@
 #include "kernels/sm90/forward_roles.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/fragment_e4m3.cuh"
+#include "kernels/sm90/launch_setup.h"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/scheduler.cuh"
@@ -618,20 +619,16 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
-    auto kernel = fwd_fp8_kernel<Cfg>;
-    rc = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (rc != cudaSuccess) {
-        if (error) *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(rc);
-        return rc;
-    }
     // Persistent for short keys: +15-23% at 512, +5-14% at 2k, +2-10% at 4k (RESULTS run 33d).
     int ctas = 0;
     const char* what = "querying the SM count";
     rc = p.scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
     if (rc == cudaSuccess) {
         what = "kernel launch";
-        kernel<<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
-        rc = cudaGetLastError();
+        rc = launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {
+            fwd_fp8_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
+            return cudaGetLastError();
+        });
     }
     if (rc != cudaSuccess && error) *error = std::string("FP8 forward ") + what + ": " + cudaGetErrorString(rc);
     return rc;
