@@ -49,7 +49,9 @@ __host__ __device__ constexpr int acc_row_half(int i) { return (i / 2) % 2; }  /
 __host__ __device__ constexpr int acc_col(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
 
 // f(std::integral_constant<int, 0>{}) .. f(std::integral_constant<int, kCount - 1>{}): a loop whose
-// index is a constant expression in the body (template arguments such as a register slice).
+// index is a constant expression in the body (template arguments such as a register slice). The
+// body reads the index as decltype(i)::value: integral_constant's conversion operator is a host
+// function, which device code may call only under --expt-relaxed-constexpr (vendored builds lack it).
 template <int kCount, class F, int... kI>
 __device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, kI...>) {
     (f(std::integral_constant<int, kI>{}), ...);

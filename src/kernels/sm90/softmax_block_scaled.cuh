@@ -147,8 +147,8 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             float m = -INFINITY;
-            static_for<kGroups>([&](auto g) {
-                constexpr int kFirst = decltype(g)::value * kGroupRegs;
+            static_for<kGroups>([&](auto group) {
+                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
                 m = fmaxf(m, fmaf(row_max_of<kRegs, kFirst, kGroupRegs>(s, r), scale_log2[g], v[g].log2));
             });
             block_max[r] = quad_max(m);  // -inf: no visible key in this block
@@ -170,8 +170,8 @@ struct LazyBlockScaledSoftmax {
             // A row with no visible key so far keeps R = -inf: exponentiate against 0 (its scores
             // are all -inf) instead of NaN.
             const float ref = ref_log2[r] == -INFINITY ? 0.f : ref_log2[r];
-            static_for<kGroups>([&](auto g) {
-                constexpr int kFirst = decltype(g)::value * kGroupRegs;
+            static_for<kGroups>([&](auto group) {
+                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
                 const float offset = ref - v[g].log2 - kGainLog2f;
 #pragma unroll
                 for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
