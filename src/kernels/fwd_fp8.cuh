@@ -26,8 +26,10 @@
 //
 // NOTES
 //   * Tile 128 x 128 at head_dim 128 (FA3 uses 128 x 224 for FP8 d128: more work per wait and
-//     per turn, but a 224-key block straddles two 128-key descale blocks, so S would need a
-//     per-column descale; 128 keys keep it one scalar per block). 256-key blocks would double S's
+//     per turn). A block wider than the 128-row descale blocks takes its descales per group of
+//     keys (Config::kDescaleGroups, LazyBlockScaledSoftmax's kGroups); 192-key blocks built so
+//     (the lazy_n192 variants) measured +1.5% at d128 >= 8k and -2 to -6% at 2k (RESULTS run 37a):
+//     no fewer instructions per key, so not the default. 256-key blocks would double S's
 //     registers (128 + O's 64 + P's 32 per thread): no room under 240.
 //   * Every descale of a KV block is read by all consumer threads from the same address (one
 //     broadcast load per warp, L1-resident), issued at the top of a step so its latency hides
