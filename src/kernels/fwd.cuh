@@ -92,9 +92,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
-    // A consumer's P, K-major (keys along the rows); without kPInSmem an unused one-atom
-    // placeholder (a block width such as 80 or 176 is no whole number of 64-column atoms).
-    using PTile = SwizzledTile<Elem, kMmaM, kPInSmem ? Shape::kBlockN : kSwizzleBytes / Elem::kBytes>;
+    using PTile = SwizzledTile<Elem, kMmaM, Shape::kBlockN>;  // a consumer's P, K-major (keys along rows)
     static constexpr int kPBytes = kPInSmem ? Shape::kConsumers * static_cast<int>(sizeof(PTile)) : 0;
     // O is staged in its own buffer when shared memory allows, so the next tile's Q can land
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
