@@ -34,8 +34,6 @@ defs() {
     d64s2|d64s4) echo "${D}D64_STAGES=${1#d64s}" ;;  # d64's K/V ring depth
     d64noovl) echo "${D}D64_INTRA_WG_OVERLAP=0" ;;  # d64 without the intra-warpgroup overlap
     narrow128) echo "${D}WIDE_BLOCK_MIN_SEQLEN_K=1000000000" ;;  # d128 keeps 128-key blocks at every length
-    d64ssp128) echo "${D}D64_P_IN_SMEM=1" ;;  # d64's P through shared memory (kernels/fwd_rules.h)
-    d64ssp192) echo "${D}D64_P_IN_SMEM=1 ${D}D64_BLOCK_N=192 ${D}D64_STAGES=2" ;;  # ... and 192-key blocks
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }

@@ -73,35 +73,30 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // Defaults per head dim. O takes d/2 fp32 registers per thread and S takes kBlockN/2, so wider
 // head dims get narrower KV blocks to stay inside the register and 227 KB shared-memory budgets.
 constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
-constexpr int default_block_n(int head_dim) { return head_dim == 64 ? kD64BlockN : head_dim <= 128 ? 128 : 80; }
+constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 80; }
 constexpr int default_stages(int head_dim) { return head_dim <= 64 ? HATTN_FWD_D64_STAGES : 2; }
 
 template <int kHeadDim_, class Elem_, bool kPingPong_ = true, bool kIntraWgOverlap_ = true,
           int kConsumers_ = default_consumers(kHeadDim_), int kBlockN_ = default_block_n(kHeadDim_),
-          int kStages_ = default_stages(kHeadDim_), bool kPInSmem_ = false>
+          int kStages_ = default_stages(kHeadDim_)>
 struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers, kBlockM, kBlockN, kStages, kThreads, regs
     using Shape = ForwardShape<kConsumers_, kBlockN_, kStages_>;
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
-    // P through shared memory (one 64 x kBlockN tile per consumer) for an smem-operand PV GEMM,
-    // instead of registers (kernels/fwd_rules.h: d64_p_in_smem).
-    static constexpr bool kPInSmem = kPInSmem_;
     using Softmax = OnlineSoftmax<Shape::kBlockN, lazy_rescale(kHeadDim)>;
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
-    using PTile = SwizzledTile<Elem, kMmaM, Shape::kBlockN>;  // a consumer's P, K-major (keys along rows)
-    static constexpr int kPBytes = kPInSmem ? Shape::kConsumers * static_cast<int>(sizeof(PTile)) : 0;
     // O is staged in its own buffer when shared memory allows, so the next tile's Q can land
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
     static constexpr bool kSeparateO =
-        2 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + kPBytes + 2 * kSharedAlign <= kMaxSharedBytes;
+        2 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
     // Two Q slots where they fit too (d64, d128 with 128-wide blocks): the next tile's Q then
     // loads during this whole tile, not only after our last QK^T, and is there on arrival.
     static constexpr int kQStages =
-        3 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + kPBytes + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
+        3 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
     static_assert(Shape::kBlockN % Elem::kMmaK == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
 };
 
@@ -116,7 +111,6 @@ struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::KvTile k[Cfg::kStages];
     typename Cfg::KvTile v[Cfg::kStages];
     std::conditional_t<Cfg::kSeparateO, typename Cfg::QTile, NoTile> o;  // NoTile: O is staged in q
-    std::conditional_t<Cfg::kPInSmem, typename Cfg::PTile, NoTile> p[Cfg::kConsumers];  // P per consumer
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
@@ -183,7 +177,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
         float o[kHeadDim / 2];
         float s[kBlockN / 2];
-        uint32_t pf[Cfg::kPInSmem ? 1 : kBlockN / Elem::kMmaK][4];  // P as the PV GEMM's A operand
+        uint32_t pf[kBlockN / Elem::kMmaK][4];
         float o_scale[kAccRowsPerThread];
         bool rescale_o = true;  // O needs o_scale before the next PV (the lazy softmax skips most)
         typename Cfg::Softmax softmax;
@@ -201,27 +195,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         };
         auto gemm_pv = [&](int stage) {
 #pragma unroll
-            for (int kk = 0; kk < kBlockN / Elem::kMmaK; ++kk) {
-                if constexpr (Cfg::kPInSmem)
-                    mma_ss<kHeadDim, Elem, 1>(o, smem.p[me.cw].desc_k_major(0, kk), smem.v[stage].desc_mn_major(kk), 1u);
-                else
-                    mma_rs<kHeadDim, Elem, 1>(o, pf[kk], smem.v[stage].desc_mn_major(kk), 1u);
-            }
-        };
-        // S's softmax output -> the PV GEMM's A operand: registers (a conversion), or our P tile
-        // in shared memory. There every warp of the warpgroup must be done with the last PV (it
-        // read the tile; each warp has waited for it only as far as it can see) before any
-        // overwrites it, and every warp's stmatrix must be visible to the async proxy (fence)
-        // and done (barrier) before the warpgroup issues the GEMM that reads it.
-        auto prepare_p = [&] {
-            if constexpr (Cfg::kPInSmem) {
-                me.epilogue.sync();  // the warpgroup's barrier, between its epilogue uses too
-                store_fragment<Elem, typename Cfg::PTile, kBlockN>(smem.p[me.cw], s, 0);
-                store_fence();
-                me.epilogue.sync();
-            } else {
-                acc_to_a_fragment<Elem, kBlockN>(s, pf);
-            }
+            for (int kk = 0; kk < kBlockN / Elem::kMmaK; ++kk)
+                mma_rs<kHeadDim, Elem, 1>(o, pf[kk], smem.v[stage].desc_mn_major(kk), 1u);
         };
         // Ping-pong: wait for our turn on the tensor cores / hand it to the next consumer.
         auto take_turn = [&]() {
@@ -305,7 +280,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             v_release.advance();
                         }
                         if (rescale_o) rescale_rows(o, o_scale);
-                        prepare_p();
+                        acc_to_a_fragment<Elem, kBlockN>(s, pf);
                         issue_qk_then_pv(
                             take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
                         ptx::wgmma_wait_group<1>();  // S_it is ready; PV may still run
@@ -328,14 +303,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     ptx::wgmma_fence_operand(o);
                     if (n_blocks >= 2) release(smem.v_ring, v_release);
                     if (rescale_o) rescale_rows(o, o_scale);
-                    prepare_p();
+                    acc_to_a_fragment<Elem, kBlockN>(s, pf);
                     pv_block();
                 } else {
                     // One block at a time: S, softmax, PV, with no overlap inside the warpgroup.
                     for (int it = 0; it < n_blocks; ++it) {
                         s_block(it);
                         if (rescale_o) rescale_rows(o, o_scale);
-                        prepare_p();
+                        acc_to_a_fragment<Elem, kBlockN>(s, pf);
                         smem.v_ring.consumer_wait(v_state);
                         pv_block();
                     }
@@ -440,10 +415,8 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
 template <int kHeadDim, int kConsumers, int kBlockN, int kStages>
 cudaError_t launch_fwd_dtype(const FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr bool kOverlap = default_intra_wg_overlap(kHeadDim);
-    constexpr bool kPInSmem = kHeadDim == 64 && kConsumers == 3 && d64_p_in_smem();
-    if (a.dtype == Dtype::kBf16)
-        return launch_fwd<Config<kHeadDim, Bf16, true, kOverlap, kConsumers, kBlockN, kStages, kPInSmem>>(a, stream, error);
-    return launch_fwd<Config<kHeadDim, Fp16, true, kOverlap, kConsumers, kBlockN, kStages, kPInSmem>>(a, stream, error);
+    if (a.dtype == Dtype::kBf16) return launch_fwd<Config<kHeadDim, Bf16, true, kOverlap, kConsumers, kBlockN, kStages>>(a, stream, error);
+    return launch_fwd<Config<kHeadDim, Fp16, true, kOverlap, kConsumers, kBlockN, kStages>>(a, stream, error);
 }
 
 // Entry point for one head dim: picks dtype and (d = 128, bf16 only) the ablation variant.

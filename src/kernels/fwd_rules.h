@@ -54,21 +54,6 @@ constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE !=
 #define HATTN_FWD_D64_INTRA_WG_OVERLAP 1
 #endif
 constexpr bool default_intra_wg_overlap(int head_dim) { return head_dim != 64 || HATTN_FWD_D64_INTRA_WG_OVERLAP != 0; }
-
-// d = 64 on three consumer warpgroups, P through shared memory instead of registers (the PV GEMM
-// reads P as an smem operand, as FA3 does at d64 without a mask): S (kBlockN / 2 registers) and O
-// (32) are all a consumer holds, so 192-key blocks fit its 160 registers, at the price of P's
-// stmatrix stores, a fence and two warpgroup barriers per block and 64 x kBlockN x 2 bytes of
-// shared memory per consumer. For the A/B: HATTN_FWD_D64_P_IN_SMEM=1, HATTN_FWD_D64_BLOCK_N (128
-// or 192) and HATTN_FWD_D64_STAGES (2 at 192: the smem budget).
-#ifndef HATTN_FWD_D64_P_IN_SMEM
-#define HATTN_FWD_D64_P_IN_SMEM 0
-#endif
-#ifndef HATTN_FWD_D64_BLOCK_N
-#define HATTN_FWD_D64_BLOCK_N 128
-#endif
-constexpr bool d64_p_in_smem() { return HATTN_FWD_D64_P_IN_SMEM != 0; }
-constexpr int kD64BlockN = HATTN_FWD_D64_BLOCK_N;
 constexpr int wide_block_n(int head_dim) { return head_dim == 128 ? 176 : 0; }
 
 }  // namespace hattn::fwd
