@@ -3,7 +3,10 @@
  * Tensors use the layout [batch, seqlen, heads, head_dim] with arbitrary batch / seq / head
  * strides (in elements) and a contiguous head_dim. Every entry point validates its input
  * before launching anything: on a non-success status nothing is launched and nothing is
- * written. Thread-safe: the library holds no mutable global state.
+ * written. Thread-safe: the only state the library keeps is write-once, per process: the
+ * driver's tensor-map entry point, and per (kernel, device) that the kernel's shared-memory
+ * attribute is set and its occupancy (atomics; a cudaDeviceReset is noticed and the attribute
+ * set again).
  */
 #ifndef HATTN_H_
 #define HATTN_H_

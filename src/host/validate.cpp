@@ -310,7 +310,7 @@ hattn_status check_device() {
     return HATTN_SUCCESS;
 }
 
-// The C API has no error-string channel (the library keeps no global state), so the launcher's
+// The C API has no error-string channel (the library keeps no per-call state to hold one), so the launcher's
 // message goes to stderr only when the caller asks for it through the environment
 // (HATTN_LOG_ERRORS=1), e.g. while debugging a kernel.
 hattn_status launch_status(const char* api, cudaError_t rc, const std::string& error) {
