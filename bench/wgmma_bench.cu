@@ -7,6 +7,12 @@
 //   x N in {64, 128, 256} x 1..3 warpgroups per SM (each warpgroup its own 64 x N accumulator).
 // The loop issues only wgmma: batches of kKStepsPerBatch k-steps, one commit per batch,
 // wait<1> so one batch is always queued behind the one executing. No loads in the loop.
+// chain/...: the attention's P V pattern instead -- one RS batch, then wait<0> before the next
+// (each chain waited for, as a warpgroup waits for its P V before rescaling O), its first k-step
+// either accumulating onto the registers (accumulate: O += P V) or starting from zero (fresh:
+// the FP8 forward's two-level accumulation, which measured +20% at d64 over accumulating, RESULTS
+// run 37a); e4m3 and bf16 at N = 64 and 128 with 2 warpgroups. Same FLOPs, so any difference is
+// what the tensor cores charge for reading the accumulator in.
 //
 // Hardware expectation (H100/H200 SXM): 4096 dense bf16/fp16 FLOP/clk/SM, 8192 for fp8. Large
 // N with 2+ warpgroups should come close (target: bf16 SS N=256 >= 90%, fp8 >= 85%). SS at
@@ -93,6 +99,70 @@ __global__ void __launch_bounds__(kWarpgroups * kWarpgroupThreads, 1)
     if (sum == never_value) sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
 }
 
+// One RS chain of kKStepsPerBatch k-steps per iteration, waited for before the next; kFresh: the
+// chain's first k-step ignores the accumulator (scale-d 0), the others add to it.
+template <Dtype kType, int kN, bool kFresh, int kWarpgroups>
+__global__ void __launch_bounds__(kWarpgroups * kWarpgroupThreads, 1)
+    wgmma_chain_kernel(int chains, float never_value, uint64_t seed, float* sink, SpanRecord* spans) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = align_smem(smem_raw);
+    uint8_t* b_tile = smem + kWarpgroups * kATileBytes;
+    fill_smem_random<kType>(smem, kWarpgroups * kATileBytes + kN * kSwizzleRowBytes, seed);
+    const uint32_t wg = ptx::warpgroup_index();
+    uint64_t desc_b[kKStepsPerBatch];
+#pragma unroll
+    for (int k = 0; k < kKStepsPerBatch; ++k)
+        desc_b[k] = ptx::make_smem_desc_k_major(ptx::smem_u32(b_tile + k * kKStepBytes), ptx::Swizzle::k128B);
+    uint32_t a_frag[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a_frag[r] = random_operand_word<kType>(mix64(seed + threadIdx.x * 4 + r));
+    float acc[kN / 2];
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
+
+    const SpanStart t0 = span_begin();
+    for (int it = 0; it < chains; ++it) {
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < kKStepsPerBatch; ++k) mma_rs<kType, kN>(acc, a_frag, desc_b[k], kFresh && k == 0 ? 0u : 1u);
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait_group<0>();
+        ptx::wgmma_fence_operand(acc);
+    }
+    if (threadIdx.x % kWarpgroupThreads == 0) span_end(t0, spans, wg);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) sum += acc[i];
+    if (sum == never_value) sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+
+template <Dtype kType, int kN, bool kFresh>
+void register_chain_case(const DeviceInfo& dev) {
+    constexpr int kWarpgroups = 2;
+    const std::string name = std::string("chain/") + dtype_name(kType) + "/RS/N" + std::to_string(kN) +
+                             (kFresh ? "/fresh" : "/accumulate") + "/wg" + std::to_string(kWarpgroups);
+    benchmark::RegisterBenchmark(name.c_str(), [dev](benchmark::State& state) {
+        auto kernel = wgmma_chain_kernel<kType, kN, kFresh, kWarpgroups>;
+        constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
+        constexpr int kSmem = smem_bytes<kN, kWarpgroups>();
+        HATTN_BENCH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        constexpr double kFlopPerChain = 2.0 * kWgmmaM * kN * k_per_instruction<kType>() * kKStepsPerBatch;
+        constexpr int kChains = 1 << 16;
+        const int grid = dev.sm_count;
+        float* sink = nullptr;
+        HATTN_BENCH_CHECK(cudaMalloc(&sink, size_t(grid) * kThreads * sizeof(float)));
+        DeviceSpans spans(grid);
+        const Measurement m = run_timed(state, spans, [&](cudaStream_t stream) {
+            kernel<<<grid, kThreads, kSmem, stream>>>(kChains, kNeverValue, kSeed, sink, spans.data());
+        });
+        HATTN_BENCH_CHECK(cudaFree(sink));
+        const double flops = double(grid) * kWarpgroups * kChains * kFlopPerChain;
+        report_rates(state, dev, m, flops, peak_flop_per_clk<kType>());
+        state.counters["cycles_per_chain"] = m.cycles / kChains;
+        state.counters["TFLOPS"] = m.seconds > 0 ? flops / m.seconds * 1e-12 : 0.0;
+    })->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
 template <Dtype kType, int kN, bool kRS, int kWarpgroups>
 void register_case(const DeviceInfo& dev) {
     const std::string name = std::string("wgmma/") + dtype_name(kType) + (kRS ? "/RS" : "/SS") + "/N" +
@@ -148,6 +218,12 @@ void register_all(const DeviceInfo& dev) {
     // fp16 runs on the same datapath as bf16: one spot check at the largest N.
     register_case<Dtype::kF16, 256, false, 2>(dev);
     register_case<Dtype::kF16, 256, true, 2>(dev);
+    register_chain_case<Dtype::kE4m3, 64, false>(dev);
+    register_chain_case<Dtype::kE4m3, 64, true>(dev);
+    register_chain_case<Dtype::kE4m3, 128, false>(dev);
+    register_chain_case<Dtype::kE4m3, 128, true>(dev);
+    register_chain_case<Dtype::kBf16, 64, false>(dev);
+    register_chain_case<Dtype::kBf16, 64, true>(dev);
 }
 
 }  // namespace
