@@ -7,12 +7,11 @@
 //   x N in {64, 128, 256} x 1..3 warpgroups per SM (each warpgroup its own 64 x N accumulator).
 // The loop issues only wgmma: batches of kKStepsPerBatch k-steps, one commit per batch,
 // wait<1> so one batch is always queued behind the one executing. No loads in the loop.
-// chain/...: the attention's P V pattern instead -- one RS batch, then wait<0> before the next
-// (each chain waited for, as a warpgroup waits for its P V before rescaling O), its first k-step
-// either accumulating onto the registers (accumulate: O += P V) or starting from zero (fresh:
-// the FP8 forward's two-level accumulation, which measured +20% at d64 over accumulating, RESULTS
-// run 37a); e4m3 and bf16 at N = 64 and 128 with 2 warpgroups. Same FLOPs, so any difference is
-// what the tensor cores charge for reading the accumulator in.
+// chain/...: the attention's P V pattern instead -- each RS batch waited for (wait<0>) before the
+// next, as a warpgroup waits for its P V before rescaling O, its first k-step either adding to the
+// accumulator (accumulate: O += P V) or starting from zero (fresh: the FP8 forward's two-level
+// accumulation, which measured +20% over accumulating at d64, RESULTS run 37a); e4m3 and bf16, N =
+// 64 and 128, 2 warpgroups. Same FLOPs: a difference is what reading the accumulator in costs.
 //
 // Hardware expectation (H100/H200 SXM): 4096 dense bf16/fp16 FLOP/clk/SM, 8192 for fp8. Large
 // N with 2+ warpgroups should come close (target: bf16 SS N=256 >= 90%, fp8 >= 85%). SS at
@@ -51,7 +50,11 @@ constexpr int smem_bytes() {
     return kWarpgroups * kATileBytes + kN * kSwizzleRowBytes + kSmemAlign;  // + alignment slack
 }
 
-template <Dtype kType, int kN, bool kRS, int kWarpgroups>
+// kQueued: one batch always queued behind the executing one (throughput). kChain*: each batch
+// waited for before the next; kChainFresh: its first k-step ignores the accumulator (scale-d 0).
+enum class Loop { kQueued, kChainAccumulate, kChainFresh };
+
+template <Dtype kType, int kN, bool kRS, int kWarpgroups, Loop kLoop = Loop::kQueued>
 __global__ void __launch_bounds__(kWarpgroups * kWarpgroupThreads, 1)
     wgmma_throughput_kernel(int batches, float never_value, uint64_t seed, float* sink, SpanRecord* spans) {
     extern __shared__ uint8_t smem_raw[];
@@ -83,11 +86,17 @@ __global__ void __launch_bounds__(kWarpgroups * kWarpgroupThreads, 1)
         ptx::wgmma_fence();
 #pragma unroll
         for (int k = 0; k < kKStepsPerBatch; ++k) {
-            if constexpr (kRS) mma_rs<kType, kN>(acc, a_frag, desc_b[k], 1);
-            else mma_ss<kType, kN>(acc, desc_a[k], desc_b[k], 1);
+            const uint32_t accumulate = kLoop == Loop::kChainFresh && k == 0 ? 0u : 1u;
+            if constexpr (kRS) mma_rs<kType, kN>(acc, a_frag, desc_b[k], accumulate);
+            else mma_ss<kType, kN>(acc, desc_a[k], desc_b[k], accumulate);
         }
         ptx::wgmma_commit_group();
-        ptx::wgmma_wait_group<1>();  // keep one batch queued behind the executing one
+        if constexpr (kLoop == Loop::kQueued) {
+            ptx::wgmma_wait_group<1>();  // keep one batch queued behind the executing one
+        } else {
+            ptx::wgmma_wait_group<0>();  // the chain is done before the next is issued
+            ptx::wgmma_fence_operand(acc);
+        }
     }
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operand(acc);
@@ -99,76 +108,13 @@ __global__ void __launch_bounds__(kWarpgroups * kWarpgroupThreads, 1)
     if (sum == never_value) sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
 }
 
-// One RS chain of kKStepsPerBatch k-steps per iteration, waited for before the next; kFresh: the
-// chain's first k-step ignores the accumulator (scale-d 0), the others add to it.
-template <Dtype kType, int kN, bool kFresh, int kWarpgroups>
-__global__ void __launch_bounds__(kWarpgroups * kWarpgroupThreads, 1)
-    wgmma_chain_kernel(int chains, float never_value, uint64_t seed, float* sink, SpanRecord* spans) {
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = align_smem(smem_raw);
-    uint8_t* b_tile = smem + kWarpgroups * kATileBytes;
-    fill_smem_random<kType>(smem, kWarpgroups * kATileBytes + kN * kSwizzleRowBytes, seed);
-    const uint32_t wg = ptx::warpgroup_index();
-    uint64_t desc_b[kKStepsPerBatch];
-#pragma unroll
-    for (int k = 0; k < kKStepsPerBatch; ++k)
-        desc_b[k] = ptx::make_smem_desc_k_major(ptx::smem_u32(b_tile + k * kKStepBytes), ptx::Swizzle::k128B);
-    uint32_t a_frag[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) a_frag[r] = random_operand_word<kType>(mix64(seed + threadIdx.x * 4 + r));
-    float acc[kN / 2];
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
-
-    const SpanStart t0 = span_begin();
-    for (int it = 0; it < chains; ++it) {
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < kKStepsPerBatch; ++k) mma_rs<kType, kN>(acc, a_frag, desc_b[k], kFresh && k == 0 ? 0u : 1u);
-        ptx::wgmma_commit_group();
-        ptx::wgmma_wait_group<0>();
-        ptx::wgmma_fence_operand(acc);
-    }
-    if (threadIdx.x % kWarpgroupThreads == 0) span_end(t0, spans, wg);
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) sum += acc[i];
-    if (sum == never_value) sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
-}
-
-template <Dtype kType, int kN, bool kFresh>
-void register_chain_case(const DeviceInfo& dev) {
-    constexpr int kWarpgroups = 2;
-    const std::string name = std::string("chain/") + dtype_name(kType) + "/RS/N" + std::to_string(kN) +
-                             (kFresh ? "/fresh" : "/accumulate") + "/wg" + std::to_string(kWarpgroups);
-    benchmark::RegisterBenchmark(name.c_str(), [dev](benchmark::State& state) {
-        auto kernel = wgmma_chain_kernel<kType, kN, kFresh, kWarpgroups>;
-        constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
-        constexpr int kSmem = smem_bytes<kN, kWarpgroups>();
-        HATTN_BENCH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-        constexpr double kFlopPerChain = 2.0 * kWgmmaM * kN * k_per_instruction<kType>() * kKStepsPerBatch;
-        constexpr int kChains = 1 << 16;
-        const int grid = dev.sm_count;
-        float* sink = nullptr;
-        HATTN_BENCH_CHECK(cudaMalloc(&sink, size_t(grid) * kThreads * sizeof(float)));
-        DeviceSpans spans(grid);
-        const Measurement m = run_timed(state, spans, [&](cudaStream_t stream) {
-            kernel<<<grid, kThreads, kSmem, stream>>>(kChains, kNeverValue, kSeed, sink, spans.data());
-        });
-        HATTN_BENCH_CHECK(cudaFree(sink));
-        const double flops = double(grid) * kWarpgroups * kChains * kFlopPerChain;
-        report_rates(state, dev, m, flops, peak_flop_per_clk<kType>());
-        state.counters["cycles_per_chain"] = m.cycles / kChains;
-        state.counters["TFLOPS"] = m.seconds > 0 ? flops / m.seconds * 1e-12 : 0.0;
-    })->UseManualTime()->Unit(benchmark::kMillisecond);
-}
-
-template <Dtype kType, int kN, bool kRS, int kWarpgroups>
+template <Dtype kType, int kN, bool kRS, int kWarpgroups, Loop kLoop = Loop::kQueued>
 void register_case(const DeviceInfo& dev) {
-    const std::string name = std::string("wgmma/") + dtype_name(kType) + (kRS ? "/RS" : "/SS") + "/N" +
-                             std::to_string(kN) + "/wg" + std::to_string(kWarpgroups);
+    const char* loop = kLoop == Loop::kQueued ? "" : kLoop == Loop::kChainFresh ? "/fresh" : "/accumulate";
+    const std::string name = std::string(kLoop == Loop::kQueued ? "wgmma/" : "chain/") + dtype_name(kType) +
+                             (kRS ? "/RS" : "/SS") + "/N" + std::to_string(kN) + loop + "/wg" + std::to_string(kWarpgroups);
     benchmark::RegisterBenchmark(name.c_str(), [dev](benchmark::State& state) {
-        auto kernel = wgmma_throughput_kernel<kType, kN, kRS, kWarpgroups>;
+        auto kernel = wgmma_throughput_kernel<kType, kN, kRS, kWarpgroups, kLoop>;
         constexpr int kThreads = kWarpgroups * kWarpgroupThreads;
         constexpr int kSmem = smem_bytes<kN, kWarpgroups>();
         HATTN_BENCH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -192,6 +138,7 @@ void register_case(const DeviceInfo& dev) {
         state.counters["FLOP_per_clk_per_SM"] = state.counters["per_SM_per_clk"];
         state.counters["TFLOPS"] = m.seconds > 0 ? flops / m.seconds * 1e-12 : 0.0;
         state.counters["peak_FLOP_per_clk_per_SM"] = peak_flop_per_clk<kType>();
+        state.counters["cycles_per_batch"] = batches > 0 ? m.cycles / batches : 0.0;
     })->UseManualTime()->Unit(benchmark::kMillisecond);
 }
 
@@ -218,12 +165,13 @@ void register_all(const DeviceInfo& dev) {
     // fp16 runs on the same datapath as bf16: one spot check at the largest N.
     register_case<Dtype::kF16, 256, false, 2>(dev);
     register_case<Dtype::kF16, 256, true, 2>(dev);
-    register_chain_case<Dtype::kE4m3, 64, false>(dev);
-    register_chain_case<Dtype::kE4m3, 64, true>(dev);
-    register_chain_case<Dtype::kE4m3, 128, false>(dev);
-    register_chain_case<Dtype::kE4m3, 128, true>(dev);
-    register_chain_case<Dtype::kBf16, 64, false>(dev);
-    register_chain_case<Dtype::kBf16, 64, true>(dev);
+    // The P V pattern: accumulate vs fresh first k-step.
+    register_case<Dtype::kE4m3, 64, true, 2, Loop::kChainAccumulate>(dev);
+    register_case<Dtype::kE4m3, 64, true, 2, Loop::kChainFresh>(dev);
+    register_case<Dtype::kE4m3, 128, true, 2, Loop::kChainAccumulate>(dev);
+    register_case<Dtype::kE4m3, 128, true, 2, Loop::kChainFresh>(dev);
+    register_case<Dtype::kBf16, 64, true, 2, Loop::kChainAccumulate>(dev);
+    register_case<Dtype::kBf16, 64, true, 2, Loop::kChainFresh>(dev);
 }
 
 }  // namespace
