@@ -360,8 +360,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     }
                 }
             };
-            // Block it's softmax: P_it in s, the O scale for P_it V_it in o_scale. v_ds_p: V's descale
-            // of the same block (lazy: it goes into P; the plain path takes it at the next rescale).
             // Block it's descales. Its descale groups lie in at most kSpanned descale blocks (two
             // at 192 keys: keys 0-127 | 128-191, then 192-255 | 256-383, ...), so those are loaded
             // (at the top of a step; used after its waits) and converted once each, and every
@@ -381,6 +379,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 }
                 return d;
             };
+            // Block it's softmax: P_it in s, the O scale for P_it V_it in o_scale. V's descales of
+            // the same block go into P (lazy); the plain path takes V's at the next rescale.
             auto softmax_update = [&](const BlockDescales& d) {
                 if constexpr (Opt::kLazyRescale) {
                     using Softmax = decltype(softmax);
