@@ -17,7 +17,6 @@
 //                         (Hadamard), hattn_fwd_fp8 (d 128, V^T from the pre-pass): b1 h2 s128
 //
 // NOTE: the inputs are zeros (cudaMemset): the kernels' speed is not what is measured here.
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <chrono>

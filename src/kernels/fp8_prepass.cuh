@@ -222,7 +222,6 @@ HadamardSigns make_lane_signs(uint64_t seed) {
 // V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED): a 128-row V block is one 128-key
 // stretch of V^T's rows (sm90/vt_e4m3.cuh). Rows past seqlen are zeros in registers, so V^T's
 // padding keys are zeros.
-using sm90::ensure_dynamic_smem;
 using sm90::launch_with_dynamic_smem;
 using sm90::max_active_ctas_per_sm;
 using sm90::store_vt_block;
@@ -776,11 +775,9 @@ cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t st
     constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
     constexpr int kThreads = MmaLayout<kHeadDim>::kThreads;
     constexpr auto kKernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
-    // The attribute before the occupancy query: it counts the dynamic shared memory against it.
-    cudaError_t rc = ensure_dynamic_smem<kKernel>(kSmem);
-    if (rc != cudaSuccess) return rc;
     int device = 0, sms = 0, per_sm = 0;
-    if ((rc = cudaGetDevice(&device)) != cudaSuccess) return rc;
+    cudaError_t rc = cudaGetDevice(&device);
+    if (rc != cudaSuccess) return rc;
     if ((rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return rc;
     if ((rc = max_active_ctas_per_sm<kKernel, kThreads, kSmem>(&per_sm)) != cudaSuccess) return rc;
     const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);

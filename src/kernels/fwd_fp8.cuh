@@ -320,7 +320,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const float q_ds = p.q_descale[q_head * p.q_descale_blocks + (m0 + me.first_row_in_tile) / kDescaleRows];
             const float* k_ds_row = p.k_descale + kv_head * p.kv_descale_blocks;
             const float* v_ds_row = p.v_descale + kv_head * p.kv_descale_blocks;
-            auto descale_index = [&](int it) { return (n_blocks - 1 - it) * kBlockN / kDescaleRows; };
+            auto first_key = [&](int it) { return (n_blocks - 1 - it) * kBlockN; };  // blocks run backwards
+            auto descale_index = [&](int it) { return first_key(it) / kDescaleRows; };
             // This block's score scale in log2 units: never 0, so that a masked -inf stays -inf
             // (a zero descale means all-zero codes, whose raw scores are 0 anyway).
             auto block_scale_log2 = [&](float k_ds) { return fmaxf(p.scale * kLog2e * q_ds * k_ds, FLT_MIN); };
@@ -370,10 +371,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             };
             auto load_descales = [&](int it) {
                 BlockDescales d;
-                d.first_key = (n_blocks - 1 - it) * kBlockN;
+                d.first_key = first_key(it);
 #pragma unroll
                 for (int j = 0; j < Cfg::kSpanned; ++j) {
-                    const int index = min(d.first_key / kDescaleRows + j, p.kv_descale_blocks - 1);
+                    // (A block's first descale block always exists; a later one may lie past seqlen_k.)
+                    const int index = j == 0 ? descale_index(it) : min(descale_index(it) + j, p.kv_descale_blocks - 1);
                     d.k[j] = k_ds_row[index];
                     d.v[j] = Opt::kLazyRescale ? v_ds_row[index] : 0.f;
                 }

@@ -76,7 +76,8 @@ cudaError_t launch_with_dynamic_smem(int bytes, Launch&& launch) {
 }
 
 // cudaOccupancyMaxActiveBlocksPerMultiprocessor for (kKernel, threads, bytes), remembered per
-// device (a kernel's launches always use the same block size and shared memory).
+// device (a kernel's launches always use the same block size and shared memory). The first query
+// on a device sets the shared-memory attribute first: occupancy counts the bytes against it.
 template <auto kKernel, int kThreads, int kBytes>
 cudaError_t max_active_ctas_per_sm(int* ctas) {
     static std::atomic<int> known[kCachedDevices] = {};  // 0: not known yet, else ctas + 1
@@ -91,6 +92,8 @@ cudaError_t max_active_ctas_per_sm(int* ctas) {
             return cudaSuccess;
         }
     }
+    rc = ensure_dynamic_smem<kKernel>(kBytes);
+    if (rc != cudaSuccess) return rc;
     rc = cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas, kKernel, kThreads, kBytes);
     if (rc == cudaSuccess && cached) known[device].store(*ctas + 1, std::memory_order_relaxed);
     return rc;
