@@ -107,6 +107,30 @@ __device__ __forceinline__ void wgmma_m64n64k16_f32_bf16_rs(float (&d)[32], cons
 }
 
 template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n72k16_f32_bf16_ss(float (&d)[36], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1, %39, %40;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n72k16_f32_bf16_rs(float (&d)[36], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, %42;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n80k16_f32_bf16_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -198,6 +222,30 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_bf16_rs(float (&d)[64], con
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n136k16_f32_bf16_ss(float (&d)[68], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1, %71, %72;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n136k16_f32_bf16_rs(float (&d)[68], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1, %74;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
         : "memory");
 }
@@ -405,6 +453,8 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n48k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -413,6 +463,8 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n112k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -430,7 +482,7 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 
@@ -445,6 +497,8 @@ __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t 
         wgmma_m64n48k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -453,6 +507,8 @@ __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t 
         wgmma_m64n112k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -470,7 +526,7 @@ __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 
@@ -571,6 +627,30 @@ __device__ __forceinline__ void wgmma_m64n64k16_f32_f16_rs(float (&d)[32], const
 }
 
 template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n72k16_f32_f16_ss(float (&d)[36], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1, %39, %40;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n72k16_f32_f16_rs(float (&d)[36], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, %42;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n80k16_f32_f16_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -662,6 +742,30 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_f16_rs(float (&d)[64], cons
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n136k16_f32_f16_ss(float (&d)[68], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1, %71, %72;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n136k16_f32_f16_rs(float (&d)[68], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1, %74;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
         : "memory");
 }
@@ -869,6 +973,8 @@ __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a,
         wgmma_m64n48k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -877,6 +983,8 @@ __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a,
         wgmma_m64n112k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -894,7 +1002,7 @@ __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a,
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 
@@ -909,6 +1017,8 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (
         wgmma_m64n48k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -917,6 +1027,8 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (
         wgmma_m64n112k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -934,7 +1046,7 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 
@@ -1026,6 +1138,28 @@ __device__ __forceinline__ void wgmma_m64n64k32_f32_e4m3_rs(float (&d)[32], cons
         : "memory");
 }
 
+__device__ __forceinline__ void wgmma_m64n72k32_f32_e4m3_ss(float (&d)[36], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n72k32_f32_e4m3_rs(float (&d)[36], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
 __device__ __forceinline__ void wgmma_m64n80k32_f32_e4m3_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -1110,6 +1244,28 @@ __device__ __forceinline__ void wgmma_m64n128k32_f32_e4m3_rs(float (&d)[64], con
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n136k32_f32_e4m3_ss(float (&d)[68], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n136k32_f32_e4m3_rs(float (&d)[68], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
         : "memory");
 }
@@ -1301,6 +1457,8 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n48k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1309,6 +1467,8 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n112k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1326,7 +1486,7 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 
@@ -1341,6 +1501,8 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t 
         wgmma_m64n48k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e4m3_rs(d, a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1349,6 +1511,8 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t 
         wgmma_m64n112k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e4m3_rs(d, a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1366,7 +1530,7 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 
@@ -1458,6 +1622,28 @@ __device__ __forceinline__ void wgmma_m64n64k32_f32_e5m2_rs(float (&d)[32], cons
         : "memory");
 }
 
+__device__ __forceinline__ void wgmma_m64n72k32_f32_e5m2_ss(float (&d)[36], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e5m2.e5m2 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n72k32_f32_e5m2_rs(float (&d)[36], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e5m2.e5m2 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
 __device__ __forceinline__ void wgmma_m64n80k32_f32_e5m2_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -1542,6 +1728,28 @@ __device__ __forceinline__ void wgmma_m64n128k32_f32_e5m2_rs(float (&d)[64], con
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n136k32_f32_e5m2_ss(float (&d)[68], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e5m2.e5m2 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n136k32_f32_e5m2_rs(float (&d)[68], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e5m2.e5m2 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
         : "memory");
 }
@@ -1733,6 +1941,8 @@ __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n48k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1741,6 +1951,8 @@ __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n112k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1758,7 +1970,7 @@ __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 
@@ -1773,6 +1985,8 @@ __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t 
         wgmma_m64n48k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e5m2_rs(d, a, desc_b, accumulate);
+    } else if constexpr (N == 72) {
+        wgmma_m64n72k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1781,6 +1995,8 @@ __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t 
         wgmma_m64n112k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e5m2_rs(d, a, desc_b, accumulate);
+    } else if constexpr (N == 136) {
+        wgmma_m64n136k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1798,7 +2014,7 @@ __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256])");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
     }
 }
 

@@ -90,10 +90,15 @@ constexpr int kPGainLog2 = 8;
 //                    when a row's max grows by more than kLazyRescaleLog2 (warp vote)
 //   kTwoLevel        each P V into a fresh fp32 accumulator, added to O in fp32 (the e4m3 wgmma
 //                    accumulates with fewer bits than fp32); +head_dim / 2 registers: d <= 128
-template <bool kLazyRescale_ = false, bool kTwoLevel_ = false>
+//   kRowSumInPv      (lazy + two-level) P's row sums from the P V GEMM: V^T's slots carry 8 rows of
+//                    ones (sm90::VtTileWithOnes), the accumulator 8 more columns, the softmax no
+//                    FADD per weight; V's descale then stays out of P and scales each block's P V
+//                    as it is added to O (an FFMA in place of the FADD)
+template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumInPv_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
+    static constexpr bool kRowSumInPv = kRowSumInPv_;
 };
 
 // What the launcher uses, decided by the A/B of bench/RESULTS.md run 26 (fwd_fp8_ab, H200): the
@@ -120,11 +125,14 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
     using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim>;
+    // P V's width: head_dim, plus the row-sum columns when the ones rows follow V^T in its slot.
+    static constexpr int kPvN = kHeadDim + (Opt::kRowSumInPv ? kRowSumCols : 0);
+    using VtSlot = std::conditional_t<Opt::kRowSumInPv, VtTileWithOnes<VtTile>, VtTile>;
     // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
     static constexpr int kQStages =
-        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
+        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtSlot)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
             ? 2
             : 1;
     // A KV block's descale groups: its keys in slices that each lie inside one 128-row descale
@@ -143,13 +151,15 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
+    static_assert(!Opt::kRowSumInPv || (Opt::kLazyRescale && Opt::kTwoLevel && kDescaleGroups == 1),
+                  "row sums in P V: V's descale applied per block as P V is added to O (two-level, one group)");
 };
 
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KTile k[Cfg::kStages];
-    typename Cfg::VtTile vt[Cfg::kStages];
+    typename Cfg::VtSlot vt[Cfg::kStages];
     typename Cfg::OTile o;
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
@@ -230,6 +240,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
     const uint32_t warpgroup = ptx::warpgroup_index();
 
+    if constexpr (Cfg::Opt::kRowSumInPv) {
+        for (int stage = 0; stage < Cfg::kStages; ++stage) smem.vt[stage].fill_ones(threadIdx.x, Cfg::kThreads);
+        ptx::fence_proxy_async_shared_cta();  // before init_barriers' __syncthreads: the GEMMs see them
+    }
     // O has its own staging buffer, so Q is free after the last QK^T (one lane per consumer warp).
     init_barriers([&] {
         prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_vt, &tmap_o);
@@ -255,13 +269,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const ConsumerRole<Cfg::kConsumers> me(warpgroup);
 
         using Opt = typename Cfg::Opt;
-        float o[kHeadDim / 2];
-        float o_part[Opt::kTwoLevel ? kHeadDim / 2 : 1];  // two-level: the P V in flight
+        constexpr int kPvN = Cfg::kPvN;
+        float o[kPvN / 2];  // O (kRowSumInPv: then each row's sum of P, 2 registers per row)
+        float o_part[Opt::kTwoLevel ? kPvN / 2 : 1];  // two-level: the P V in flight
         float s[kBlockN / 2];
         uint32_t pf[kBlockN / kMmaK][4];
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups>,
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumInPv>,
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
@@ -282,9 +297,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
                 if constexpr (Opt::kTwoLevel)
-                    mma_rs_e4m3<kHeadDim>(o_part, pf[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    mma_rs_e4m3<kPvN>(o_part, pf[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
                 else
-                    mma_rs_e4m3<kHeadDim>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+                    mma_rs_e4m3<kPvN>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
             }
         };
         // After the wait for P V: the accumulator(s) it wrote are the registers' values again.
@@ -334,31 +349,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 return r;
             };
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
+            // Row sums in P V: the V descale of the block whose P V is in flight, and of the block
+            // whose P is in s (the next P V's).
+            float v_in_flight = 0.f, v_next = 0.f;
+            // Two-level: O += the finished P V in fp32 (times its block's V descale where that is not
+            // in P; the row-sum columns as they are).
+            auto add_pv = [&](float v_ds) {
+#pragma unroll
+                for (int i = 0; i < kPvN / 2; ++i) {
+                    if (Opt::kRowSumInPv && i < kHeadDim / 2) o[i] = fmaf(o_part[i], v_ds, o[i]);
+                    else o[i] += o_part[i];
+                }
+            };
             // Before P_j V_j: O takes the scale of softmax j (and, lazy: only when it moved). Two-level:
-            // the last P V's fresh accumulator is added first, in fp32.
+            // the last P V's fresh accumulator is added first. v_ds: plain, O's new unit; row sums in
+            // P V, the finished P V's V descale.
             auto rescale_o = [&](float v_ds) {
                 if constexpr (Opt::kLazyRescale) {
-                    if constexpr (Opt::kTwoLevel) {
-                        if (rescale_pending) {
-#pragma unroll
-                            for (int i = 0; i < kHeadDim / 2; ++i) o[i] = (o[i] + o_part[i]) * o_scale[acc_row_half(i)];
-                        } else {
-#pragma unroll
-                            for (int i = 0; i < kHeadDim / 2; ++i) o[i] += o_part[i];
-                        }
-                    } else if (rescale_pending) {
-                        rescale_rows(o, o_scale);
-                    }
+                    if constexpr (Opt::kTwoLevel) add_pv(v_ds);
+                    if (rescale_pending) rescale_rows(o, o_scale);
                 } else {
                     const float r = unit_ratio(v_ds);
 #pragma unroll
                     for (int h = 0; h < kAccRowsPerThread; ++h) o_scale[h] *= r;
-                    if constexpr (Opt::kTwoLevel) {
-#pragma unroll
-                        for (int i = 0; i < kHeadDim / 2; ++i) o[i] = (o[i] + o_part[i]) * o_scale[acc_row_half(i)];
-                    } else {
-                        rescale_rows(o, o_scale);
-                    }
+                    if constexpr (Opt::kTwoLevel) add_pv(v_ds);
+                    rescale_rows(o, o_scale);
                 }
             };
             // Block it's descales. Its descale groups lie in at most kSpanned descale blocks (two
@@ -391,7 +406,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
                     for (int j = 0; j < Cfg::kSpanned; ++j) {
                         block_scale[j] = block_scale_log2(d.k[j]);
-                        block_v[j] = Softmax::v_shift(d.v[j]);
+                        block_v[j] = Opt::kRowSumInPv ? typename Softmax::VShift{0.f, 1.f} : Softmax::v_shift(d.v[j]);
                     }
                     float scale_log2[kGroups];
                     typename Softmax::VShift v[kGroups];
@@ -411,6 +426,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         }
                     }
                     rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
+                    if constexpr (Opt::kRowSumInPv) v_next = d.v[0];
                 } else {
                     softmax.online_update(s, block_scale_log2(d.k[0]), o_scale);
                 }
@@ -443,7 +459,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // Steady state, as the 16-bit forward: S_it and P_{it-1} V_{it-1} issued together.
                 auto step = [&](int it, auto masked) {
                     const BlockDescales ds = load_descales(it);
-                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(it - 1)];  // plain: O's unit
+                    const float v_ds = Opt::kRowSumInPv   ? v_in_flight
+                                       : Opt::kLazyRescale ? 0.f
+                                                           : v_ds_row[descale_index(it - 1)];  // plain: O's unit
                     smem.k_ring.consumer_wait(k_state);
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
@@ -456,6 +474,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     acc_to_a_fragment_e4m3<kBlockN>(s, pf);
                     issue_qk_then_pv(
                         take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
+                    v_in_flight = v_next;
                     ptx::wgmma_wait_group<1>();
                     ptx::wgmma_fence_operand(s);
                     release(smem.k_ring, k_state);
@@ -474,7 +493,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
                 // Drain: the last P V.
                 {
-                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(n_blocks - 1)];
+                    const float v_ds = Opt::kRowSumInPv   ? v_in_flight
+                                       : Opt::kLazyRescale ? 0.f
+                                                           : v_ds_row[descale_index(n_blocks - 1)];
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
@@ -488,10 +509,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     pass_turn();
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
-                    if constexpr (Opt::kTwoLevel) {
-#pragma unroll
-                        for (int i = 0; i < kHeadDim / 2; ++i) o[i] += o_part[i];
-                    }
+                    if constexpr (Opt::kTwoLevel) add_pv(v_next);
                     release(smem.v_ring, v_state);
                     v_state.advance();
                 }
@@ -501,7 +519,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
-            softmax.finalize(inv_sum, lse);
+            if constexpr (Opt::kRowSumInPv) {
+                float sum[kAccRowsPerThread];  // the first register of each row's sum columns
+#pragma unroll
+                for (int r = 0; r < kAccRowsPerThread; ++r) sum[r] = o[kHeadDim / 2 + 2 * r];
+                softmax.finalize_with_sums(sum, inv_sum, lse);
+            } else {
+                softmax.finalize(inv_sum, lse);
+            }
             if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
                 float* lse_row = p.lse + q_head * p.mask.seqlen_q;
 #pragma unroll
@@ -519,7 +544,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // tile's GEMMs instead of delaying its start.
             if (me.tid == 0) ptx::bulk_wait_group_read<0>();
             me.epilogue.sync();
-            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, me.first_row_in_tile);
+            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
             store_fence();
             me.epilogue.sync();
             if (me.tid == 0) {

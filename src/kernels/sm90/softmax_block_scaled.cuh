@@ -28,19 +28,28 @@
 
 namespace hattn::sm90 {
 
-// Both softmaxes' last step: the per-thread sums reduced over the quad; inv_sum is what O is
-// multiplied by (0 for a row that saw no key), lse the natural-log LSE (-inf for such a row), from
-// each row's exponent offset in log2 units (with the gain still in it).
-__device__ __forceinline__ void finalize_log2_rows(const float (&row_sum)[kAccRowsPerThread],
-                                                   const float (&offset_log2)[kAccRowsPerThread], float gain_log2,
-                                                   float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) {
+// Both softmaxes' last step from each row's whole sum: inv_sum is what O is multiplied by (0 for a
+// row that saw no key), lse the natural-log LSE (-inf for such a row), from each row's exponent
+// offset in log2 units (with the gain still in it).
+__device__ __forceinline__ void finalize_log2_row_sums(const float (&sum)[kAccRowsPerThread],
+                                                       const float (&offset_log2)[kAccRowsPerThread], float gain_log2,
+                                                       float (&inv_sum)[kAccRowsPerThread],
+                                                       float (&lse)[kAccRowsPerThread]) {
     constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
     for (int r = 0; r < kAccRowsPerThread; ++r) {
-        const float sum = quad_sum(row_sum[r]);
-        inv_sum[r] = sum == 0.f ? 0.f : 1.f / sum;
-        lse[r] = sum == 0.f ? -INFINITY : (offset_log2[r] - gain_log2) * kLn2 + logf(sum);
+        inv_sum[r] = sum[r] == 0.f ? 0.f : 1.f / sum[r];
+        lse[r] = sum[r] == 0.f ? -INFINITY : (offset_log2[r] - gain_log2) * kLn2 + logf(sum[r]);
     }
+}
+// The same from per-thread partial sums (reduced over the quad first).
+__device__ __forceinline__ void finalize_log2_rows(const float (&row_sum)[kAccRowsPerThread],
+                                                   const float (&offset_log2)[kAccRowsPerThread], float gain_log2,
+                                                   float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) {
+    float sum[kAccRowsPerThread];
+#pragma unroll
+    for (int r = 0; r < kAccRowsPerThread; ++r) sum[r] = quad_sum(row_sum[r]);
+    finalize_log2_row_sums(sum, offset_log2, gain_log2, inv_sum, lse);
 }
 
 template <int kN, int kGainLog2 = 0>
@@ -109,8 +118,12 @@ constexpr float kLazyRescaleLog2 = 0.75f;
 // FFMA per slice and row), each exponent's FFMA reads its slice's scale and offset (free: an FFMA
 // takes its multiplier from a register either way), and each slice's sum enters the row sum with
 // its own 1 / v_ds. kGroups = 1 is the one-scale-per-block case.
+//
+// kRowSums = false: no row sums here (no FADD per weight); the caller has them from elsewhere (the
+// FP8 forward's P V with a block of ones in V^T, which also keeps V's descale out of P: v = {0, 1})
+// and hands them to finalize_with_sums.
 
-template <int kN, int kGainLog2 = 0, int kGroups = 1>
+template <int kN, int kGainLog2 = 0, int kGroups = 1, bool kRowSums = true>
 struct LazyBlockScaledSoftmax {
     static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
     static constexpr int kRegs = kN / 2;                 // accumulator registers per thread
@@ -161,7 +174,7 @@ struct LazyBlockScaledSoftmax {
             for (int r = 0; r < kAccRowsPerThread; ++r) {
                 const float ref = need[r] ? block_max[r] : ref_log2[r];
                 o_scale[r] = need[r] ? ptx::ex2_approx_f32(ref_log2[r] - ref) : 1.f;  // 0 from -inf
-                row_sum[r] *= o_scale[r];
+                if constexpr (kRowSums) row_sum[r] *= o_scale[r];
                 ref_log2[r] = ref;
             }
         }
@@ -176,8 +189,10 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
                 for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
                     if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
-                const float sum = row_sum_of<kRegs, kFirst, kGroupRegs>(s, r);
-                row_sum[r] = fmaf(sum, v[g].inv, row_sum[r]);
+                if constexpr (kRowSums) {
+                    const float sum = row_sum_of<kRegs, kFirst, kGroupRegs>(s, r);
+                    row_sum[r] = fmaf(sum, v[g].inv, row_sum[r]);
+                }
             });
         }
         return rescale;
@@ -185,7 +200,14 @@ struct LazyBlockScaledSoftmax {
 
     // As BlockScaledSoftmax::finalize; O needs no unit (V's descales are in P).
     __device__ __forceinline__ void finalize(float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) const {
+        static_assert(kRowSums, "without its own row sums: finalize_with_sums");
         finalize_log2_rows(row_sum, ref_log2, kGainLog2f, inv_sum, lse);
+    }
+    // kRowSums = false: each row's whole sum of the weights (in the same units, gain included).
+    __device__ __forceinline__ void finalize_with_sums(const float (&sum)[kAccRowsPerThread],
+                                                       float (&inv_sum)[kAccRowsPerThread],
+                                                       float (&lse)[kAccRowsPerThread]) const {
+        finalize_log2_row_sums(sum, ref_log2, kGainLog2f, inv_sum, lse);
     }
 };
 
