@@ -189,6 +189,12 @@ void register_all(const DeviceInfo& dev) {
     register_chain_pair<Dtype::kE4m3, 128, 2>(dev);
     register_chain_pair<Dtype::kBf16, 64, 1>(dev);
     register_chain_pair<Dtype::kBf16, 64, 2>(dev);
+    // The FP8 forward's row sums (P times a tile of ones): what a 64 x 8 wgmma costs, queued and as a
+    // chain (the P V cases' N = 64 / 128 above and in the sweep are the references).
+    register_case<Dtype::kE4m3, 8, true, 2>(dev);
+    register_case<Dtype::kE4m3, 16, true, 2>(dev);
+    register_case<Dtype::kE4m3, 80, true, 2>(dev);
+    register_chain_pair<Dtype::kE4m3, 8, 2>(dev);
 }
 
 }  // namespace

@@ -11,6 +11,30 @@
 namespace hattn::ptx {
 
 template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n8k16_f32_bf16_ss(float (&d)[4], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, %8;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n8k16_f32_bf16_rs(float (&d)[4], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %9, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n16k16_f32_bf16_ss(float (&d)[8], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -107,30 +131,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_f32_bf16_rs(float (&d)[32], cons
 }
 
 template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n72k16_f32_bf16_ss(float (&d)[36], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1, %39, %40;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n72k16_f32_bf16_rs(float (&d)[36], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, %42;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n80k16_f32_bf16_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -222,30 +222,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_bf16_rs(float (&d)[64], con
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n136k16_f32_bf16_ss(float (&d)[68], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1, %71, %72;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n136k16_f32_bf16_rs(float (&d)[68], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1, %74;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
         : "memory");
 }
@@ -445,7 +421,9 @@ __device__ __forceinline__ void wgmma_m64n256k16_f32_bf16_rs(float (&d)[128], co
 template <int N, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
@@ -453,8 +431,6 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n48k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -463,8 +439,6 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n112k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -482,14 +456,16 @@ __device__ __forceinline__ void wgmma_ss_bf16(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_bf16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
 }
 
 template <int N, int kTransB>
 __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
@@ -497,8 +473,6 @@ __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t 
         wgmma_m64n48k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -507,8 +481,6 @@ __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t 
         wgmma_m64n112k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -526,8 +498,32 @@ __device__ __forceinline__ void wgmma_rs_bf16(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_bf16_rs<kTransB>(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
+}
+
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n8k16_f32_f16_ss(float (&d)[4], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, %8;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
+        : "memory");
+}
+
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n8k16_f32_f16_rs(float (&d)[4], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %9, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
+        : "memory");
 }
 
 template <int kTransA, int kTransB>
@@ -627,30 +623,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_f32_f16_rs(float (&d)[32], const
 }
 
 template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n72k16_f32_f16_ss(float (&d)[36], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1, %39, %40;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n72k16_f32_f16_rs(float (&d)[36], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1, %42;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64n80k16_f32_f16_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -742,30 +714,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_f32_f16_rs(float (&d)[64], cons
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_m64n136k16_f32_f16_ss(float (&d)[68], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1, %71, %72;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)
-        : "memory");
-}
-
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n136k16_f32_f16_rs(float (&d)[68], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1, %74;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)
         : "memory");
 }
@@ -965,7 +913,9 @@ __device__ __forceinline__ void wgmma_m64n256k16_f32_f16_rs(float (&d)[128], con
 template <int N, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
@@ -973,8 +923,6 @@ __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a,
         wgmma_m64n48k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -983,8 +931,6 @@ __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a,
         wgmma_m64n112k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1002,14 +948,16 @@ __device__ __forceinline__ void wgmma_ss_f16(float (&d)[N / 2], uint64_t desc_a,
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_f16_ss<kTransA, kTransB>(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
 }
 
 template <int N, int kTransB>
 __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
@@ -1017,8 +965,6 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (
         wgmma_m64n48k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1027,8 +973,6 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (
         wgmma_m64n112k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1046,8 +990,30 @@ __device__ __forceinline__ void wgmma_rs_f16(float (&d)[N / 2], const uint32_t (
     } else if constexpr (N == 256) {
         wgmma_m64n256k16_f32_f16_rs<kTransB>(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
+}
+
+__device__ __forceinline__ void wgmma_m64n8k32_f32_e4m3_ss(float (&d)[4], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n8k32_f32_e4m3_rs(float (&d)[4], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %9, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
+        : "memory");
 }
 
 __device__ __forceinline__ void wgmma_m64n16k32_f32_e4m3_ss(float (&d)[8], uint64_t desc_a,
@@ -1138,28 +1104,6 @@ __device__ __forceinline__ void wgmma_m64n64k32_f32_e4m3_rs(float (&d)[32], cons
         : "memory");
 }
 
-__device__ __forceinline__ void wgmma_m64n72k32_f32_e4m3_ss(float (&d)[36], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n72k32_f32_e4m3_rs(float (&d)[36], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
 __device__ __forceinline__ void wgmma_m64n80k32_f32_e4m3_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -1244,28 +1188,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_f32_e4m3_rs(float (&d)[64], con
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n136k32_f32_e4m3_ss(float (&d)[68], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n136k32_f32_e4m3_rs(float (&d)[68], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
         : "memory");
 }
@@ -1449,7 +1371,9 @@ __device__ __forceinline__ void wgmma_m64n256k32_f32_e4m3_rs(float (&d)[128], co
 template <int N>
 __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
@@ -1457,8 +1381,6 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n48k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1467,8 +1389,6 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n112k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1486,14 +1406,16 @@ __device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e4m3_ss(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
 }
 
 template <int N>
 __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k32_f32_e4m3_rs(d, a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k32_f32_e4m3_rs(d, a, desc_b, accumulate);
@@ -1501,8 +1423,6 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t 
         wgmma_m64n48k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e4m3_rs(d, a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1511,8 +1431,6 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t 
         wgmma_m64n112k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e4m3_rs(d, a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1530,8 +1448,30 @@ __device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e4m3_rs(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
+}
+
+__device__ __forceinline__ void wgmma_m64n8k32_f32_e5m2_ss(float (&d)[4], uint64_t desc_a,
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e5m2.e5m2 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n8k32_f32_e5m2_rs(float (&d)[4], const uint32_t (&a)[4],
+                                                        uint64_t desc_b, uint32_t accumulate) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %9, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e5m2.e5m2 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n\t}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
+        : "memory");
 }
 
 __device__ __forceinline__ void wgmma_m64n16k32_f32_e5m2_ss(float (&d)[8], uint64_t desc_a,
@@ -1622,28 +1562,6 @@ __device__ __forceinline__ void wgmma_m64n64k32_f32_e5m2_rs(float (&d)[32], cons
         : "memory");
 }
 
-__device__ __forceinline__ void wgmma_m64n72k32_f32_e5m2_ss(float (&d)[36], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %38, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e5m2.e5m2 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, %36, %37, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n72k32_f32_e5m2_rs(float (&d)[36], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %41, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e5m2.e5m2 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}, {%36, %37, %38, %39}, %40, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
 __device__ __forceinline__ void wgmma_m64n80k32_f32_e5m2_ss(float (&d)[40], uint64_t desc_a,
                                                         uint64_t desc_b, uint32_t accumulate) {
     asm volatile(
@@ -1728,28 +1646,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_f32_e5m2_rs(float (&d)[64], con
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n\t}"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n136k32_f32_e5m2_ss(float (&d)[68], uint64_t desc_a,
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %70, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e5m2.e5m2 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, %68, %69, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate)
-        : "memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n136k32_f32_e5m2_rs(float (&d)[68], const uint32_t (&a)[4],
-                                                        uint64_t desc_b, uint32_t accumulate) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %73, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e5m2.e5m2 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67}, {%68, %69, %70, %71}, %72, p, 1, 1;\n\t}"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate)
         : "memory");
 }
@@ -1933,7 +1829,9 @@ __device__ __forceinline__ void wgmma_m64n256k32_f32_e5m2_rs(float (&d)[128], co
 template <int N>
 __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
@@ -1941,8 +1839,6 @@ __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n48k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1951,8 +1847,6 @@ __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a
         wgmma_m64n112k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -1970,14 +1864,16 @@ __device__ __forceinline__ void wgmma_ss_e5m2(float (&d)[N / 2], uint64_t desc_a
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e5m2_ss(d, desc_a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
 }
 
 template <int N>
 __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                                  uint32_t accumulate) {
-    if constexpr (N == 16) {
+    if constexpr (N == 8) {
+        wgmma_m64n8k32_f32_e5m2_rs(d, a, desc_b, accumulate);
+    } else if constexpr (N == 16) {
         wgmma_m64n16k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 32) {
         wgmma_m64n32k32_f32_e5m2_rs(d, a, desc_b, accumulate);
@@ -1985,8 +1881,6 @@ __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t 
         wgmma_m64n48k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 64) {
         wgmma_m64n64k32_f32_e5m2_rs(d, a, desc_b, accumulate);
-    } else if constexpr (N == 72) {
-        wgmma_m64n72k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 80) {
         wgmma_m64n80k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 96) {
@@ -1995,8 +1889,6 @@ __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t 
         wgmma_m64n112k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 128) {
         wgmma_m64n128k32_f32_e5m2_rs(d, a, desc_b, accumulate);
-    } else if constexpr (N == 136) {
-        wgmma_m64n136k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 144) {
         wgmma_m64n144k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else if constexpr (N == 160) {
@@ -2014,7 +1906,7 @@ __device__ __forceinline__ void wgmma_rs_e5m2(float (&d)[N / 2], const uint32_t 
     } else if constexpr (N == 256) {
         wgmma_m64n256k32_f32_e5m2_rs(d, a, desc_b, accumulate);
     } else {
-        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 72, 136)");
+        static_assert(N < 0, "wgmma N not generated here (have every multiple of 16 in [16, 256], and 8)");
     }
 }
 

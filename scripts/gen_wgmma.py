@@ -13,10 +13,9 @@ import argparse
 import sys
 
 # Every multiple of 16 in [16, 256] (the ISA allows every multiple of 8 for dense f16/bf16/fp8),
-# plus head_dim + 8 for d = 64 and 128: the FP8 forward's P V with one 8-row block of ones in V^T,
-# whose columns come out as the row sums of P.
-ROW_SUM_N_VALUES = [72, 136]
-N_VALUES = sorted(list(range(16, 257, 16)) + ROW_SUM_N_VALUES)
+# and 8: the FP8 forward's row sums of P (P times a tile of ones, sm90/vt_e4m3.cuh).
+ROW_SUM_N_VALUES = [8]
+N_VALUES = sorted(ROW_SUM_N_VALUES + list(range(16, 257, 16)))
 
 # (suffix, ptx type, k, supports transpose)
 TYPES = [
@@ -98,7 +97,7 @@ def emit_dispatch(suffix, k, transposable, n_values):
 
 def n_list(n_values):
     if list(n_values) == N_VALUES:
-        return "every multiple of 16 in [16, 256], and 72, 136"
+        return "every multiple of 16 in [16, 256], and 8"
     return ", ".join(str(n) for n in n_values)
 
 
@@ -126,13 +125,13 @@ def generate(n_values=N_VALUES, type_names=None):
 
 def main():
     parser = argparse.ArgumentParser(description="Generate the wgmma.mma_async wrappers.")
-    parser.add_argument("--n", help="comma-separated N values (default: every multiple of 16 up to 256, and 72, 136)")
+    parser.add_argument("--n", help="comma-separated N values (default: every multiple of 16 up to 256, and 8)")
     parser.add_argument("--types", help="comma-separated operand types among bf16,f16,e4m3,e5m2 (default: all)")
     args = parser.parse_args()
     n_values = [int(v) for v in args.n.split(",")] if args.n else N_VALUES
     bad = [n for n in n_values if n not in N_VALUES]
     if bad:
-        parser.error(f"N must be a multiple of 16 in [16, 256], or 72 or 136: {bad}")
+        parser.error(f"N must be a multiple of 16 in [16, 256], or 8: {bad}")
     type_names = args.types.split(",") if args.types else None
     sys.stdout.write(generate(n_values, type_names))
 

@@ -20,7 +20,7 @@ struct Fp8VariantInfo {
     bool two_level;
     int block_n = 0;  // KV block width, 0: the head dim's default (fwd_fp8::default_block_n)
     int stages = 0;   // K/V ring slots, 0: the default (fwd_fp8::default_stages)
-    bool row_sum_in_pv = false;  // P's row sums from the P V GEMM (fwd_fp8::Tuning::kRowSumInPv)
+    bool row_sum_mma = false;  // P's row sums on the tensor cores (fwd_fp8::Tuning::kRowSumMma)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
@@ -28,7 +28,7 @@ struct Fp8VariantInfo {
 // run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
 // a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
-// lazy_twolevel_rowsum: P's row sums from P V (8 rows of ones after V^T), no FADD per weight.
+// _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -36,6 +36,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_twolevel", true, true},
     {"lazy_n192", true, false, 192, 3},
     {"lazy_twolevel_n192", true, true, 192, 3},
+    {"lazy_rowsum", true, false, 0, 0, true},
     {"lazy_twolevel_rowsum", true, true, 0, 0, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
@@ -53,13 +54,12 @@ constexpr int fp8_variant_index(const char* name) {
 
 // Two-level accumulation needs a second O in registers, and 192-key blocks 96 registers of S: neither
 // is built at head_dim 256 (O alone is 128 registers there), and both together only at head_dim 64
-// (at 128 they spill); the row sums in P V only at 64 (at 128 the two-level add's FADDs would cost
-// what the row sums save). CMakeLists.txt builds the same pairs.
+// (at 128 they spill; so does two-level with the row sums' 6 registers). CMakeLists.txt builds the
+// same pairs.
 constexpr bool fp8_variant_built(int variant, int head_dim) {
     const Fp8VariantInfo& v = kFp8Variants[variant];
-    const int max_head_dim = (v.two_level && v.block_n > 128) || v.row_sum_in_pv ? 64
-                             : v.two_level || v.block_n > 128                  ? 128
-                                                                               : 256;
+    const bool two_level_plus = v.two_level && (v.block_n > 128 || v.row_sum_mma);
+    const int max_head_dim = two_level_plus ? 64 : v.two_level || v.block_n > 128 ? 128 : 256;
     return head_dim <= max_head_dim;
 }
 

@@ -205,8 +205,6 @@ using DsReadyBarrier = NamedBarrier<2 * kWarpgroupThreads>;                // on
 // ---------------------------------------------------------------------------------------
 // Shared memory
 // ---------------------------------------------------------------------------------------
-struct NoTile {};
-
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::KvTile k;

@@ -90,24 +90,24 @@ constexpr int kPGainLog2 = 8;
 //                    when a row's max grows by more than kLazyRescaleLog2 (warp vote)
 //   kTwoLevel        each P V into a fresh fp32 accumulator, added to O in fp32 (the e4m3 wgmma
 //                    accumulates with fewer bits than fp32); +head_dim / 2 registers: d <= 128
-//   kRowSumInPv      (lazy + two-level) P's row sums from the P V GEMM: V^T's slots carry 8 rows of
-//                    ones (sm90::VtTileWithOnes), the accumulator 8 more columns, the softmax no
-//                    FADD per weight; V's descale then stays out of P and scales each block's P V
-//                    as it is added to O (an FFMA in place of the FADD)
-template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumInPv_ = false>
+//   kRowSumMma       (lazy) P's row sums on the tensor cores: with each P V, a 64 x 8 wgmma of P
+//                    against a constant tile of ones (sm90::OnesTile) into a fresh accumulator,
+//                    added to the row sums when its P V is (the softmax spends no FADD per weight)
+template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
-    static constexpr bool kRowSumInPv = kRowSumInPv_;
+    static constexpr bool kRowSumMma = kRowSumMma_;
 };
 
-// What the launcher uses, decided by the A/B of bench/RESULTS.md run 26 (fwd_fp8_ab, H200): the
-// lazy rescale at every head dim (+8-22% over the plain path, most at long rows: O is rescaled in
-// a few blocks instead of each), and at d = 64 also the two-level accumulation (+4-6% more there:
-// the fp32 add of each block's P V into O overlaps the next block's wgmma; at d = 128 it costs 5%,
-// and at d = 256 there are no registers for it).
+// What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
+// rescale at every head dim (run 26: +8-22% over the plain path, most at long rows: O is rescaled
+// in a few blocks instead of each); at d = 64 also the two-level accumulation (+15-23% over lazy
+// alone in run 38b: a waited-for chain of 64-wide wgmmas runs at 93% of peak from a zeroed
+// accumulator, 76% when it accumulates; at d = 128 it costs 5-10% of registers and speed, at 256
+// there are no registers for it); at d = 256 the row sums on the tensor cores (row_sums_of_e4m3_p).
 template <int kHeadDim>
-using DefaultTuning = Tuning<true, kHeadDim <= 64>;
+using DefaultTuning = Tuning<true, kHeadDim <= 64, row_sums_of_e4m3_p(kHeadDim)>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -125,14 +125,14 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
     using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim>;
-    // P V's width: head_dim, plus the row-sum columns when the ones rows follow V^T in its slot.
-    static constexpr int kPvN = kHeadDim + (Opt::kRowSumInPv ? kRowSumCols : 0);
-    using VtSlot = std::conditional_t<Opt::kRowSumInPv, VtTileWithOnes<VtTile>, VtTile>;
+    // kRowSumMma's B operand: kRowSumCols rows of kBlockN ones, K-major like V^T.
+    using OnesTile = std::conditional_t<Opt::kRowSumMma, SwizzledTile<E4m3, kRowSumCols, Shape::kBlockN, kVtSpan>, NoTile>;
     // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
     static constexpr int kQStages =
-        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtSlot)) + sizeof(OTile) + 2 * kSharedAlign <= kMaxSharedBytes
+        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + sizeof(OnesTile) + 2 * kSharedAlign <=
+                kMaxSharedBytes
             ? 2
             : 1;
     // A KV block's descale groups: its keys in slices that each lie inside one 128-row descale
@@ -151,19 +151,20 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
-    static_assert(!Opt::kRowSumInPv || (Opt::kLazyRescale && Opt::kTwoLevel && kDescaleGroups == 1),
-                  "row sums in P V: V's descale applied per block as P V is added to O (two-level, one group)");
+    static_assert(!Opt::kRowSumMma || (Opt::kLazyRescale && kDescaleGroups == 1),
+                  "row sums on the tensor cores: the lazy path, one V descale per block (its 1 / v_ds)");
 };
 
 template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KTile k[Cfg::kStages];
-    typename Cfg::VtSlot vt[Cfg::kStages];
+    typename Cfg::VtTile vt[Cfg::kStages];
     typename Cfg::OTile o;
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
+    typename Cfg::OnesTile ones;  // kRowSumMma only
 };
 
 template <class Cfg>
@@ -240,8 +241,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
     const uint32_t warpgroup = ptx::warpgroup_index();
 
-    if constexpr (Cfg::Opt::kRowSumInPv) {
-        for (int stage = 0; stage < Cfg::kStages; ++stage) smem.vt[stage].fill_ones(threadIdx.x, Cfg::kThreads);
+    if constexpr (Cfg::Opt::kRowSumMma) {
+        fill_ones(smem.ones, threadIdx.x, Cfg::kThreads);
         ptx::fence_proxy_async_shared_cta();  // before init_barriers' __syncthreads: the GEMMs see them
     }
     // O has its own staging buffer, so Q is free after the last QK^T (one lane per consumer warp).
@@ -269,14 +270,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const ConsumerRole<Cfg::kConsumers> me(warpgroup);
 
         using Opt = typename Cfg::Opt;
-        constexpr int kPvN = Cfg::kPvN;
-        float o[kPvN / 2];  // O (kRowSumInPv: then each row's sum of P, 2 registers per row)
-        float o_part[Opt::kTwoLevel ? kPvN / 2 : 1];  // two-level: the P V in flight
+        float o[kHeadDim / 2];
+        float o_part[Opt::kTwoLevel ? kHeadDim / 2 : 1];  // two-level: the P V in flight
+        // kRowSumMma: the row sums of P (units of O) and those of the P in flight (each register
+        // pair of l_part is one row's, 8 equal columns)
+        float l[kAccRowsPerThread], l_part[kRowSumCols / 2];
         float s[kBlockN / 2];
         uint32_t pf[kBlockN / kMmaK][4];
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumInPv>,
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumMma>,
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
@@ -297,15 +300,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
                 if constexpr (Opt::kTwoLevel)
-                    mma_rs_e4m3<kPvN>(o_part, pf[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    mma_rs_e4m3<kHeadDim>(o_part, pf[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
                 else
-                    mma_rs_e4m3<kPvN>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+                    mma_rs_e4m3<kHeadDim>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+            }
+            if constexpr (Opt::kRowSumMma) {
+#pragma unroll
+                for (int kk = 0; kk < kBlockN / kMmaK; ++kk)
+                    mma_rs_e4m3<kRowSumCols>(l_part, pf[kk], smem.ones.desc_k_major(0, kk), kk > 0 ? 1u : 0u);
             }
         };
         // After the wait for P V: the accumulator(s) it wrote are the registers' values again.
         auto fence_pv = [&] {
             if constexpr (Opt::kTwoLevel) ptx::wgmma_fence_operand(o_part);
             else ptx::wgmma_fence_operand(o);
+            if constexpr (Opt::kRowSumMma) ptx::wgmma_fence_operand(l_part);
         };
         auto take_turn = [&]() { me.my_turn.sync(); };
         auto pass_turn = [&]() { me.next_turn.arrive(); };
@@ -349,30 +358,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 return r;
             };
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
-            // Row sums in P V: the V descale of the block whose P V is in flight, and of the block
-            // whose P is in s (the next P V's).
-            float v_in_flight = 0.f, v_next = 0.f;
-            // Two-level: O += the finished P V in fp32 (times its block's V descale where that is not
-            // in P; the row-sum columns as they are).
-            auto add_pv = [&](float v_ds) {
+            // kRowSumMma: 1 / v_ds of the block whose P is in flight, and of the block whose P is in s
+            // (P carries V's descale; the row sums must not).
+            float inv_v_in_flight = 0.f, inv_v_next = 0.f;
+            // After a P V's wait: its fresh accumulators join O (two-level) and the row sums.
+            auto add_pv = [&] {
+                if constexpr (Opt::kTwoLevel) {
 #pragma unroll
-                for (int i = 0; i < kPvN / 2; ++i) {
-                    if (Opt::kRowSumInPv && i < kHeadDim / 2) o[i] = fmaf(o_part[i], v_ds, o[i]);
-                    else o[i] += o_part[i];
+                    for (int i = 0; i < kHeadDim / 2; ++i) o[i] += o_part[i];
+                }
+                if constexpr (Opt::kRowSumMma) {
+#pragma unroll
+                    for (int r = 0; r < kAccRowsPerThread; ++r) l[r] = fmaf(l_part[2 * r], inv_v_in_flight, l[r]);
                 }
             };
-            // Before P_j V_j: O takes the scale of softmax j (and, lazy: only when it moved). Two-level:
-            // the last P V's fresh accumulator is added first. v_ds: plain, O's new unit; row sums in
-            // P V, the finished P V's V descale.
+            // Before P_j V_j: O takes the scale of softmax j (and, lazy: only when it moved), after the
+            // last P V's fresh accumulators are added. v_ds: the plain path's new unit for O.
             auto rescale_o = [&](float v_ds) {
+                add_pv();
                 if constexpr (Opt::kLazyRescale) {
-                    if constexpr (Opt::kTwoLevel) add_pv(v_ds);
-                    if (rescale_pending) rescale_rows(o, o_scale);
+                    if (rescale_pending) {
+                        rescale_rows(o, o_scale);
+                        if constexpr (Opt::kRowSumMma) {
+#pragma unroll
+                            for (int r = 0; r < kAccRowsPerThread; ++r) l[r] *= o_scale[r];
+                        }
+                    }
                 } else {
                     const float r = unit_ratio(v_ds);
 #pragma unroll
                     for (int h = 0; h < kAccRowsPerThread; ++h) o_scale[h] *= r;
-                    if constexpr (Opt::kTwoLevel) add_pv(v_ds);
                     rescale_rows(o, o_scale);
                 }
             };
@@ -406,7 +421,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
                     for (int j = 0; j < Cfg::kSpanned; ++j) {
                         block_scale[j] = block_scale_log2(d.k[j]);
-                        block_v[j] = Opt::kRowSumInPv ? typename Softmax::VShift{0.f, 1.f} : Softmax::v_shift(d.v[j]);
+                        block_v[j] = Softmax::v_shift(d.v[j]);
                     }
                     float scale_log2[kGroups];
                     typename Softmax::VShift v[kGroups];
@@ -426,7 +441,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         }
                     }
                     rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
-                    if constexpr (Opt::kRowSumInPv) v_next = d.v[0];
+                    inv_v_next = block_v[0].inv;
                 } else {
                     softmax.online_update(s, block_scale_log2(d.k[0]), o_scale);
                 }
@@ -434,6 +449,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             zero_fill(o);
             if constexpr (Opt::kTwoLevel) zero_fill(o_part);
+            zero_fill(l);
+            zero_fill(l_part);
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
 
@@ -459,9 +476,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // Steady state, as the 16-bit forward: S_it and P_{it-1} V_{it-1} issued together.
                 auto step = [&](int it, auto masked) {
                     const BlockDescales ds = load_descales(it);
-                    const float v_ds = Opt::kRowSumInPv   ? v_in_flight
-                                       : Opt::kLazyRescale ? 0.f
-                                                           : v_ds_row[descale_index(it - 1)];  // plain: O's unit
+                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(it - 1)];  // plain: O's unit
                     smem.k_ring.consumer_wait(k_state);
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
@@ -474,7 +489,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     acc_to_a_fragment_e4m3<kBlockN>(s, pf);
                     issue_qk_then_pv(
                         take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
-                    v_in_flight = v_next;
+                    inv_v_in_flight = inv_v_next;
                     ptx::wgmma_wait_group<1>();
                     ptx::wgmma_fence_operand(s);
                     release(smem.k_ring, k_state);
@@ -493,9 +508,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
                 // Drain: the last P V.
                 {
-                    const float v_ds = Opt::kRowSumInPv   ? v_in_flight
-                                       : Opt::kLazyRescale ? 0.f
-                                                           : v_ds_row[descale_index(n_blocks - 1)];
+                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(n_blocks - 1)];
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
@@ -509,7 +522,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     pass_turn();
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
-                    if constexpr (Opt::kTwoLevel) add_pv(v_next);
+                    inv_v_in_flight = inv_v_next;
+                    add_pv();
                     release(smem.v_ring, v_state);
                     v_state.advance();
                 }
@@ -519,11 +533,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
-            if constexpr (Opt::kRowSumInPv) {
-                float sum[kAccRowsPerThread];  // the first register of each row's sum columns
-#pragma unroll
-                for (int r = 0; r < kAccRowsPerThread; ++r) sum[r] = o[kHeadDim / 2 + 2 * r];
-                softmax.finalize_with_sums(sum, inv_sum, lse);
+            if constexpr (Opt::kRowSumMma) {
+                softmax.finalize_with_sums(l, inv_sum, lse);
             } else {
                 softmax.finalize(inv_sum, lse);
             }
@@ -544,7 +555,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // tile's GEMMs instead of delaying its start.
             if (me.tid == 0) ptx::bulk_wait_group_read<0>();
             me.epilogue.sync();
-            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
+            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, me.first_row_in_tile);
             store_fence();
             me.epilogue.sync();
             if (me.tid == 0) {

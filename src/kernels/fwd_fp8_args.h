@@ -15,6 +15,11 @@ constexpr int kDescaleRows = 128;
 // sm90::e4m3_k_to_key): one k32 step of the P V wgmma, and a 16-byte TMA row stride.
 constexpr int kVtKeyAlign = 32;
 
+// Head dims whose default kernel takes P's row sums on the tensor cores (fwd_fp8::Tuning's
+// kRowSumMma): the sums, and with them O's normalisation and the LSE, are of P as rounded to e4m3.
+// +4-5% at d256 >= 8k, -4% at d128 and below two-level's speed at d64 (bench/RESULTS.md run 38b).
+constexpr bool row_sums_of_e4m3_p(int head_dim) { return head_dim >= 256; }
+
 struct Fp8FwdArgs {
     const void* q = nullptr;  // e4m3 [batch, seqlen_q, heads_q, head_dim]
     const void* k = nullptr;  // e4m3 [batch, seqlen_k, heads_kv, head_dim]

@@ -44,6 +44,15 @@ constexpr int kWideBlockMinSeqlenK = HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K;
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
 
+// d = 64's consumer warpgroups (64 query rows each) and KV block width. Two consumers (128-row
+// tiles) measured 0.83-0.95 of three at 1k-16k (run 38c).
+#ifndef HATTN_FWD_D64_CONSUMERS
+#define HATTN_FWD_D64_CONSUMERS 3
+#endif
+#ifndef HATTN_FWD_D64_BLOCK_N
+#define HATTN_FWD_D64_BLOCK_N 128
+#endif
+
 // d = 64's K/V ring depth and whether its warpgroups overlap their own softmax with their PV GEMM
 // (run 33c): 2 stages lose 2% at <= 2k, 4 gain nothing; without the overlap d64 loses 12-22%
 // (three consumer warpgroups' ping-pong alone does not hide its exps).

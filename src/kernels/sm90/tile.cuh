@@ -117,4 +117,7 @@ struct alignas(1024) SwizzledTile {
     }
 };
 
+// What a kernel's shared-memory layout holds in place of a tile it does not use.
+struct NoTile {};
+
 }  // namespace hattn::sm90

@@ -75,27 +75,20 @@ __device__ __forceinline__ void store_vt_block(const uint8_t* tile, uint8_t* vt,
 }
 
 // ---- Row sums of P on the tensor cores ----------------------------------------------------
-// A V^T slot followed by kRowSumCols more rows of e4m3 ones: read as one K-major operand of
-// head_dim + 8 rows, O += P V then also adds each row's sum of P (as quantized, the weights the
-// GEMM multiplies) into 8 more accumulator columns, where the softmax would spend one FADD per
-// weight. The extra rows form one 8-row swizzle group right after the tile's last (a tile of one
-// atom); 128B-swizzling permutes 16-byte chunks within a row, which leaves a row of equal bytes
-// as it is. Written once per kernel, before the barriers' initialisation; TMA loads only the
-// tile and never touches them.
+// P's row sums as a GEMM: P (the A fragment of P V) times a K-major [kRowSumCols x keys] tile of
+// e4m3 ones gives, in every one of kRowSumCols accumulator columns, each row's sum of P as
+// quantized (the weights P V multiplies), where the softmax would spend one FADD per weight.
+// 64 x 8 is wgmma's narrowest shape. 128B-swizzling permutes 16-byte chunks within a row, which
+// leaves a tile of equal bytes as it is; TMA never touches it.
 constexpr int kRowSumCols = 8;
 constexpr uint32_t kE4m3OnesWord = 0x38383838u;  // four e4m3 1.0 (sign 0, exponent 0111, mantissa 000)
 
+// Every thread of the CTA takes a share; the caller fences the writes to the async proxy (wgmma
+// reads shared memory through it) and synchronizes before any GEMM.
 template <class Tile>
-struct alignas(1024) VtTileWithOnes : Tile {
-    static_assert(Tile::kAtoms == 1, "the ones rows continue the tile's only atom");
-    static constexpr int kOnesBytes = kRowSumCols * Tile::kSpan;
-    uint8_t ones[kOnesBytes];
-
-    // Every thread of the CTA takes a share; the caller fences the writes to the async proxy (wgmma
-    // reads shared memory through it) and synchronizes before any GEMM.
-    __device__ __forceinline__ void fill_ones(int thread, int threads) {
-        for (int w = thread; w < kOnesBytes / 4; w += threads) reinterpret_cast<uint32_t*>(ones)[w] = kE4m3OnesWord;
-    }
-};
+__device__ __forceinline__ void fill_ones(Tile& tile, int thread, int threads) {
+    for (int w = thread; w < static_cast<int>(Tile::kBytes / 4); w += threads)
+        reinterpret_cast<uint32_t*>(tile.bytes)[w] = kE4m3OnesWord;
+}
 
 }  // namespace hattn::sm90
