@@ -21,6 +21,7 @@ struct Fp8VariantInfo {
     int block_n = 0;  // KV block width, 0: the head dim's default (fwd_fp8::default_block_n)
     int stages = 0;   // K/V ring slots, 0: the default (fwd_fp8::default_stages)
     bool row_sum_mma = false;  // P's row sums on the tensor cores (fwd_fp8::Tuning::kRowSumMma)
+    bool two_p_buffers = false;  // P's fragment in two register sets (fwd_fp8::Tuning::kTwoPBuffers)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
@@ -29,6 +30,7 @@ struct Fp8VariantInfo {
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
 // a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
+// _p2: P's fragment in two register sets, written straight from the softmax.
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -38,6 +40,9 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_twolevel_n192", true, true, 192, 3},
     {"lazy_rowsum", true, false, 0, 0, true},
     {"lazy_twolevel_rowsum", true, true, 0, 0, true},
+    {"lazy_p2", true, false, 0, 0, false, true},
+    {"lazy_twolevel_p2", true, true, 0, 0, false, true},
+    {"lazy_rowsum_p2", true, false, 0, 0, true, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

@@ -93,11 +93,16 @@ constexpr int kPGainLog2 = 8;
 //   kRowSumMma       (lazy) P's row sums on the tensor cores: with each P V, a 64 x 8 wgmma of P
 //                    against a constant tile of ones (sm90::OnesTile) into a fresh accumulator,
 //                    added to the row sums when its P V is (the softmax spends no FADD per weight)
-template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false>
+//   kTwoPBuffers     P's e4m3 fragment in two register sets by block parity: P_j is written
+//                    straight from the softmax while P_{j-1} V_{j-1} reads the other set, instead of
+//                    after that wgmma's wait (ptxas otherwise stages it in temporaries + PRMT and
+//                    converts after the turn is taken, on the way to the next GEMM issue)
+template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
     static constexpr bool kRowSumMma = kRowSumMma_;
+    static constexpr bool kTwoPBuffers = kTwoPBuffers_;
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -276,7 +281,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // pair of l_part is one row's, 8 equal columns)
         float l[kAccRowsPerThread], l_part[kRowSumCols / 2];
         float s[kBlockN / 2];
-        uint32_t pf[kBlockN / kMmaK][4];
+        constexpr int kPBuffers = Opt::kTwoPBuffers ? 2 : 1;
+        uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
         std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumMma>,
@@ -296,20 +302,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
                                      smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
         };
-        auto gemm_pv = [&](int stage) {
+        // P V from P's register set `buf` (a std::integral_constant: registers need constant indices).
+        auto gemm_pv = [&](int stage, auto buf) {
+            const auto& p = pf[decltype(buf)::value];
 #pragma unroll
             for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
                 if constexpr (Opt::kTwoLevel)
-                    mma_rs_e4m3<kHeadDim>(o_part, pf[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    mma_rs_e4m3<kHeadDim>(o_part, p[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
                 else
-                    mma_rs_e4m3<kHeadDim>(o, pf[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+                    mma_rs_e4m3<kHeadDim>(o, p[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
             }
             if constexpr (Opt::kRowSumMma) {
 #pragma unroll
                 for (int kk = 0; kk < kBlockN / kMmaK; ++kk)
-                    mma_rs_e4m3<kRowSumCols>(l_part, pf[kk], smem.ones.desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    mma_rs_e4m3<kRowSumCols>(l_part, p[kk], smem.ones.desc_k_major(0, kk), kk > 0 ? 1u : 0u);
             }
         };
+        // The register set block it's P goes into.
+        constexpr std::integral_constant<int, 0> kSet0{};
+        constexpr std::integral_constant<int, kPBuffers - 1> kSet1{};
         // After the wait for P V: the accumulator(s) it wrote are the registers' values again.
         auto fence_pv = [&] {
             if constexpr (Opt::kTwoLevel) ptx::wgmma_fence_operand(o_part);
@@ -470,11 +481,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     k_state.advance();
                     if (n_masked > 0) mask(0);
                     softmax_update(ds);
+                    if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                 }
                 auto v_release = v_state;
 
                 // Steady state, as the 16-bit forward: S_it and P_{it-1} V_{it-1} issued together.
-                auto step = [&](int it, auto masked) {
+                // `in`: the register set P_{it-1} is in (two sets: block it's P goes to the other).
+                auto step = [&](int it, auto masked, auto in) {
                     const BlockDescales ds = load_descales(it);
                     const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(it - 1)];  // plain: O's unit
                     smem.k_ring.consumer_wait(k_state);
@@ -486,9 +499,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         v_release.advance();
                     }
                     rescale_o(v_ds);
-                    acc_to_a_fragment_e4m3<kBlockN>(s, pf);
+                    if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     issue_qk_then_pv(
-                        take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
+                        take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage, in); }, pass_turn);
                     inv_v_in_flight = inv_v_next;
                     ptx::wgmma_wait_group<1>();
                     ptx::wgmma_fence_operand(s);
@@ -497,10 +510,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     v_state.advance();
                     if constexpr (decltype(masked)::value) mask(it);
                     softmax_update(ds);
+                    // Two sets: P_{it-2} V_{it-2}, the last reader of this set, was waited for above.
+                    if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[1 - decltype(in)::value]);
+                };
+                // P_{it-1} is in set (it - 1) % 2 (the one set when there is one).
+                auto steps = [&](int& it, int end, auto masked) {
+                    for (; it < end; ++it) {
+                        if (kPBuffers == 1 || it % 2 == 1) step(it, masked, kSet0);
+                        else step(it, masked, kSet1);
+                    }
                 };
                 int it = 1;
-                for (; it < n_masked; ++it) step(it, std::true_type{});
-                for (; it < n_blocks; ++it) step(it, std::false_type{});
+                steps(it, n_masked, std::true_type{});
+                steps(it, n_blocks, std::false_type{});
                 // Our last QK^T has completed (waited for in the last step, or in the prologue) and
                 // the drain's P V reads only P (registers) and V^T: Q is free one softmax and one
                 // P V before the epilogue, and the producer can fill the slot for a later tile.
@@ -514,10 +536,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     fence_pv();
                     if (n_blocks >= 2) release(smem.v_ring, v_release);
                     rescale_o(v_ds);
-                    acc_to_a_fragment_e4m3<kBlockN>(s, pf);
+                    if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     take_turn();
                     ptx::wgmma_fence();
-                    gemm_pv(v_state.stage);
+                    if (kPBuffers == 1 || (n_blocks - 1) % 2 == 0) gemm_pv(v_state.stage, kSet0);
+                    else gemm_pv(v_state.stage, kSet1);
                     ptx::wgmma_commit_group();
                     pass_turn();
                     ptx::wgmma_wait_group<0>();
