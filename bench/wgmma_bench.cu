@@ -195,6 +195,11 @@ void register_all(const DeviceInfo& dev) {
     register_case<Dtype::kE4m3, 16, true, 2>(dev);
     register_case<Dtype::kE4m3, 80, true, 2>(dev);
     register_chain_pair<Dtype::kE4m3, 8, 2>(dev);
+    // Head dim + 16 (a P V that also carries row sums in 16 extra columns): does the chain pay
+    // more than the columns' share?
+    register_case<Dtype::kE4m3, 144, true, 2>(dev);
+    register_chain_pair<Dtype::kE4m3, 80, 2>(dev);
+    register_chain_pair<Dtype::kE4m3, 144, 2>(dev);
 }
 
 }  // namespace

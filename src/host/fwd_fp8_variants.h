@@ -22,6 +22,7 @@ struct Fp8VariantInfo {
     int stages = 0;   // K/V ring slots, 0: the default (fwd_fp8::default_stages)
     bool row_sum_mma = false;  // P's row sums on the tensor cores (fwd_fp8::Tuning::kRowSumMma)
     bool two_p_buffers = false;  // P's fragment in two register sets (fwd_fp8::Tuning::kTwoPBuffers)
+    int consumers = 2;           // consumer warpgroups of 64 query rows (3: 192-row tiles, 160 registers)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
@@ -30,7 +31,9 @@ struct Fp8VariantInfo {
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
 // a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
-// _p2: P's fragment in two register sets, written straight from the softmax.
+// _p2: P's fragment in two register sets, written straight from the softmax. _c3: three consumer
+// warpgroups (192-row tiles) at d64, whose exps take twice its GEMMs' time: one more softmax in
+// flight per SM (lazy alone and with the row sums spill 12 / 60 bytes there; with _p2 it fits).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -43,6 +46,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_p2", true, false, 0, 0, false, true},
     {"lazy_twolevel_p2", true, true, 0, 0, false, true},
     {"lazy_rowsum_p2", true, false, 0, 0, true, true},
+    {"lazy_p2_c3", true, false, 0, 0, false, true, 3},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
@@ -59,12 +63,12 @@ constexpr int fp8_variant_index(const char* name) {
 
 // Two-level accumulation needs a second O in registers, and 192-key blocks 96 registers of S: neither
 // is built at head_dim 256 (O alone is 128 registers there), and both together only at head_dim 64
-// (at 128 they spill; so does two-level with the row sums' 6 registers). CMakeLists.txt builds the
-// same pairs.
+// (at 128 they spill; so does two-level with the row sums' 6 registers); three consumers (160
+// registers each) only at 64. CMakeLists.txt builds the same pairs.
 constexpr bool fp8_variant_built(int variant, int head_dim) {
     const Fp8VariantInfo& v = kFp8Variants[variant];
     const bool two_level_plus = v.two_level && (v.block_n > 128 || v.row_sum_mma);
-    const int max_head_dim = two_level_plus ? 64 : v.two_level || v.block_n > 128 ? 128 : 256;
+    const int max_head_dim = two_level_plus || v.consumers == 3 ? 64 : v.two_level || v.block_n > 128 ? 128 : 256;
     return head_dim <= max_head_dim;
 }
 
