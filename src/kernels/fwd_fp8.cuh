@@ -107,12 +107,13 @@ struct Tuning {
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
 // rescale at every head dim (run 26: +8-22% over the plain path, most at long rows: O is rescaled
-// in a few blocks instead of each); at d = 64 also the two-level accumulation (+15-23% over lazy
-// alone in run 38b: a waited-for chain of 64-wide wgmmas runs at 93% of peak from a zeroed
-// accumulator, 76% when it accumulates; at d = 128 it costs 5-10% of registers and speed, at 256
-// there are no registers for it); at d = 256 the row sums on the tensor cores (row_sums_of_e4m3_p).
+// in a few blocks instead of each); at d = 256 the row sums on the tensor cores
+// (row_sums_of_e4m3_p); at d = 64 three consumer warpgroups (default_consumers) with P in two
+// register sets, the one combination of the two that fits in 160 registers (run 38d: +13% over
+// two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more registers,
+// and P's two sets alone cost 5-8% at d128).
 template <int kHeadDim>
-using DefaultTuning = Tuning<true, kHeadDim <= 64, row_sums_of_e4m3_p(kHeadDim)>;
+using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -698,16 +699,19 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
 }
 
 // Per head dim: d = 256 takes 64-key blocks (O alone is 128 registers per thread; 128-key blocks
-// spill) and 3 stages (O's bf16 staging is 64 KB).
+// spill) and 3 stages (O's bf16 staging is 64 KB); d = 64 three consumer warpgroups (192-row
+// tiles): its exps take twice its GEMMs' time, and a third softmax in flight keeps the MUFU busier.
 constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64; }
 constexpr int default_stages(int head_dim) { return head_dim <= 128 ? 4 : 3; }
+constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 
 template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
+    constexpr int kConsumers = default_consumers(kHeadDim);
     if (a.o_dtype == fwd::Dtype::kBf16)
-        return launch_fwd_fp8<Config<kHeadDim, Bf16, 2, kBlockN, kStages, Opt>>(a, stream, error);
-    return launch_fwd_fp8<Config<kHeadDim, Fp16, 2, kBlockN, kStages, Opt>>(a, stream, error);
+        return launch_fwd_fp8<Config<kHeadDim, Bf16, kConsumers, kBlockN, kStages, Opt>>(a, stream, error);
+    return launch_fwd_fp8<Config<kHeadDim, Fp16, kConsumers, kBlockN, kStages, Opt>>(a, stream, error);
 }
 
 }  // namespace hattn::fwd_fp8
