@@ -353,7 +353,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // Descales of this slice of Q and of the KV blocks of this head.
             const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
             const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;
-            const float q_ds = p.q_descale[q_head * p.q_descale_blocks + (m0 + me.first_row_in_tile) / kDescaleRows];
+            // (A 192-row tile's last slice may lie wholly past seqlen_q, and so past Q's last descale
+            // block: it takes that block's, as its rows are never stored.)
+            const int q_block = min((m0 + me.first_row_in_tile) / kDescaleRows, p.q_descale_blocks - 1);
+            const float q_ds = p.q_descale[q_head * p.q_descale_blocks + q_block];
             const float* k_ds_row = p.k_descale + kv_head * p.kv_descale_blocks;
             const float* v_ds_row = p.v_descale + kv_head * p.kv_descale_blocks;
             auto first_key = [&](int it) { return (n_blocks - 1 - it) * kBlockN; };  // blocks run backwards
