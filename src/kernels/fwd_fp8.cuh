@@ -31,6 +31,10 @@
 //     (the lazy_n192 variants) measured +1.5% at d128 >= 8k and -2 to -6% at 2k (RESULTS run 37a):
 //     no fewer instructions per key, so not the default. 256-key blocks would double S's
 //     registers (128 + O's 64 + P's 32 per thread): no room under 240.
+//   * Per head dim (DefaultTuning, default_consumers): d = 64 runs three consumer warpgroups
+//     (192-row tiles; its exps take twice its GEMMs' time) with P in two register sets, the one
+//     variant that fits their 160 registers; d = 256 sums P's rows on the tensor cores (a 64 x 8
+//     wgmma of P against a tile of ones), so its LSE comes from P as rounded to e4m3.
 //   * Every descale of a KV block is read by all consumer threads from the same address (one
 //     broadcast load per warp, L1-resident), issued at the top of a step so its latency hides
 //     behind the mbarrier waits.
