@@ -23,6 +23,7 @@ struct Fp8VariantInfo {
     bool row_sum_mma = false;  // P's row sums on the tensor cores (fwd_fp8::Tuning::kRowSumMma)
     bool two_p_buffers = false;  // P's fragment in two register sets (fwd_fp8::Tuning::kTwoPBuffers)
     int consumers = 2;           // consumer warpgroups of 64 query rows (3: 192-row tiles, 160 registers)
+    int pv_pad_rows = 0;         // P V at N = head_dim + this (fwd_fp8::Tuning::kPvPadRows, a rate probe)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
@@ -34,6 +35,8 @@ struct Fp8VariantInfo {
 // _p2: P's fragment in two register sets, written straight from the softmax. _c3: three consumer
 // warpgroups (192-row tiles) at d64, whose exps take twice its GEMMs' time: one more softmax in
 // flight per SM (lazy alone and with the row sums spill 12 / 60 bytes there; with _p2 it fits).
+// _pv16: P V 16 columns wider than head_dim (zero rows after V^T, d <= 128), the wgmma rate probe
+// (with three consumers it spills 32 bytes).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -47,6 +50,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_twolevel_p2", true, true, 0, 0, false, true},
     {"lazy_rowsum_p2", true, false, 0, 0, true, true},
     {"lazy_p2_c3", true, false, 0, 0, false, true, 3},
+    {"lazy_pv16", true, false, 0, 0, false, false, 2, 16},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
@@ -68,7 +72,9 @@ constexpr int fp8_variant_index(const char* name) {
 constexpr bool fp8_variant_built(int variant, int head_dim) {
     const Fp8VariantInfo& v = kFp8Variants[variant];
     const bool two_level_plus = v.two_level && (v.block_n > 128 || v.row_sum_mma);
-    const int max_head_dim = two_level_plus || v.consumers == 3 ? 64 : v.two_level || v.block_n > 128 ? 128 : 256;
+    const int max_head_dim = two_level_plus || v.consumers == 3       ? 64
+                             : v.two_level || v.block_n > 128 || v.pv_pad_rows > 0 ? 128
+                                                                                 : 256;
     return head_dim <= max_head_dim;
 }
 

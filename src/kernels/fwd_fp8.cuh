@@ -101,12 +101,17 @@ constexpr int kPGainLog2 = 8;
 //                    straight from the softmax while P_{j-1} V_{j-1} reads the other set, instead of
 //                    after that wgmma's wait (ptxas otherwise stages it in temporaries + PRMT and
 //                    converts after the turn is taken, on the way to the next GEMM issue)
-template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false>
+//   kPvPadRows       (a rate probe) P V at N = head_dim + this, V^T's slots padded with as many rows
+//                    of zeros, the extra accumulator columns discarded: waited-for chains of
+//                    accumulating wgmmas ran at 77% of peak 128 wide and 100% 144 wide (run 38d)
+template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
+          int kPvPadRows_ = 0>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
     static constexpr bool kRowSumMma = kRowSumMma_;
     static constexpr bool kTwoPBuffers = kTwoPBuffers_;
+    static constexpr int kPvPadRows = kPvPadRows_;
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -135,13 +140,16 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
     using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim>;
+    // P V's width and V^T's slot (kPvPadRows: zero rows after the tile, read as more rows of it).
+    static constexpr int kPvN = kHeadDim + Opt::kPvPadRows;
+    using VtSlot = std::conditional_t<(Opt::kPvPadRows > 0), TileWithExtraRows<VtTile, Opt::kPvPadRows>, VtTile>;
     // kRowSumMma's B operand: kRowSumCols rows of kBlockN ones, K-major like V^T.
     using OnesTile = std::conditional_t<Opt::kRowSumMma, SwizzledTile<E4m3, kRowSumCols, Shape::kBlockN, kVtSpan>, NoTile>;
     // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
     static constexpr int kQStages =
-        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + sizeof(OnesTile) + 2 * kSharedAlign <=
+        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtSlot)) + sizeof(OTile) + sizeof(OnesTile) + 2 * kSharedAlign <=
                 kMaxSharedBytes
             ? 2
             : 1;
@@ -169,7 +177,7 @@ template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KTile k[Cfg::kStages];
-    typename Cfg::VtTile vt[Cfg::kStages];
+    typename Cfg::VtSlot vt[Cfg::kStages];
     typename Cfg::OTile o;
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
@@ -251,10 +259,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
     const uint32_t warpgroup = ptx::warpgroup_index();
 
-    if constexpr (Cfg::Opt::kRowSumMma) {
-        fill_ones(smem.ones, threadIdx.x, Cfg::kThreads);
-        ptx::fence_proxy_async_shared_cta();  // before init_barriers' __syncthreads: the GEMMs see them
+    if constexpr (Cfg::Opt::kRowSumMma) fill_words(smem.ones.bytes, sizeof(smem.ones.bytes), kE4m3OnesWord);
+    if constexpr (Cfg::Opt::kPvPadRows > 0) {
+        for (int stage = 0; stage < Cfg::kStages; ++stage) fill_words(smem.vt[stage].extra, sizeof(smem.vt[stage].extra), 0u);
     }
+    // Those writes go through the generic proxy, the GEMMs read through the async one; then
+    // init_barriers' __syncthreads.
+    if constexpr (Cfg::Opt::kRowSumMma || Cfg::Opt::kPvPadRows > 0) ptx::fence_proxy_async_shared_cta();
     // O has its own staging buffer, so Q is free after the last QK^T (one lane per consumer warp).
     init_barriers([&] {
         prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_vt, &tmap_o);
@@ -280,8 +291,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const ConsumerRole<Cfg::kConsumers> me(warpgroup);
 
         using Opt = typename Cfg::Opt;
-        float o[kHeadDim / 2];
-        float o_part[Opt::kTwoLevel ? kHeadDim / 2 : 1];  // two-level: the P V in flight
+        constexpr int kPvN = Cfg::kPvN;
+        float o[kPvN / 2];  // O (kPvPadRows: then columns that are discarded)
+        float o_part[Opt::kTwoLevel ? kPvN / 2 : 1];  // two-level: the P V in flight
         // kRowSumMma: the row sums of P (units of O) and those of the P in flight (each register
         // pair of l_part is one row's, 8 equal columns)
         float l[kAccRowsPerThread], l_part[kRowSumCols / 2];
@@ -313,9 +325,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
                 if constexpr (Opt::kTwoLevel)
-                    mma_rs_e4m3<kHeadDim>(o_part, p[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    mma_rs_e4m3<kPvN>(o_part, p[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
                 else
-                    mma_rs_e4m3<kHeadDim>(o, p[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+                    mma_rs_e4m3<kPvN>(o, p[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
             }
             if constexpr (Opt::kRowSumMma) {
 #pragma unroll
@@ -384,7 +396,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             auto add_pv = [&] {
                 if constexpr (Opt::kTwoLevel) {
 #pragma unroll
-                    for (int i = 0; i < kHeadDim / 2; ++i) o[i] += o_part[i];
+                    for (int i = 0; i < kPvN / 2; ++i) o[i] += o_part[i];
                 }
                 if constexpr (Opt::kRowSumMma) {
 #pragma unroll
@@ -586,7 +598,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // tile's GEMMs instead of delaying its start.
             if (me.tid == 0) ptx::bulk_wait_group_read<0>();
             me.epilogue.sync();
-            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, me.first_row_in_tile);
+            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
             store_fence();
             me.epilogue.sync();
             if (me.tid == 0) {

@@ -138,6 +138,14 @@ __device__ __forceinline__ float row_sum_of(const float (&acc)[kN], int row_half
     return row_reduce<kN, SumOp, kFirst, kLen>(acc, row_half, SumOp{});
 }
 
+// The first kM registers of a fragment (its first 2 kM columns) as an array of their own, for an
+// accumulator wider than what is stored.
+template <int kM, int kN>
+__device__ __forceinline__ const float (&leading_regs(const float (&acc)[kN]))[kM] {
+    static_assert(kM <= kN && kM % 4 == 0, "whole n8 column groups of the fragment");
+    return *reinterpret_cast<const float(*)[kM]>(&acc[0]);
+}
+
 // Multiply each of the thread's two rows by its factor.
 template <int kN>
 __device__ __forceinline__ void rescale_rows(float (&acc)[kN], const float (&row_scale)[kAccRowsPerThread]) {

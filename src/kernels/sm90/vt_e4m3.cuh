@@ -83,12 +83,11 @@ __device__ __forceinline__ void store_vt_block(const uint8_t* tile, uint8_t* vt,
 constexpr int kRowSumCols = 8;
 constexpr uint32_t kE4m3OnesWord = 0x38383838u;  // four e4m3 1.0 (sign 0, exponent 0111, mantissa 000)
 
-// Every thread of the CTA takes a share; the caller fences the writes to the async proxy (wgmma
-// reads shared memory through it) and synchronizes before any GEMM.
-template <class Tile>
-__device__ __forceinline__ void fill_ones(Tile& tile, int thread, int threads) {
-    for (int w = thread; w < static_cast<int>(Tile::kBytes / 4); w += threads)
-        reinterpret_cast<uint32_t*>(tile.bytes)[w] = kE4m3OnesWord;
+// Fills `bytes` bytes of shared memory with `word`, every thread of the CTA taking a share; the
+// caller fences the writes to the async proxy (wgmma reads shared memory through it) and
+// synchronizes before any GEMM.
+__device__ __forceinline__ void fill_words(uint8_t* smem, int bytes, uint32_t word) {
+    for (int w = threadIdx.x; w < bytes / 4; w += blockDim.x) reinterpret_cast<uint32_t*>(smem)[w] = word;
 }
 
 }  // namespace hattn::sm90
