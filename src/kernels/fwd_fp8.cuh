@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     mma_rs_e4m3<kRowSumCols>(l_part, p[kk], smem.ones.desc_k_major(0, kk), kk > 0 ? 1u : 0u);
             }
         };
-        // The register set block it's P goes into.
+        // P's two register sets (with one set, both name it).
         constexpr std::integral_constant<int, 0> kSet0{};
         constexpr std::integral_constant<int, kPBuffers - 1> kSet1{};
         // After the wait for P V: the accumulator(s) it wrote are the registers' values again.
