@@ -20,7 +20,7 @@
 # Writes $OUT/summary.txt (printed last), $OUT/ab.txt and $OUT/logs.tgz (every log).
 #
 # Environment: OUT (default ./ab_fp8_out), BUILD_DIR (build-ab-fp8), JOBS (16), BUDGET_S (300),
-#   VARIANTS (all: base,lazy,twolevel,lazy_twolevel), GRIDS (auto; e.g. tiles,auto: one CTA per tile
+#   VARIANTS (all of src/host/fwd_fp8_variants.h; e.g. lazy,lazy_rowsum), GRIDS (auto; e.g. tiles,auto: one CTA per tile
 #   against the launcher's persistent rule), SEQLENS (2048,8192,16384), VLAYOUTS (rows; rows,vt:
 #   V^T from the pre-pass against the call's own transpose pass), HEAD_DIMS (64,128,256),
 #   AB_TIMEOUT_S (120),
