@@ -120,8 +120,8 @@ constexpr float kLazyRescaleLog2 = 0.75f;
 // its own 1 / v_ds. kGroups = 1 is the one-scale-per-block case.
 //
 // kRowSums = false: no row sums here (no FADD per weight); the caller has them from elsewhere (the
-// FP8 forward's P V with a block of ones in V^T, which also keeps V's descale out of P: v = {0, 1})
-// and hands them to finalize_with_sums.
+// FP8 forward's 64 x 8 GEMM of P against a tile of ones, each block's sum times its 1 / v_ds) and
+// hands them to finalize_with_sums.
 
 template <int kN, int kGainLog2 = 0, int kGroups = 1, bool kRowSums = true>
 struct LazyBlockScaledSoftmax {
