@@ -95,7 +95,7 @@ constexpr int kPGainLog2 = 8;
 //   kTwoLevel        each P V into a fresh fp32 accumulator, added to O in fp32 (the e4m3 wgmma
 //                    accumulates with fewer bits than fp32); +head_dim / 2 registers: d <= 128
 //   kRowSumMma       (lazy) P's row sums on the tensor cores: with each P V, a 64 x 8 wgmma of P
-//                    against a constant tile of ones (sm90::OnesTile) into a fresh accumulator,
+//                    against a constant tile of ones (Config::OnesTile) into a fresh accumulator,
 //                    added to the row sums when its P V is (the softmax spends no FADD per weight)
 //   kTwoPBuffers     P's e4m3 fragment in two register sets by block parity: P_j is written
 //                    straight from the softmax while P_{j-1} V_{j-1} reads the other set, instead of
