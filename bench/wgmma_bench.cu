@@ -169,10 +169,17 @@ void register_dtype(const DeviceInfo& dev) {
     register_n_sweep<kType, true, 3>(dev);
 }
 
-template <Dtype kType, int kN, int kWarpgroups>
-void register_chain_pair(const DeviceInfo& dev) {
-    register_case<kType, kN, true, kWarpgroups, Loop::kChainAccumulate>(dev);
-    register_case<kType, kN, true, kWarpgroups, Loop::kChainFresh>(dev);
+// chain/ cases (accumulate and fresh) for each N with kWarpgroups warpgroups; register_rs: queued RS
+// cases at each N.
+template <Dtype kType, int kWarpgroups, int... kN>
+void register_chains(const DeviceInfo& dev) {
+    ((register_case<kType, kN, true, kWarpgroups, Loop::kChainAccumulate>(dev),
+      register_case<kType, kN, true, kWarpgroups, Loop::kChainFresh>(dev)),
+     ...);
+}
+template <Dtype kType, int kWarpgroups, int... kN>
+void register_rs(const DeviceInfo& dev) {
+    (register_case<kType, kN, true, kWarpgroups>(dev), ...);
 }
 
 void register_all(const DeviceInfo& dev) {
@@ -182,32 +189,17 @@ void register_all(const DeviceInfo& dev) {
     register_case<Dtype::kF16, 256, false, 2>(dev);
     register_case<Dtype::kF16, 256, true, 2>(dev);
     // The P V pattern: accumulate vs fresh first k-step, with one warpgroup (the chain's latency
-    // exposed) and two (one fills the other's gaps, as the ping-pong does).
-    register_chain_pair<Dtype::kE4m3, 64, 1>(dev);
-    register_chain_pair<Dtype::kE4m3, 64, 2>(dev);
-    register_chain_pair<Dtype::kE4m3, 128, 1>(dev);
-    register_chain_pair<Dtype::kE4m3, 128, 2>(dev);
-    register_chain_pair<Dtype::kBf16, 64, 1>(dev);
-    register_chain_pair<Dtype::kBf16, 64, 2>(dev);
-    // The FP8 forward's row sums (P times a tile of ones): what a 64 x 8 wgmma costs, queued and as a
-    // chain (the P V cases' N = 64 / 128 above and in the sweep are the references).
-    register_case<Dtype::kE4m3, 8, true, 2>(dev);
-    register_case<Dtype::kE4m3, 16, true, 2>(dev);
-    register_case<Dtype::kE4m3, 80, true, 2>(dev);
-    register_chain_pair<Dtype::kE4m3, 8, 2>(dev);
-    // Head dim + 16 (a P V that also carries row sums in 16 extra columns): does the chain pay
-    // more than the columns' share?
-    register_case<Dtype::kE4m3, 144, true, 2>(dev);
-    register_chain_pair<Dtype::kE4m3, 80, 2>(dev);
-    register_chain_pair<Dtype::kE4m3, 144, 2>(dev);
-    // Run 38 found accumulating chains at 76-77% for N = 64 and 128 but 94-100% for 80 and 144:
-    // the widths between and beyond (256 would need 256 registers for the two accumulators), and
-    // bf16 at the 16-bit forward's P V widths.
-    register_chain_pair<Dtype::kE4m3, 96, 2>(dev);
-    register_chain_pair<Dtype::kE4m3, 112, 2>(dev);
-    register_chain_pair<Dtype::kE4m3, 192, 2>(dev);
-    register_chain_pair<Dtype::kBf16, 128, 2>(dev);
-    register_chain_pair<Dtype::kBf16, 144, 2>(dev);
+    // exposed) and two (one fills the other's gaps, as the ping-pong does). Run 38 found
+    // accumulating chains at 76-77% for N = 64 and 128 but 94-100% for 80 and 144; 8 is the FP8
+    // forward's row sums (P times a tile of ones); 256 would need 256 registers for the two
+    // accumulators; bf16 at the 16-bit forward's P V widths.
+    register_chains<Dtype::kE4m3, 1, 64, 128>(dev);
+    register_chains<Dtype::kE4m3, 2, 8, 64, 80, 96, 112, 128, 144, 192>(dev);
+    register_chains<Dtype::kBf16, 1, 64>(dev);
+    register_chains<Dtype::kBf16, 2, 64, 128, 144>(dev);
+    // Queued, at the widths the sweep lacks: what a narrow wgmma costs (8, 16: the row sums) and
+    // head dim + 16.
+    register_rs<Dtype::kE4m3, 2, 8, 16, 80, 144>(dev);
 }
 
 }  // namespace

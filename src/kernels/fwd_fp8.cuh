@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         float o_part[Opt::kTwoLevel ? kPvN / 2 : 1];  // two-level: the P V in flight
         // kRowSumMma: the row sums of P (units of O) and those of the P in flight (each register
         // pair of l_part is one row's, 8 equal columns)
-        float l[kAccRowsPerThread], l_part[kRowSumCols / 2];
+        float l[kAccRowsPerThread], l_part[Opt::kRowSumMma ? kRowSumCols / 2 : 1];
         float s[kBlockN / 2];
         constexpr int kPBuffers = Opt::kTwoPBuffers ? 2 : 1;
         uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
@@ -480,8 +480,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             zero_fill(o);
             if constexpr (Opt::kTwoLevel) zero_fill(o_part);
-            zero_fill(l);
-            zero_fill(l_part);
+            if constexpr (Opt::kRowSumMma) {
+                zero_fill(l);
+                zero_fill(l_part);  // the first step adds "the P V in flight" before there is one
+            }
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
 
@@ -536,7 +538,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // P_{it-1} is in set (it - 1) % 2 (the one set when there is one).
                 auto steps = [&](int& it, int end, auto masked) {
                     for (; it < end; ++it) {
-                        if (kPBuffers == 1 || it % 2 == 1) step(it, masked, kSet0);
+                        if constexpr (kPBuffers == 1) step(it, masked, kSet0);
+                        else if (it % 2 == 1) step(it, masked, kSet0);
                         else step(it, masked, kSet1);
                     }
                 };
@@ -559,7 +562,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     take_turn();
                     ptx::wgmma_fence();
-                    if (kPBuffers == 1 || (n_blocks - 1) % 2 == 0) gemm_pv(v_state.stage, kSet0);
+                    if constexpr (kPBuffers == 1) gemm_pv(v_state.stage, kSet0);
+                    else if ((n_blocks - 1) % 2 == 0) gemm_pv(v_state.stage, kSet0);
                     else gemm_pv(v_state.stage, kSet1);
                     ptx::wgmma_commit_group();
                     pass_turn();
