@@ -560,13 +560,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if (n_blocks >= 2) release(smem.v_ring, v_release);
                     rescale_o(v_ds);
                     if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
-                    take_turn();
-                    ptx::wgmma_fence();
-                    if constexpr (kPBuffers == 1) gemm_pv(v_state.stage, kSet0);
-                    else if ((n_blocks - 1) % 2 == 0) gemm_pv(v_state.stage, kSet0);
-                    else gemm_pv(v_state.stage, kSet1);
-                    ptx::wgmma_commit_group();
-                    pass_turn();
+                    // (Two sets: the branch on the set goes around the whole issue, fence to commit;
+                    // one between them makes ptxas inject warpgroup.arrives, C7519.)
+                    auto issue_pv = [&](auto set) {
+                        take_turn();
+                        ptx::wgmma_fence();
+                        gemm_pv(v_state.stage, set);
+                        ptx::wgmma_commit_group();
+                        pass_turn();
+                    };
+                    if constexpr (kPBuffers == 1) issue_pv(kSet0);
+                    else if ((n_blocks - 1) % 2 == 0) issue_pv(kSet0);
+                    else issue_pv(kSet1);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
                     inv_v_in_flight = inv_v_next;
