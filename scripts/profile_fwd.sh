@@ -18,7 +18,9 @@
 # Environment: OUT (profile_fwd_out), BUILD_DIR (build), JOBS (nproc), TOKENS (16384), WIDTH (2048),
 #   SHAPES ("64:8192:full 64:8192:causal 128:8192:full 128:16384:full"), NCU (ncu), PYTHON (python3),
 #   FA4_PATH (unset: hattn only), TIMEOUT_S (120 per profiled run), NCU_DETAILS (0; 1: ncu
-#   --print-details all, the sections' bodies as well: not yet run on a GPU host).
+#   --print-details all, the sections' bodies as well), SASS_PAGE (0; 1: also each hattn shape's
+#   per-instruction SASS page -- warp-state samples per stall reason for every instruction -- as
+#   $OUT/sass_<shape>.csv, from a second ncu pass that keeps its report in ncu.tgz).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -101,6 +103,16 @@ for shape in $SHAPES; do
   sed -n '/^"ID"/,$p' "$LOGS/hattn_$label.raw" >"$LOGS/hattn_$label.csv"
   [ $rc -eq 0 ] || say "hattn $label: ncu exit $rc (see its .err in ncu.tgz)"
   summarize "$LOGS/hattn_$label.csv" "hattn $label"
+  if [ "${SASS_PAGE:-0}" = 1 ]; then
+    # Which instructions the warps stall on, and why: the source page of a report with the
+    # sampling sections (the details CSV above only names the top few lines).
+    timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 \
+      --section WarpStateStats --section SourceCounters -f -o "$LOGS/hattn_$label" "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
+      >"$LOGS/hattn_$label.rep.out" 2>&1 &&
+      "$NCU" -i "$LOGS/hattn_$label.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_$label.csv" \
+        2>"$LOGS/hattn_$label.sass.err" ||
+      say "hattn $label: no SASS page (see hattn_$label.rep.out / .sass.err in ncu.tgz)"
+  fi
 
   if [ -n "${FA4_PATH:-}" ] && [ "$dtype" = bf16 ]; then
     causal_py=False; [ "$mask" = causal ] && causal_py=True
