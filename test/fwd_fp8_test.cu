@@ -79,7 +79,18 @@ struct Case {
     int head_dim = 128;
     int variant = 0;  // > 0: kFp8Variants[variant] (HATTN_FP8_VARIANTS builds) instead of hattn_fwd_fp8
     int grid_ctas = 0;  // > 0: at most this many CTAs, each walking many tiles (0: the launcher's grid)
+    // > 0: K's first 128-row block times 2^k_jump_log2 (its descale, so its codes are as random as
+    // the others'): that block, the last a row's walk reaches (blocks run backwards), then scores
+    // far above everything before it -- the lazy rescale's largest moves, and past the early
+    // exps' reach (kEarlyExpReachLog2) at 10.
+    int k_jump_log2 = 0;
 };
+
+// c with K's first block scaled by 2^log2.
+Case k_jump(Case c, int log2) {
+    c.k_jump_log2 = log2;
+    return c;
+}
 
 // c on a grid of at most `ctas` CTAs.
 Case walked(Case c, int ctas) {
@@ -94,6 +105,7 @@ std::string case_name(const Case& c) {
                   hattn::test::dtype_name(c.o_dtype));
     std::string name = buf;
     if (c.grid_ctas > 0) name += "_ctas" + std::to_string(c.grid_ctas);
+    if (c.k_jump_log2 > 0) name += "_kjump" + std::to_string(c.k_jump_log2);
 #ifdef HATTN_FP8_VARIANTS
     if (c.variant > 0) name += std::string("_") + hattn::host::kFp8Variants[c.variant].name;
 #endif
@@ -155,6 +167,19 @@ Fp8Host make_fp8(int batch, int seqlen, int heads, int kHeadDim, bool strided, s
                     }
             }
     return t;
+}
+
+// Multiplies the first 128-row descale block of every (batch, head) by `factor` (a power of two:
+// the dequantized values stay exact).
+void scale_first_block(Fp8Host& t, int batch, int seqlen, int heads, int kHeadDim, double factor) {
+    const int blocks = ht::fp8_blocks(seqlen), rows = std::min(HATTN_FP8_BLOCK_ROWS, seqlen);
+    for (int b = 0; b < batch; ++b)
+        for (int h = 0; h < heads; ++h) {
+            t.descale[(static_cast<size_t>(b) * heads + h) * blocks] *= static_cast<float>(factor);
+            for (int r = 0; r < rows; ++r)
+                for (int col = 0; col < kHeadDim; ++col)
+                    t.deq[b * t.layout.batch + r * t.layout.seq + h * t.layout.head + col] *= static_cast<float>(factor);
+        }
 }
 
 struct Result {
@@ -280,7 +305,8 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     const Case c = GetParam();
     std::mt19937_64 rng(kSeed + c.seqlen_q * 131 + c.seqlen_k);
     const Fp8Host q = make_fp8(c.batch, c.seqlen_q, c.heads_q, c.head_dim, c.strided, rng);
-    const Fp8Host k = make_fp8(c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.strided, rng);
+    Fp8Host k = make_fp8(c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.strided, rng);
+    if (c.k_jump_log2 > 0) scale_first_block(k, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, std::ldexp(1.0, c.k_jump_log2));
     const Fp8Host v = make_fp8(c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.strided, rng);
     const Layout ol = layout_of(c.seqlen_q, c.heads_q, c.head_dim, c.strided, kOutSeqPad, kFp8BatchPad);
     hattn_fwd_fp8_params p = params_for(c, q.layout, k.layout, v.layout, ol);
@@ -330,6 +356,9 @@ std::vector<Case> kernel_cases() {
         all.push_back(walked({3, 4, 4, 17, 17, false, false, HATTN_DTYPE_BF16, d}, 2));      // one block per tile
         all.push_back(walked({1, 1, 1, 17, 1000, false, false, HATTN_DTYPE_BF16, d}, 1000)); // more CTAs asked than tiles
         all.push_back({4, 16, 4, 290, 333, d == 128, false, HATTN_DTYPE_BF16, d});           // automatic: 192 tiles
+        // Scores that jump at the walk's last block: twice as large (large lazy rescales), and
+        // 2^10 times (far past the early exps' reach; the softmax is then one key per row).
+        for (int jump : {1, 10}) all.push_back(k_jump({1, 2, 1, 300, 1000, d != 64, false, HATTN_DTYPE_BF16, d}, jump));
     }
 #ifdef HATTN_FP8_VARIANTS
     // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:
@@ -344,6 +373,10 @@ std::vector<Case> kernel_cases() {
             {1, 2, 1, 1000, 1000, true, false, HATTN_DTYPE_BF16, 64, v},
             {2, 4, 2, 333, 1000, false, true, HATTN_DTYPE_BF16, 256, v},
             {1, 2, 2, 1000, 300, true, false, HATTN_DTYPE_BF16, 256, v},
+            k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, 128, v}, 1),
+            k_jump({1, 2, 1, 300, 1000, false, false, HATTN_DTYPE_BF16, 128, v}, 10),
+            k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, 64, v}, 10),
+            k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, 256, v}, 10),
         };
         for (const Case& c : vc)
             if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);

@@ -104,14 +104,20 @@ constexpr int kPGainLog2 = 8;
 //   kPvPadRows       (a rate probe) P V at N = head_dim + this, V^T's slots padded with as many rows
 //                    of zeros, the extra accumulator columns discarded: waited-for chains of
 //                    accumulating wgmmas ran at 77% of peak 128 wide and 100% 144 wide (run 38d)
+//   kEarlyExp        (lazy) the steady state's exps against the rows' current references, the
+//                    block max checked beside them (LazyBlockScaledSoftmax::online_update_early);
+//                    K's slot is then held to the end of the softmax, for the rare block whose
+//                    scores lie too far above a reference (recomputed from shared memory)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
-          int kPvPadRows_ = 0>
+          int kPvPadRows_ = 0, bool kEarlyExp_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
     static constexpr bool kRowSumMma = kRowSumMma_;
     static constexpr bool kTwoPBuffers = kTwoPBuffers_;
     static constexpr int kPvPadRows = kPvPadRows_;
+    static constexpr bool kEarlyExp = kEarlyExp_;
+    static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -444,7 +450,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             };
             // Block it's softmax: P_it in s, the O scale for P_it V_it in o_scale. V's descales of
             // the same block go into P (lazy); the plain path takes V's at the next rescale.
-            auto softmax_update = [&](const BlockDescales& d) {
+            // early: the speculative form (Tuning::kEarlyExp), with redo_scores() to put the raw
+            // (masked) scores back into s when it declines.
+            auto softmax_update = [&](const BlockDescales& d, auto early, auto&& redo_scores) {
                 if constexpr (Opt::kLazyRescale) {
                     using Softmax = decltype(softmax);
                     float block_scale[Cfg::kSpanned];
@@ -471,7 +479,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             }
                         }
                     }
-                    rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
+                    if constexpr (decltype(early)::value) {
+                        if (!softmax.online_update_early(s, scale_log2, v, o_scale, rescale_pending)) {
+                            redo_scores();
+                            rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
+                        }
+                    } else {
+                        rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
+                    }
                     inv_v_next = block_v[0].inv;
                 } else {
                     softmax.online_update(s, block_scale_log2(d.k[0]), o_scale);
@@ -502,7 +517,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     release(smem.k_ring, k_state);
                     k_state.advance();
                     if (n_masked > 0) mask(0);
-                    softmax_update(ds);
+                    softmax_update(ds, std::false_type{}, [] {});  // (no reference yet to take the exps against)
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                 }
                 auto v_release = v_state;
@@ -527,11 +542,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     inv_v_in_flight = inv_v_next;
                     ptx::wgmma_wait_group<1>();
                     ptx::wgmma_fence_operand(s);
-                    release(smem.k_ring, k_state);
-                    k_state.advance();
+                    if constexpr (!Opt::kEarlyExp) {
+                        release(smem.k_ring, k_state);
+                        k_state.advance();
+                    }
                     v_state.advance();
                     if constexpr (decltype(masked)::value) mask(it);
-                    softmax_update(ds);
+                    softmax_update(ds, std::bool_constant<Opt::kEarlyExp>{}, [&] {
+                        scores_from_shared_e4m3<kBlockN>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
+                        if constexpr (decltype(masked)::value) mask(it);
+                    });
+                    if constexpr (Opt::kEarlyExp) {  // (the redo reads K)
+                        release(smem.k_ring, k_state);
+                        k_state.advance();
+                    }
                     // Two sets: P_{it-2} V_{it-2}, the last reader of this set, was waited for above.
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[1 - decltype(in)::value]);
                 };

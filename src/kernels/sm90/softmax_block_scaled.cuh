@@ -110,6 +110,9 @@ struct BlockScaledSoftmax {
 // blocks a row's max rarely grows by more than 0.75 in log2 units.
 // A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
 constexpr float kLazyRescaleLog2 = 0.75f;
+// online_update_early's reach: weights taken against a reference up to this far below a block's
+// max are at most 2^(kEarlyExpReachLog2 + gain), finite in fp32 (static_assert below).
+constexpr float kEarlyExpReachLog2 = 100.f;
 //
 // Descale groups: a KV block of kN columns may span several descale blocks of K and V (the FP8
 // forward's 192-key blocks against 128-row descale blocks). Its columns are then kGroups equal
@@ -129,6 +132,7 @@ struct LazyBlockScaledSoftmax {
     static constexpr int kRegs = kN / 2;                 // accumulator registers per thread
     static constexpr int kGroupRegs = kRegs / kGroups;   // registers of one descale group
     static_assert(kRegs % kGroups == 0 && kGroupRegs % 4 == 0, "descale groups of whole n8 column groups");
+    static_assert(kEarlyExpReachLog2 + kGainLog2 < 127.f, "online_update_early's weights must stay finite in fp32");
     float ref_log2[kAccRowsPerThread];  // R per row: scaled log2 score + log2 v_ds (-inf: no key yet)
     float row_sum[kAccRowsPerThread];   // sum of 2^(x - R + gain) over the keys so far, per thread
 
@@ -196,6 +200,76 @@ struct LazyBlockScaledSoftmax {
             });
         }
         return rescale;
+    }
+
+    // The speculative form of online_update (the FP8 forward's Tuning::kEarlyExp): the weights are
+    // exponentiated against the rows' current references R before the block's max is known, so
+    // the max's FMNMX tree and its shuffles run beside the exps instead of ahead of them (they
+    // were a fifth of the d128 step's warp time, a chain of dependent ops the exps waited for).
+    // When no row of the warp grew by more than kLazyRescaleLog2 -- what online_update would
+    // have found too -- the weights are already right. A row that did takes its new R as before,
+    // and its weights, computed against the old R (or 0 while R was -inf), are multiplied by
+    // 2^(old - new): one FMUL each, in the rare steps that rescale O anyway. Weights overflow fp32
+    // once a score lies 128 - gain above the R they were taken against; when some row of the warp
+    // lies more than kEarlyExpReachLog2 above it, nothing is changed and false is returned: the
+    // caller recomputes the scores and calls online_update. Otherwise returns true, with
+    // `rescale` as online_update's return value.
+    __device__ __forceinline__ bool online_update_early(float (&s)[kRegs], const float (&scale_log2)[kGroups],
+                                                        const VShift (&v)[kGroups], float (&o_scale)[kAccRowsPerThread],
+                                                        bool& rescale) {
+        float block_max[kAccRowsPerThread], against[kAccRowsPerThread], part[kAccRowsPerThread];
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            float m = -INFINITY;
+            static_for<kGroups>([&](auto group) {
+                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
+                m = fmaxf(m, fmaf(row_max_of<kRegs, kFirst, kGroupRegs>(s, r), scale_log2[g], v[g].log2));
+            });
+            block_max[r] = quad_max(m);
+            against[r] = ref_log2[r] == -INFINITY ? 0.f : ref_log2[r];
+        }
+        // (The weights overwrite the scores: the max above reads them first, and nothing below
+        // depends on it, so the scheduler is free to interleave the two.)
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            part[r] = 0.f;
+            static_for<kGroups>([&](auto group) {
+                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
+                const float offset = against[r] - v[g].log2 - kGainLog2f;
+#pragma unroll
+                for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
+                    if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
+                if constexpr (kRowSums) part[r] = fmaf(row_sum_of<kRegs, kFirst, kGroupRegs>(s, r), v[g].inv, part[r]);
+            });
+        }
+        bool need[kAccRowsPerThread];
+        bool any = false, far = false;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
+            any |= need[r];
+            far |= block_max[r] - against[r] > kEarlyExpReachLog2;  // (+inf scores too)
+        }
+        rescale = __any_sync(0xffffffffu, any);
+        if (rescale) {
+            if (__any_sync(0xffffffffu, far)) return false;
+            float fix[kAccRowsPerThread];
+#pragma unroll
+            for (int r = 0; r < kAccRowsPerThread; ++r) {
+                const float ref = need[r] ? block_max[r] : ref_log2[r];
+                o_scale[r] = need[r] ? ptx::ex2_approx_f32(ref_log2[r] - ref) : 1.f;  // 0 from -inf
+                fix[r] = need[r] ? ptx::ex2_approx_f32(against[r] - ref) : 1.f;
+                if constexpr (kRowSums) row_sum[r] *= o_scale[r];
+                part[r] *= fix[r];
+                ref_log2[r] = ref;
+            }
+            rescale_rows(s, fix);
+        }
+        if constexpr (kRowSums) {
+#pragma unroll
+            for (int r = 0; r < kAccRowsPerThread; ++r) row_sum[r] += part[r];
+        }
+        return true;
     }
 
     // As BlockScaledSoftmax::finalize; O needs no unit (V's descales are in P).
