@@ -8,7 +8,6 @@
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/convert.cuh"
-#include "ptx/ldst.cuh"
 #include "ptx/wgmma.cuh"
 
 namespace hattn::sm90 {
@@ -61,47 +60,6 @@ __device__ __forceinline__ void acc_to_a_fragment_e4m3(const float (&acc)[N / 2]
             const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(f[e4m3_a_acc_index(j, 2)], f[e4m3_a_acc_index(j, 3)]);
             a[kk][j] = lo | (hi << 16);
         }
-    }
-}
-
-// ---- Scores from shared memory (a rare path) -----------------------------------------------
-// This thread's elements of S = Q K^T (the m64nN accumulator layout: rows r0 and r0 + 8, columns
-// acc_col) recomputed from the e4m3 tiles in shared memory with fp32 FMAs, for the FP8 forward's
-// speculative softmax when a block's scores lie too far above the row's reference to exponentiate
-// against it (LazyBlockScaledSoftmax::online_update_early): it runs only then, so it is written
-// for size, not speed. Products of two e4m3 values are exact in fp32; the sum is in fp32, a little
-// closer to exact than the 8-bit wgmma's. first_row: the warpgroup's first row in the Q tile.
-template <int N, class QTile, class KTile>
-__device__ __forceinline__ void scores_from_shared_e4m3(float (&s)[N / 2], const QTile& q, int first_row, const KTile& k) {
-    static_assert(QTile::kCols == KTile::kCols, "Q and K rows of the same head_dim");
-    constexpr int kChunk = kSwizzleChunkBytes;  // 16 contiguous bytes of a row (one swizzle chunk)
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int row0 = first_row + acc_row_in_warpgroup(static_cast<int>(threadIdx.x % kWarpgroupThreads));
-    // Two decoded halves of a 16-byte chunk at a time: an f16 pair per two bytes, widened to f32.
-    auto dot_chunk = [](uint4 a, uint4 b, float acc) {
-        const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int w = 0; w < 4; ++w)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float a0, a1, b0, b1;
-                ptx::unpack_x2_f32<false>(ptx::cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(aw[w] >> (16 * h))), a0, a1);
-                ptx::unpack_x2_f32<false>(ptx::cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(bw[w] >> (16 * h))), b0, b1);
-                acc = fmaf(a0, b0, fmaf(a1, b1, acc));
-            }
-        return acc;
-    };
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-        const int row = row0 + 8 * acc_row_half(i), col = acc_col(i, lane);
-        float acc = 0.f;
-#pragma unroll 1
-        for (int c = 0; c < QTile::kCols; c += kChunk) {
-            const uint4 a = ptx::ld_shared_v4_b32(q.bytes + QTile::offset(row, c));
-            const uint4 b = ptx::ld_shared_v4_b32(k.bytes + KTile::offset(col, c));
-            acc = dot_chunk(a, b, acc);
-        }
-        s[i] = acc;
     }
 }
 

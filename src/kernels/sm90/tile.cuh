@@ -49,6 +49,7 @@ constexpr int kSwizzleChunkBytes = 16;
 // are only 64 bytes: e4m3 Q/K at head_dim 64, V^T with 64-key blocks).
 template <class Elem, int kRows_, int kCols_, int kSpan_ = kSwizzleBytes>
 struct alignas(1024) SwizzledTile {
+    using Element = Elem;
     static constexpr int kRows = kRows_;
     static constexpr int kCols = kCols_;
     static constexpr int kSpan = kSpan_;
