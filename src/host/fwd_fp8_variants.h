@@ -25,6 +25,7 @@ struct Fp8VariantInfo {
     int consumers = 2;           // consumer warpgroups of 64 query rows (3: 192-row tiles, 160 registers)
     int pv_pad_rows = 0;         // P V at N = head_dim + this (fwd_fp8::Tuning::kPvPadRows, a rate probe)
     bool early_exp = false;      // exps before the block max is known (fwd_fp8::Tuning::kEarlyExp)
+    bool ping_pong = true;       // the consumers take turns on the tensor cores (fwd_fp8::Tuning::kPingPong)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
@@ -39,7 +40,8 @@ struct Fp8VariantInfo {
 // _pv16: P V 16 columns wider than head_dim (zero rows after V^T, d <= 128), the wgmma rate probe
 // (with three consumers it spills 32 bytes). _early: the steady state's exps taken against the
 // rows' current references while the block max is found beside them (Tuning::kEarlyExp), on
-// lazy and on d256's default lazy_rowsum (on d64's lazy_p2_c3 it spills 104 bytes).
+// lazy and on d256's default lazy_rowsum (on d64's lazy_p2_c3 it spills 104 bytes). _noturn: no
+// ping-pong turns between the consumers.
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -56,6 +58,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_pv16", true, false, 0, 0, false, false, 2, 16},
     {"lazy_early", true, false, 0, 0, false, false, 2, 0, true},
     {"lazy_rowsum_early", true, false, 0, 0, true, false, 2, 0, true},
+    {"lazy_early_noturn", true, false, 0, 0, false, false, 2, 0, true, false},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

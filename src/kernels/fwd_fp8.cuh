@@ -108,8 +108,10 @@ constexpr int kPGainLog2 = 8;
 //                    block max checked beside them (LazyBlockScaledSoftmax::online_update_early);
 //                    K's slot is then held to the end of the softmax, for the rare block whose
 //                    scores lie too far above a reference (recomputed from shared memory)
+//   kPingPong        the consumer warpgroups take turns issuing their GEMMs (named barriers); off:
+//                    each issues when it is ready and the tensor pipe queues them (an A/B probe)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
-          int kPvPadRows_ = 0, bool kEarlyExp_ = false>
+          int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -117,6 +119,7 @@ struct Tuning {
     static constexpr bool kTwoPBuffers = kTwoPBuffers_;
     static constexpr int kPvPadRows = kPvPadRows_;
     static constexpr bool kEarlyExp = kEarlyExp_;
+    static constexpr bool kPingPong = kPingPong_;
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
 };
 
@@ -350,8 +353,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             else ptx::wgmma_fence_operand(o);
             if constexpr (Opt::kRowSumMma) ptx::wgmma_fence_operand(l_part);
         };
-        auto take_turn = [&]() { me.my_turn.sync(); };
-        auto pass_turn = [&]() { me.next_turn.arrive(); };
+        // (Tuning::kPingPong off: every warpgroup issues as soon as it is ready, no turns.)
+        auto take_turn = [&]() {
+            if constexpr (Opt::kPingPong) me.my_turn.sync();
+        };
+        auto pass_turn = [&]() {
+            if constexpr (Opt::kPingPong) me.next_turn.arrive();
+        };
         auto release = [&](auto& ring, const auto& state) {
             if (me.lane == 0) ring.consumer_release(state);
         };
@@ -367,7 +375,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // (No barrier sees a second arrival before its wait for the first: between two arrivals
         // on a consumer's barrier, the arriving consumer waits for a hand-over that follows that
         // wait.)
-        if (me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
+        if (Opt::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
         for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
              ++pass) {
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
@@ -640,7 +648,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             q_state.advance();
         }
-        if (me.cw == 0) me.my_turn.sync();  // the opening grant's arrival
+        if (Opt::kPingPong && me.cw == 0) me.my_turn.sync();  // the opening grant's arrival
         if (me.tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
     }
 }
