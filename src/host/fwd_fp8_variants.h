@@ -28,7 +28,7 @@ struct Fp8VariantInfo {
     bool ping_pong = true;       // the consumers take turns on the tensor cores (fwd_fp8::Tuning::kPingPong)
 };
 
-// Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy"
+// Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy_rowsum_early"
 // at d = 128, "lazy_rowsum" at 256 and "lazy_p2_c3" at 64. (The MUFU + FMA-pipe exp split, measured in
 // run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:

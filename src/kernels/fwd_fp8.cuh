@@ -33,8 +33,9 @@
 //     registers (128 + O's 64 + P's 32 per thread): no room under 240.
 //   * Per head dim (DefaultTuning, default_consumers): d = 64 runs three consumer warpgroups
 //     (192-row tiles; its exps take twice its GEMMs' time) with P in two register sets, the one
-//     variant that fits their 160 registers; d = 256 sums P's rows on the tensor cores (a 64 x 8
-//     wgmma of P against a tile of ones), so its LSE comes from P as rounded to e4m3.
+//     variant that fits their 160 registers; d = 128 and 256 sum P's rows on the tensor cores (a
+//     64 x 8 wgmma of P against a tile of ones), so their LSE comes from P as rounded to e4m3;
+//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them).
 //   * Every descale of a KV block is read by all consumer threads from the same address (one
 //     broadcast load per warp, L1-resident), issued at the top of a step so its latency hides
 //     behind the mbarrier waits.
@@ -125,13 +126,14 @@ struct Tuning {
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
 // rescale at every head dim (run 26: +8-22% over the plain path, most at long rows: O is rescaled
-// in a few blocks instead of each); at d = 256 the row sums on the tensor cores
-// (row_sums_of_e4m3_p); at d = 64 three consumer warpgroups (default_consumers) with P in two
-// register sets, the one combination of the two that fits in 160 registers (run 38d: +13% over
-// two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more registers,
-// and P's two sets alone cost 5-8% at d128).
+// in a few blocks instead of each); at d = 128 and 256 the row sums on the tensor cores
+// (row_sums_of_e4m3_p), at d = 128 with the early exps (early_exps; run 39c: +7% at 16k over the
+// lazy path, each alone -1 to -3%); at d = 64 three consumer warpgroups (default_consumers) with P
+// in two register sets, the one combination of the two that fits in 160 registers (run 38d: +13%
+// over two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more
+// registers, and P's two sets alone cost 5-8% at d128).
 template <int kHeadDim>
-using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64>;
+using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim)>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>

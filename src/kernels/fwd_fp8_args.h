@@ -17,8 +17,12 @@ constexpr int kVtKeyAlign = 32;
 
 // Head dims whose default kernel takes P's row sums on the tensor cores (fwd_fp8::Tuning's
 // kRowSumMma): the sums, and with them O's normalisation and the LSE, are of P as rounded to e4m3.
-// +4-5% at d256 >= 8k, -4% at d128 and below two-level's speed at d64 (bench/RESULTS.md run 38b).
-constexpr bool row_sums_of_e4m3_p(int head_dim) { return head_dim >= 256; }
+// +4-5% at d256 >= 8k (bench/RESULTS.md run 38b); at d128 -4% alone but +7% with the early exps
+// (run 39c); d64's three consumers have no registers for them.
+constexpr bool row_sums_of_e4m3_p(int head_dim) { return head_dim >= 128; }
+// Head dims whose default kernel takes the early exps (fwd_fp8::Tuning's kEarlyExp): +7% at d128
+// with the row sums above (run 39c), -2% at d256, no registers at d64's three consumers.
+constexpr bool early_exps(int head_dim) { return head_dim == 128; }
 
 struct Fp8FwdArgs {
     const void* q = nullptr;  // e4m3 [batch, seqlen_q, heads_q, head_dim]
