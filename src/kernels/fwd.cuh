@@ -86,7 +86,6 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
     using Softmax = OnlineSoftmax<Shape::kBlockN, lazy_rescale(kHeadDim)>;
-    static constexpr bool kEarlyExp = early_exp(kHeadDim);
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
@@ -284,24 +283,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
                         ptx::wgmma_wait_group<1>();  // S_it is ready; PV may still run
                         ptx::wgmma_fence_operand(s);
+                        release(smem.k_ring, k_state);
+                        k_state.advance();
                         v_state.advance();
-                        if constexpr (!Cfg::kEarlyExp) {
-                            release(smem.k_ring, k_state);
-                            k_state.advance();
-                            if constexpr (decltype(masked)::value) mask(it);
-                            rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
-                        } else {
-                            // The exps before the max; K's slot is held for the rare block whose
-                            // scores lie past their reach, recomputed from shared memory.
-                            if constexpr (decltype(masked)::value) mask(it);
-                            if (!softmax.online_update_early(s, p.scale_log2, o_scale, rescale_o)) {
-                                scores_from_shared<kBlockN>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
-                                if constexpr (decltype(masked)::value) mask(it);
-                                rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
-                            }
-                            release(smem.k_ring, k_state);
-                            k_state.advance();
-                        }
+                        if constexpr (decltype(masked)::value) mask(it);
+                        rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
                     };
                     int it = 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});

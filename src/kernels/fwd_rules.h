@@ -44,13 +44,6 @@ constexpr int kWideBlockMinSeqlenK = HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K;
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
 
-// The steady state's exps taken against the rows' lazy references before the block max is known,
-// the max found beside them (OnlineSoftmax::online_update_early; needs the lazy rescale).
-#ifndef HATTN_FWD_EARLY_EXP
-#define HATTN_FWD_EARLY_EXP 0
-#endif
-constexpr bool early_exp(int head_dim) { return HATTN_FWD_EARLY_EXP != 0 && lazy_rescale(head_dim); }
-
 // d = 64's consumer warpgroups (64 query rows each) and KV block width. Two consumers (128-row
 // tiles) measured 0.83-0.95 of three at 1k-16k (run 38c).
 #ifndef HATTN_FWD_D64_CONSUMERS

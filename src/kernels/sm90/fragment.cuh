@@ -157,9 +157,10 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[kN], const float (&row
 // ---- Scores from shared memory (a rare path) -----------------------------------------------
 // This thread's elements of S = Q K^T (the accumulator layout above: rows r0 and r0 + 8, columns
 // acc_col) recomputed from the Q and K tiles in shared memory with fp32 FMAs (16-bit or e4m3
-// elements, decoded exactly). For the early exps of the forward kernels' lazy softmax, when a
-// block's scores lie too far above a row's reference to exponentiate against it: that is rare,
-// so this is written for size, not speed. first_row: the warpgroup's first row in the Q tile.
+// elements, decoded exactly). For the FP8 forward's early exps (LazyBlockScaledSoftmax::
+// online_update_early), when a block's scores lie too far above a row's reference to exponentiate
+// against it: that is rare, so this is written for size, not speed. first_row: the warpgroup's
+// first row in the Q tile.
 template <class Elem>
 __device__ __forceinline__ void decode_word_f32(uint32_t w, float (&x)[4 / Elem::kBytes]) {
     if constexpr (Elem::kBytes == 1) {  // e4m3: two f16 pairs, exact

@@ -28,9 +28,6 @@ namespace hattn::sm90 {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLazyMaxLagLog2 = 8.0f;  // P <= 256: far inside bf16/fp16, exact in fp32 sums
-// The early exps' reach (online_update_early): weights taken against a reference up to this far
-// below a block's max (log2 units) are at most 2^(kEarlyExpReachLog2 + gain), finite in fp32.
-constexpr float kEarlyExpReachLog2 = 100.f;
 
 template <int kN, bool kLazy = false>  // the score fragment is m64 x kN
 struct OnlineSoftmax {
@@ -111,61 +108,6 @@ struct OnlineSoftmax {
         const bool rescale = update_max(s, scale_log2, o_scale);
         exponentiate(s, scale_log2, o_scale);
         return rescale;
-    }
-
-    // Steps 1 and 2 the other way round (kLazy only; the forward's kEarlyExp): exponentiate against
-    // the rows' current references, with the block's max found beside the exps instead of ahead of
-    // them (its FMNMX tree and shuffles were ~a fifth of a step's warp time). A row that moved
-    // takes its new reference as update_max would, and its weights, taken against the old one,
-    // are multiplied by the change (one FMUL each, in the rare steps that rescale O anyway).
-    // Weights overflow fp32 when a score lies 128 above (in log2 units) the reference they were
-    // taken against: when some row of the warp lies more than kEarlyExpReachLog2 above it,
-    // nothing is changed and false is returned -- the caller puts the scores back into s and
-    // calls online_update. Otherwise returns true, `rescale` as online_update's return value.
-    __device__ __forceinline__ bool online_update_early(float (&s)[kN / 2], float scale_log2,
-                                                        float (&o_scale)[kAccRowsPerThread], bool& rescale) {
-        static_assert(kLazy, "the early exps need the lazy references");
-        float block_max[kAccRowsPerThread], part[kAccRowsPerThread];
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) block_max[r] = quad_max(row_max_of(s, r));
-        // (The weights overwrite the scores: the max reads them first, and nothing below needs
-        // it before the exps are done, so the scheduler is free to interleave the two.)
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) {
-#pragma unroll
-            for (int i = 0; i < kN / 2; ++i)
-                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
-            part[r] = row_sum_of(s, r);
-        }
-        bool need[kAccRowsPerThread];
-        bool any = false, far = false;
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) {
-            // (As update_max; a reference of -inf took its exps against 0.)
-            need[r] = (block_max[r] - row_max[r]) * scale_log2 > kLazyMaxLagLog2;
-            any |= need[r];
-            far |= block_max[r] * scale_log2 - max_scaled[r] > kEarlyExpReachLog2;
-        }
-        rescale = __any_sync(0xffffffffu, any);
-        if (rescale) {
-            if (__any_sync(0xffffffffu, far)) return false;
-            float fix[kAccRowsPerThread];
-#pragma unroll
-            for (int r = 0; r < kAccRowsPerThread; ++r) {
-                const float ref = need[r] ? block_max[r] : row_max[r];
-                const float ref_scaled = (ref == -INFINITY) ? 0.f : ref * scale_log2;
-                o_scale[r] = ptx::ex2_approx_f32(row_max[r] * scale_log2 - ref_scaled);  // 1 if it stays
-                fix[r] = ptx::ex2_approx_f32(max_scaled[r] - ref_scaled);
-                row_sum[r] *= o_scale[r];
-                part[r] *= fix[r];
-                row_max[r] = ref;
-                max_scaled[r] = ref_scaled;
-            }
-            rescale_rows(s, fix);
-        }
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) row_sum[r] += part[r];
-        return true;
     }
 
     // inv_sum: what O is multiplied by (0 for a row that saw no key); lse: natural-log LSE

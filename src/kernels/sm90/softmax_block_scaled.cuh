@@ -110,6 +110,9 @@ struct BlockScaledSoftmax {
 // blocks a row's max rarely grows by more than 0.75 in log2 units.
 // A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
 constexpr float kLazyRescaleLog2 = 0.75f;
+// online_update_early's reach: weights taken against a reference up to this far below a block's
+// max (log2 units) are at most 2^(kEarlyExpReachLog2 + gain), finite in fp32 (static_assert below).
+constexpr float kEarlyExpReachLog2 = 100.f;
 //
 // Descale groups: a KV block of kN columns may span several descale blocks of K and V (the FP8
 // forward's 192-key blocks against 128-row descale blocks). Its columns are then kGroups equal
