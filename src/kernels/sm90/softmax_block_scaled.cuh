@@ -153,6 +153,31 @@ struct LazyBlockScaledSoftmax {
         return {__log2f(v), __fdividef(1.f, v)};
     }
 
+    // Row r's (r = 0, 1: the thread's two rows) block max in scaled log2 units with V's shift,
+    // over the quad (-inf: no visible key in this block).
+    static __device__ __forceinline__ float block_max_of(const float (&s)[kRegs], const float (&scale_log2)[kGroups],
+                                                         const VShift (&v)[kGroups], int r) {
+        float m = -INFINITY;
+        static_for<kGroups>([&](auto group) {
+            constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
+            m = fmaxf(m, fmaf(row_max_of<kRegs, kFirst, kGroupRegs>(s, r), scale_log2[g], v[g].log2));
+        });
+        return quad_max(m);
+    }
+    // Row r's scores -> 2^(x + log2 v_ds - against + gain) in place; its sum over this thread's
+    // columns (each group's times 1 / v_ds) added to `sum` (kRowSums).
+    static __device__ __forceinline__ void exponentiate_row(float (&s)[kRegs], const float (&scale_log2)[kGroups],
+                                                            const VShift (&v)[kGroups], int r, float against, float& sum) {
+        static_for<kGroups>([&](auto group) {
+            constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
+            const float offset = against - v[g].log2 - kGainLog2f;
+#pragma unroll
+            for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
+            if constexpr (kRowSums) sum = fmaf(row_sum_of<kRegs, kFirst, kGroupRegs>(s, r), v[g].inv, sum);
+        });
+    }
+
     // s: raw scores (masked ones -inf); scale_log2[g] = the K descale group g's score scale * log2 e,
     // > 0. Replaces s by P. Returns true (the same in every lane of the warp) when O must be rescaled
     // by o_scale before P V; o_scale is left untouched otherwise.
@@ -163,12 +188,7 @@ struct LazyBlockScaledSoftmax {
         bool any = false;
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = -INFINITY;
-            static_for<kGroups>([&](auto group) {
-                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
-                m = fmaxf(m, fmaf(row_max_of<kRegs, kFirst, kGroupRegs>(s, r), scale_log2[g], v[g].log2));
-            });
-            block_max[r] = quad_max(m);  // -inf: no visible key in this block
+            block_max[r] = block_max_of(s, scale_log2, v, r);
             need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
             any |= need[r];
         }
@@ -186,18 +206,7 @@ struct LazyBlockScaledSoftmax {
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             // A row with no visible key so far keeps R = -inf: exponentiate against 0 (its scores
             // are all -inf) instead of NaN.
-            const float ref = ref_log2[r] == -INFINITY ? 0.f : ref_log2[r];
-            static_for<kGroups>([&](auto group) {
-                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
-                const float offset = ref - v[g].log2 - kGainLog2f;
-#pragma unroll
-                for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
-                    if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
-                if constexpr (kRowSums) {
-                    const float sum = row_sum_of<kRegs, kFirst, kGroupRegs>(s, r);
-                    row_sum[r] = fmaf(sum, v[g].inv, row_sum[r]);
-                }
-            });
+            exponentiate_row(s, scale_log2, v, r, ref_log2[r] == -INFINITY ? 0.f : ref_log2[r], row_sum[r]);
         }
         return rescale;
     }
@@ -220,12 +229,7 @@ struct LazyBlockScaledSoftmax {
         float block_max[kAccRowsPerThread], against[kAccRowsPerThread], part[kAccRowsPerThread];
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            float m = -INFINITY;
-            static_for<kGroups>([&](auto group) {
-                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
-                m = fmaxf(m, fmaf(row_max_of<kRegs, kFirst, kGroupRegs>(s, r), scale_log2[g], v[g].log2));
-            });
-            block_max[r] = quad_max(m);
+            block_max[r] = block_max_of(s, scale_log2, v, r);
             against[r] = ref_log2[r] == -INFINITY ? 0.f : ref_log2[r];
         }
         // (The weights overwrite the scores: the max above reads them first, and nothing below
@@ -233,14 +237,7 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             part[r] = 0.f;
-            static_for<kGroups>([&](auto group) {
-                constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
-                const float offset = against[r] - v[g].log2 - kGainLog2f;
-#pragma unroll
-                for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
-                    if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
-                if constexpr (kRowSums) part[r] = fmaf(row_sum_of<kRegs, kFirst, kGroupRegs>(s, r), v[g].inv, part[r]);
-            });
+            exponentiate_row(s, scale_log2, v, r, against[r], part[r]);
         }
         bool need[kAccRowsPerThread];
         bool any = false, far = false;
