@@ -559,7 +559,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     v_state.advance();
                     if constexpr (decltype(masked)::value) mask(it);
                     softmax_update(ds, std::bool_constant<Opt::kEarlyExp>{}, [&] {
-                        scores_from_shared<kBlockN>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
+                        scores_from_shared_e4m3<kBlockN>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
                         if constexpr (decltype(masked)::value) mask(it);
                     });
                     if constexpr (Opt::kEarlyExp) {  // (the redo reads K)

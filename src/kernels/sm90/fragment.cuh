@@ -13,7 +13,6 @@
 
 #include "kernels/sm90/tile.cuh"
 #include "ptx/convert.cuh"
-#include "ptx/ldst.cuh"
 #include "ptx/wgmma.cuh"
 
 namespace hattn::sm90 {
@@ -152,53 +151,6 @@ template <int kN>
 __device__ __forceinline__ void rescale_rows(float (&acc)[kN], const float (&row_scale)[kAccRowsPerThread]) {
 #pragma unroll
     for (int i = 0; i < kN; ++i) acc[i] *= row_scale[acc_row_half(i)];
-}
-
-// ---- Scores from shared memory (a rare path) -----------------------------------------------
-// This thread's elements of S = Q K^T (the accumulator layout above: rows r0 and r0 + 8, columns
-// acc_col) recomputed from the Q and K tiles in shared memory with fp32 FMAs (16-bit or e4m3
-// elements, decoded exactly). For the FP8 forward's early exps (LazyBlockScaledSoftmax::
-// online_update_early), when a block's scores lie too far above a row's reference to exponentiate
-// against it: that is rare, so this is written for size, not speed. first_row: the warpgroup's
-// first row in the Q tile.
-template <class Elem>
-__device__ __forceinline__ void decode_word_f32(uint32_t w, float (&x)[4 / Elem::kBytes]) {
-    if constexpr (Elem::kBytes == 1) {  // e4m3: two f16 pairs, exact
-        ptx::unpack_x2_f32<false>(ptx::cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(w & 0xFFFFu)), x[0], x[1]);
-        ptx::unpack_x2_f32<false>(ptx::cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(w >> 16)), x[2], x[3]);
-    } else {
-        ptx::unpack_x2_f32<std::is_same_v<Elem, Bf16>>(w, x[0], x[1]);
-    }
-}
-
-template <int N, class QTile, class KTile>
-__device__ __forceinline__ void scores_from_shared(float (&s)[N / 2], const QTile& q, int first_row, const KTile& k) {
-    using Elem = typename QTile::Element;
-    static_assert(std::is_same_v<Elem, typename KTile::Element> && QTile::kCols == KTile::kCols, "Q and K alike");
-    constexpr int kChunkElems = kSwizzleChunkBytes / Elem::kBytes;  // one 16-byte chunk: contiguous
-    constexpr int kPerWord = 4 / Elem::kBytes;
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int row0 = first_row + acc_row_in_warpgroup(static_cast<int>(threadIdx.x % kWarpgroupThreads));
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-        const int row = row0 + 8 * acc_row_half(i), col = acc_col(i, lane);
-        float acc = 0.f;
-#pragma unroll 1
-        for (int c = 0; c < QTile::kCols; c += kChunkElems) {
-            const uint4 a = ptx::ld_shared_v4_b32(q.bytes + QTile::offset(row, c));
-            const uint4 b = ptx::ld_shared_v4_b32(k.bytes + KTile::offset(col, c));
-            const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                float x[kPerWord], y[kPerWord];
-                decode_word_f32<Elem>(aw[w], x);
-                decode_word_f32<Elem>(bw[w], y);
-#pragma unroll
-                for (int e = 0; e < kPerWord; ++e) acc = fmaf(x[e], y[e], acc);
-            }
-        }
-        s[i] = acc;
-    }
 }
 
 // fp32 accumulator (m64nN) -> 16-bit A fragments of an RS-wgmma with K = N. For 16-bit types the

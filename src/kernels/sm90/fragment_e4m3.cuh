@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/convert.cuh"
+#include "ptx/ldst.cuh"
 #include "ptx/wgmma.cuh"
 
 namespace hattn::sm90 {
@@ -60,6 +62,47 @@ __device__ __forceinline__ void acc_to_a_fragment_e4m3(const float (&acc)[N / 2]
             const uint32_t hi = ptx::cvt_rn_satfinite_e4m3x2_f32(f[e4m3_a_acc_index(j, 2)], f[e4m3_a_acc_index(j, 3)]);
             a[kk][j] = lo | (hi << 16);
         }
+    }
+}
+
+// ---- Scores from shared memory (a rare path) -----------------------------------------------
+// This thread's elements of S = Q K^T (the accumulator layout: rows r0 and r0 + 8, columns
+// acc_col) recomputed from the e4m3 Q and K tiles in shared memory with fp32 FMAs (each byte
+// decoded exactly through f16). For the FP8 forward's early exps (LazyBlockScaledSoftmax::
+// online_update_early), when a block's scores lie too far above a row's reference to exponentiate
+// against it: that is rare, so this is written for size, not speed. first_row: the warpgroup's
+// first row in the Q tile.
+template <int N, class QTile, class KTile>
+__device__ __forceinline__ void scores_from_shared_e4m3(float (&s)[N / 2], const QTile& q, int first_row, const KTile& k) {
+    static_assert(std::is_same_v<typename QTile::Element, E4m3> && std::is_same_v<typename KTile::Element, E4m3> &&
+                      QTile::kCols == KTile::kCols,
+                  "e4m3 Q and K rows of the same head_dim");
+    constexpr int kChunk = kSwizzleChunkBytes;  // 16 contiguous bytes of a row (one swizzle chunk)
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int row0 = first_row + acc_row_in_warpgroup(static_cast<int>(threadIdx.x % kWarpgroupThreads));
+    auto decode = [](uint32_t w, float (&x)[4]) {  // four e4m3 bytes, the low one first
+        ptx::unpack_x2_f32<false>(ptx::cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(w & 0xFFFFu)), x[0], x[1]);
+        ptx::unpack_x2_f32<false>(ptx::cvt_rn_f16x2_e4m3x2(static_cast<uint16_t>(w >> 16)), x[2], x[3]);
+    };
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const int row = row0 + 8 * acc_row_half(i), col = acc_col(i, lane);
+        float acc = 0.f;
+#pragma unroll 1
+        for (int c = 0; c < QTile::kCols; c += kChunk) {
+            const uint4 a = ptx::ld_shared_v4_b32(q.bytes + QTile::offset(row, c));
+            const uint4 b = ptx::ld_shared_v4_b32(k.bytes + KTile::offset(col, c));
+            const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                float x[4], y[4];
+                decode(aw[w], x);
+                decode(bw[w], y);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc = fmaf(x[e], y[e], acc);
+            }
+        }
+        s[i] = acc;
     }
 }
 
