@@ -38,14 +38,6 @@ __device__ __forceinline__ uint16_t cvt_rn_satfinite_e4m3x2_f32(float lo, float 
     return d;
 }
 
-// PTX ISA 9.7.9.21 cvt.rn.f16x2.e4m3x2: two e4m3 bytes (the low one first) to an f16 pair, exactly
-// (f16 holds every e4m3 value).
-__device__ __forceinline__ uint32_t cvt_rn_f16x2_e4m3x2(uint16_t pair) {
-    uint32_t d;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(pair));
-    return d;
-}
-
 // PTX ISA 9.7.9.21 cvt.rn.satfinite.e5m2x2.f32
 __device__ __forceinline__ uint16_t cvt_rn_satfinite_e5m2x2_f32(float lo, float hi) {
     uint16_t d;

@@ -59,6 +59,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_early", true, false, 0, 0, false, false, 2, 0, true},
     {"lazy_rowsum_early", true, false, 0, 0, true, false, 2, 0, true},
     {"lazy_early_noturn", true, false, 0, 0, false, false, 2, 0, true, false},
+    {"lazy_rowsum_early_noturn", true, false, 0, 0, true, false, 2, 0, true, false},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
