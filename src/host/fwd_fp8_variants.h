@@ -28,8 +28,8 @@ struct Fp8VariantInfo {
     bool ping_pong = true;       // the consumers take turns on the tensor cores (fwd_fp8::Tuning::kPingPong)
 };
 
-// Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is "lazy_rowsum_early"
-// at d = 128, "lazy_rowsum" at 256 and "lazy_p2_c3" at 64. (The MUFU + FMA-pipe exp split, measured in
+// Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
+// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn" at 256 and "lazy_p2_c3_noturn" at 64. (The MUFU + FMA-pipe exp split, measured in
 // run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
 // a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
@@ -40,8 +40,9 @@ struct Fp8VariantInfo {
 // _pv16: P V 16 columns wider than head_dim (zero rows after V^T, d <= 128), the wgmma rate probe
 // (with three consumers it spills 32 bytes). _early: the steady state's exps taken against the
 // rows' current references while the block max is found beside them (Tuning::kEarlyExp), on
-// lazy and on d256's default lazy_rowsum (on d64's lazy_p2_c3 it spills 104 bytes). _noturn: no
-// ping-pong turns between the consumers.
+// lazy and on lazy_rowsum (on lazy_p2_c3 it spills 104 bytes, 620 without turns). _noturn: no
+// ping-pong turns between the consumers (the default at every head dim since run 40a; lazy_rowsum
+// with three consumers still spills 88 bytes without them).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -60,6 +61,8 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_early", true, false, 0, 0, true, false, 2, 0, true},
     {"lazy_early_noturn", true, false, 0, 0, false, false, 2, 0, true, false},
     {"lazy_rowsum_early_noturn", true, false, 0, 0, true, false, 2, 0, true, false},
+    {"lazy_rowsum_noturn", true, false, 0, 0, true, false, 2, 0, false, false},
+    {"lazy_p2_c3_noturn", true, false, 0, 0, false, true, 3, 0, false, false},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

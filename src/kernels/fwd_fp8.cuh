@@ -35,7 +35,10 @@
 //     (192-row tiles; its exps take twice its GEMMs' time) with P in two register sets, the one
 //     variant that fits their 160 registers; d = 128 and 256 sum P's rows on the tensor cores (a
 //     64 x 8 wgmma of P against a tile of ones), so their LSE comes from P as rounded to e4m3;
-//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them).
+//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them). No
+//     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
+//     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
+//     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
 //   * Every descale of a KV block is read by all consumer threads from the same address (one
 //     broadcast load per warp, L1-resident), issued at the top of a step so its latency hides
 //     behind the mbarrier waits.
@@ -110,7 +113,8 @@ constexpr int kPGainLog2 = 8;
 //                    K's slot is then held to the end of the softmax, for the rare block whose
 //                    scores lie too far above a reference (recomputed from shared memory)
 //   kPingPong        the consumer warpgroups take turns issuing their GEMMs (named barriers); off:
-//                    each issues when it is ready and the tensor pipe queues them (an A/B probe)
+//                    each issues when it is ready and the tensor pipe queues them (the default:
+//                    FP8's GEMMs take half its exps' time, so a turn only delays the issue)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true>
 struct Tuning {
@@ -131,9 +135,11 @@ struct Tuning {
 // lazy path, each alone -1 to -3%); at d = 64 three consumer warpgroups (default_consumers) with P
 // in two register sets, the one combination of the two that fits in 160 registers (run 38d: +13%
 // over two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more
-// registers, and P's two sets alone cost 5-8% at d128).
+// registers, and P's two sets alone cost 5-8% at d128); at every head dim no ping-pong turns
+// (run 40a: +1-2% at d128, +1-2% at d256, +1-6% at d64 with three consumers, at 2k-16k).
 template <int kHeadDim>
-using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim)>;
+using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim),
+                             kFp8PingPong>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>

@@ -23,6 +23,9 @@ constexpr bool row_sums_of_e4m3_p(int head_dim) { return head_dim >= 128; }
 // Head dims whose default kernel takes the early exps (fwd_fp8::Tuning's kEarlyExp): +7% at d128
 // with the row sums above (run 39c), -2% at d256, no registers at d64's three consumers.
 constexpr bool early_exps(int head_dim) { return head_dim == 128; }
+// Whether the default kernels' consumer warpgroups take turns issuing their GEMMs (fwd_fp8::Tuning's
+// kPingPong): not at any head dim (run 40a: +1-6% without, at 2k-16k and d 64/128/256).
+constexpr bool kFp8PingPong = false;
 
 struct Fp8FwdArgs {
     const void* q = nullptr;  // e4m3 [batch, seqlen_q, heads_q, head_dim]
