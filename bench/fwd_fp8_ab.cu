@@ -3,13 +3,14 @@
 // shape before round r + 1 starts; the variant order rotates per round), each variant's best
 // round kept, so clock and power drift hit every variant alike.
 //
-//   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms] [--v-layouts rows,vt] [--head-dims 64,128,256]
+//   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms,h1] [--v-layouts rows,vt] [--head-dims 64,128,256]
 //              [--seqlens 2048,8192,16384] [--masks full,causal] [--rounds 3] [--reps 10]
 //              [--tokens 16384] [--width 2048] [--check-only]
 //
 // --grids runs each variant on each grid (Fp8FwdArgs::grid_ctas): auto (the launcher's rule: one
 // persistent CTA per SM up to fwd_fp8's kPersistentMaxSeqlenK keys, else one CTA per tile), tiles
-// (one CTA per tile), sms (one CTA per SM at any length). Columns are then named variant@grid,
+// (one CTA per tile), sms (one CTA per SM at any length), h1 (auto, tiles head by head instead
+// of the causal sections, see sm90::TileScheduler). Columns are then named variant@grid,
 // and with two grids or more a last table gives each grid's ratio to the first grid, per variant.
 // --v-layouts: rows (V as the pre-pass writes it by default: the call transposes it into its
 // workspace first) and vt (V^T from the pre-pass, HATTN_FP8_PREPASS_V_TRANSPOSED, passed with
@@ -74,15 +75,18 @@ __global__ void spin_kernel(long long cycles) {
 }
 
 // The grids --grids names; kOneCtaPerTile is more CTAs than any problem has tiles (the launcher
-// takes min(grid_ctas, tiles)).
-enum class Grid { kAuto, kTiles, kSms };
+// takes min(grid_ctas, tiles)). h1: the automatic grid with the tiles in head-by-head order
+// (Fp8FwdArgs::section_heads = 1, the order before causal sections).
+enum class Grid { kAuto, kTiles, kSms, kAutoHeadByHead };
 constexpr int kOneCtaPerTile = INT_MAX;
-const char* grid_name(Grid g) { return g == Grid::kAuto ? "auto" : g == Grid::kTiles ? "tiles" : "sms"; }
+const char* grid_name(Grid g) {
+    return g == Grid::kAuto ? "auto" : g == Grid::kTiles ? "tiles" : g == Grid::kSms ? "sms" : "h1";
+}
 
 Grid grid_of(const std::string& name) {
-    for (Grid g : {Grid::kAuto, Grid::kTiles, Grid::kSms})
+    for (Grid g : {Grid::kAuto, Grid::kTiles, Grid::kSms, Grid::kAutoHeadByHead})
         if (name == grid_name(g)) return g;
-    std::fprintf(stderr, "unknown grid %s (known: auto tiles sms)\n", name.c_str());
+    std::fprintf(stderr, "unknown grid %s (known: auto tiles sms h1)\n", name.c_str());
     std::exit(1);
 }
 
@@ -182,6 +186,7 @@ struct Entry {
     int variant;
     Grid grid;
     int grid_ctas;  // Fp8FwdArgs::grid_ctas for this grid
+    int section_heads;  // Fp8FwdArgs::section_heads
     std::string name;
     bool vt;        // V^T from the pre-pass (no transpose pass)
 };
@@ -199,11 +204,12 @@ std::vector<Entry> entries_of(const Options& o) {
     for (bool vt : o.v_transposed)
         for (int v : o.variants)
             for (Grid g : o.grids) {
-                const int ctas = g == Grid::kAuto ? 0 : g == Grid::kTiles ? kOneCtaPerTile : sms;
+                const int ctas = g == Grid::kTiles ? kOneCtaPerTile : g == Grid::kSms ? sms : 0;
+                const int section_heads = g == Grid::kAutoHeadByHead ? 1 : 0;
                 std::string name = kFp8Variants[v].name;
                 if (named_by_grid) name += std::string("@") + grid_name(g);
                 if (vt) name += "+vt";
-                entries.push_back({v, g, ctas, name, vt});
+                entries.push_back({v, g, ctas, section_heads, name, vt});
             }
     return entries;
 }
@@ -298,7 +304,7 @@ struct ShapeData {
 };
 
 hattn_status run(const Entry& e, const hattn_fwd_fp8_params& p) {
-    return hattn::host::fwd_fp8_variant(e.variant, &p, nullptr, e.grid_ctas);
+    return hattn::host::fwd_fp8_variant(e.variant, &p, nullptr, e.grid_ctas, e.section_heads);
 }
 
 std::vector<uint16_t> download_o(const ShapeData& data) {

@@ -8,6 +8,12 @@
 //                                relative error against double exp2 over [-125, 127] (counter
 //                                poly_max_rel_err; ex2.approx.ftz.f32's beside it for scale)
 //   mixed/poly_K_of_8            K of every 8 elements on the FMA pipe, the rest on MUFU
+//   cvt/e4m3x2.f32, cvt/bf16x2.f32   the softmax's packing conversion alone (cvt per SM per clock;
+//                                two FFMAs feed each), and beside MUFU as in a softmax:
+//   mixed/ex2_cvt_e4m3x2, mixed/ex2_cvt_bf16x2   8 ex2 chains, each pair of results packed (4 cvts
+//                                per 8 ex2): ex2 per SM per clock stays 16 if the conversion has a
+//                                pipe of its own, and falls to 16 * 8 / (8 + 4c) if it shares
+//                                MUFU's (c = MUFU slots per conversion)
 //
 // Hardware expectation (H100/H200, sm_90): MUFU retires 16 ex2 per SM per clock. f32 should
 // read ~15.9 /SM/clk (4.17 T/s at 1.98 GHz on 132 SMs). The packed f16x2/bf16x2 forms issue
@@ -109,6 +115,47 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if (threadIdx.x % kWarpgroupThreads == 0) span_end(t0, spans, threadIdx.x / kWarpgroupThreads);
 }
 
+// ---- The packing conversion, alone and beside MUFU ------------------------------------------
+enum class CvtKind { kE4m3x2, kBf16x2 };
+
+template <CvtKind kKind>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+    if constexpr (kKind == CvtKind::kE4m3x2) return ptx::cvt_rn_satfinite_e4m3x2_f32(lo, hi);
+    else return ptx::cvt_rn_bf16x2_f32(lo, hi);
+}
+
+// kWithExp false: x <- a * x + b (one FFMA per element; a, b at run time, |a| < 1 so x stays
+// bounded), each pair of x packed and folded into an XOR accumulator. true: x <- -2^x on MUFU
+// (as in exp_throughput_kernel), each pair of results packed the same way.
+template <CvtKind kKind, bool kWithExp>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    convert_throughput_kernel(int iterations, float a, float b, uint32_t sign_mask, uint32_t never_value,
+                              uint64_t seed, uint32_t* sink, SpanRecord* spans) {
+    const SpanStart t0 = span_begin();
+    const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
+    float x[kChains];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) x[c] = hash_to_unit_nonzero(mix64(seed ^ (uint64_t(tid) * kChains + c)));
+    uint32_t folded[kChains / 2] = {};
+
+#pragma unroll 2
+    for (int it = 0; it < iterations; ++it) {
+#pragma unroll
+        for (int c = 0; c < kChains; ++c) {
+            if constexpr (kWithExp) x[c] = __uint_as_float(__float_as_uint(ptx::ex2_approx_f32(x[c])) ^ sign_mask);
+            else x[c] = fmaf(a, x[c], b);
+        }
+#pragma unroll
+        for (int c = 0; c < kChains; c += 2) folded[c / 2] ^= pack_pair<kKind>(x[c], x[c + 1]);
+    }
+
+    uint32_t all = 0;
+#pragma unroll
+    for (int c = 0; c < kChains / 2; ++c) all += folded[c] + __float_as_uint(x[2 * c]);
+    if (all == never_value) sink[tid] = all;
+    if (threadIdx.x % kWarpgroupThreads == 0) span_end(t0, spans, threadIdx.x / kWarpgroupThreads);
+}
+
 // ---- Accuracy of the FMA-pipe exp2 (and of MUFU's, for scale) ---------------------------------
 constexpr int kAccuracySamples = 1 << 20;
 constexpr int kAccuracyThreads = 256;
@@ -204,6 +251,36 @@ void register_case(const std::string& name, const DeviceInfo& dev, const Exp2Acc
     })->UseManualTime()->Unit(benchmark::kMillisecond);
 }
 
+template <CvtKind kKind, bool kWithExp>
+void register_convert_case(const std::string& name, const DeviceInfo& dev) {
+    benchmark::RegisterBenchmark(name.c_str(), [dev](benchmark::State& state) {
+        auto kernel = convert_throughput_kernel<kKind, kWithExp>;
+        int blocks_per_sm = 0;
+        HATTN_BENCH_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, 0));
+        const int grid = blocks_per_sm * dev.sm_count;  // one wave
+        const int iterations = kElementsPerThread / kChains;
+        constexpr float kContraction = -0.5f;  // x <- -x / 2 + b converges to 2b / 3
+        constexpr float kOffset = 0.75f;
+        constexpr uint32_t kNeverBits = 0xFFFFFFFFu;  // a sum of packed bytes and floats near 0.5 .. 1
+
+        uint32_t* sink = nullptr;
+        HATTN_BENCH_CHECK(cudaMalloc(&sink, size_t(grid) * kThreads * sizeof(uint32_t)));
+        DeviceSpans spans(grid);
+        const Measurement m = run_timed(state, spans, [&](cudaStream_t stream) {
+            kernel<<<grid, kThreads, 0, stream>>>(iterations, kContraction, kOffset, kSignMaskF32, kNeverBits, kSeed,
+                                                   sink, spans.data());
+        });
+        HATTN_BENCH_CHECK(cudaFree(sink));
+
+        const double elements = double(grid) * kThreads * iterations * kChains;
+        const double conversions = elements / 2;
+        // With exps the rate is of ex2 (against MUFU's 16); alone, of conversions (no documented peak).
+        report_rates(state, dev, m, kWithExp ? elements : conversions, kWithExp ? kMufuEx2PerClkPerSm : 0.0);
+        state.counters["cvt_per_SM_per_clk"] = m.cycles > 0 ? conversions / (double(dev.sm_count) * m.cycles) : 0.0;
+        state.counters["blocks_per_SM"] = blocks_per_sm;
+    })->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+
 void register_all(const DeviceInfo& dev, const Exp2Accuracy& accuracy) {
     register_case<ExpKind::kF32, 0>("mufu/ex2.approx.ftz.f32", dev, accuracy);
     register_case<ExpKind::kF16x2, 0>("mufu/ex2.approx.f16x2", dev, accuracy);
@@ -211,6 +288,10 @@ void register_all(const DeviceInfo& dev, const Exp2Accuracy& accuracy) {
     register_case<ExpKind::kF32, kChains>("fma/exp2_poly5_f32", dev, accuracy);
     register_case<ExpKind::kF32, 2>("mixed/poly_2_of_8", dev, accuracy);
     register_case<ExpKind::kF32, 3>("mixed/poly_3_of_8", dev, accuracy);
+    register_convert_case<CvtKind::kE4m3x2, false>("cvt/e4m3x2.f32", dev);
+    register_convert_case<CvtKind::kBf16x2, false>("cvt/bf16x2.f32", dev);
+    register_convert_case<CvtKind::kE4m3x2, true>("mixed/ex2_cvt_e4m3x2", dev);
+    register_convert_case<CvtKind::kBf16x2, true>("mixed/ex2_cvt_bf16x2", dev);
 }
 
 }  // namespace

@@ -93,6 +93,42 @@ TEST(Sm90Scheduler, TilesCoverEveryBlockHeadAndBatchLongestFirstWhenAsked) {
     EXPECT_EQ(static_cast<int>(seen.size()), s.num_tiles);
 }
 
+TEST(Sm90Scheduler, CausalSectionsCoverEveryTileOnceLongestFirstAcrossEachSection) {
+    // 7 query blocks, 5 heads x 2 batches = 10 pairs in sections of 4, 4 and 2 (the last partial).
+    for (int section : {1, 3, 4, 10}) {
+        const TileScheduler s{7, 5, 1, 7 * 5 * 2, true, section};
+        std::set<std::tuple<int, int, int>> seen;
+        int prev_section = -1, prev_m = 0;
+        for (int i = 0; i < s.num_tiles; ++i) {
+            const auto t = s.tile_at(i);
+            const int pair = t.batch * s.heads_q + t.head;
+            const int sec = pair / section;
+            ASSERT_GE(sec, prev_section) << "sections run one after the other";
+            if (sec == prev_section) EXPECT_LE(t.m_block, prev_m) << "longest first across the section";
+            else EXPECT_EQ(t.m_block, s.num_m_blocks - 1) << "a section starts with a longest tile";
+            prev_section = sec;
+            prev_m = t.m_block;
+            seen.insert({t.m_block, t.head, t.batch});
+        }
+        EXPECT_EQ(static_cast<int>(seen.size()), s.num_tiles) << "section " << section;
+    }
+}
+
+TEST(Sm90Scheduler, MakeSizesCausalSectionsToTheL2ShareAndKeepsFullMasksHeadByHead) {
+    TileScheduler s{};
+    const int64_t four_mb = 4ll << 20;
+    ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr));
+    EXPECT_EQ(s.section_heads, static_cast<int>(TileScheduler::kSectionL2Bytes / four_mb));
+    ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, false, four_mb, s, nullptr));
+    EXPECT_EQ(s.section_heads, 1);
+    ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, TileScheduler::kSectionL2Bytes * 4, s, nullptr));
+    EXPECT_EQ(s.section_heads, 1) << "at least one pair";
+    ASSERT_TRUE(TileScheduler::make(128, 512, 2, 2, 1, true, 1024, s, nullptr));
+    EXPECT_EQ(s.section_heads, 2) << "at most every pair";
+    ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr, 3));
+    EXPECT_EQ(s.section_heads, 3) << "the override";
+}
+
 TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {
     using Tile = hattn::sm90::SwizzledTile<hattn::sm90::Bf16, 64, 128>;
     static_assert(Tile::kAtoms == 2 && Tile::kBytes == 64 * 128 * 2, "two 64-column atoms");

@@ -252,11 +252,12 @@ cudaError_t launch_fwd_fp8_any(const fp8::Fp8FwdArgs& args, cudaStream_t stream,
 }
 
 hattn_status fwd_fp8_with_launch(const hattn_fwd_fp8_params* params, cudaStream_t stream, Fp8Launch launch,
-                                 int grid_ctas) {
+                                 int grid_ctas, int section_heads) {
     const hattn_status ready = ready_to_launch(validate(params));
     if (ready != HATTN_SUCCESS) return ready;
     fp8::Fp8FwdArgs args = make_args(*params);
     args.grid_ctas = grid_ctas;  // a negative count fails in the launcher's check_args
+    args.section_heads = section_heads;
     std::string error;
     const cudaError_t rc = launch(args, stream, &error);
     return launch_status("hattn_fwd_fp8", rc, error);

@@ -45,9 +45,10 @@ cudaError_t bad_variant(const fwd_fp8::Fp8FwdArgs&, cudaStream_t, std::string* e
 
 }  // namespace
 
-hattn_status fwd_fp8_variant(int variant, const hattn_fwd_fp8_params* params, cudaStream_t stream, int grid_ctas) {
+hattn_status fwd_fp8_variant(int variant, const hattn_fwd_fp8_params* params, cudaStream_t stream, int grid_ctas,
+                             int section_heads) {
     const bool known = variant >= 0 && variant < kFp8VariantCount;
-    return fwd_fp8_with_launch(params, stream, known ? kLaunches[variant] : bad_variant, grid_ctas);
+    return fwd_fp8_with_launch(params, stream, known ? kLaunches[variant] : bad_variant, grid_ctas, section_heads);
 }
 
 }  // namespace hattn::host

@@ -97,7 +97,8 @@ cudaError_t launch_fwd_fp8_variant(const fwd_fp8::Fp8FwdArgs& args, cudaStream_t
 
 // hattn_fwd_fp8 with variant `variant`'s kernels (bf16 O only): the same checks and statuses; a
 // variant index out of range, fp16 O or a head dim the variant is not built for fails at the launch
-// (a CUDA error status, the reason in the log). grid_ctas: as fwd_fp8_with_launch's.
-hattn_status fwd_fp8_variant(int variant, const hattn_fwd_fp8_params* params, cudaStream_t stream, int grid_ctas = 0);
+// (a CUDA error status, the reason in the log). grid_ctas, section_heads: as fwd_fp8_with_launch's.
+hattn_status fwd_fp8_variant(int variant, const hattn_fwd_fp8_params* params, cudaStream_t stream, int grid_ctas = 0,
+                             int section_heads = 0);
 
 }  // namespace hattn::host

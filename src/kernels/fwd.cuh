@@ -385,7 +385,9 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         return cudaErrorInvalidValue;
     }
     TileScheduler scheduler;
-    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, scheduler, error)) {
+    const int64_t kv_bytes_per_head = 2 * static_cast<int64_t>(a.seqlen_k) * Cfg::kHeadDim * Elem::kBytes;
+    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, kv_bytes_per_head,
+                             scheduler, error, a.section_heads)) {
         return cudaErrorInvalidValue;
     }
     const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,

@@ -744,7 +744,9 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     p.q_descale_blocks = (a.seqlen_q + kDescaleRows - 1) / kDescaleRows;
     p.kv_descale_blocks = (a.seqlen_k + kDescaleRows - 1) / kDescaleRows;
     p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
-    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, p.scheduler, error)) {
+    const int64_t kv_bytes_per_head = (a.seqlen_k + vt_keys(a.seqlen_k)) * Cfg::kHeadDim;  // K and V^T, one byte each
+    if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, kv_bytes_per_head,
+                             p.scheduler, error, a.section_heads)) {
         return cudaErrorInvalidValue;
     }
     p.scale = a.softmax_scale;

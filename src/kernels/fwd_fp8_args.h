@@ -50,6 +50,8 @@ struct Fp8FwdArgs {
     bool causal = false;
     int grid_ctas = 0;          // CTAs to launch: 0 = automatic (one per tile, or one per SM
                                 // when tiles are short); N > 0 = at most N, walking the tiles
+    int section_heads = 0;      // (head, batch) pairs per tile-order section (sm90::TileScheduler):
+                                // 0 = automatic, N > 0 = N (A/B runs)
 };
 
 // V^T's row length (keys) and its byte size.

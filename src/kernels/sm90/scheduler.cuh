@@ -1,9 +1,14 @@
 // hattn/src/kernels/sm90/scheduler.cuh -- which work tile a CTA takes next.
 //
-// A tile is kBlockM query rows of one (head, batch). Tiles are numbered with the query block
-// fastest, so CTAs running at the same time share a head's K and V in L2. Under a causal mask a
-// head's tiles go longest first (the highest query block sees the most keys), so the short ones
-// fill the tail.
+// A tile is kBlockM query rows of one (head, batch). The (head, batch) pairs are cut into
+// sections of `section_heads` consecutive pairs, numbered one section after the other, so that
+// CTAs running at the same time share the K and V of a few heads in L2. Inside a section, tiles
+// are numbered by query block first and head second. Under a causal mask the query blocks go
+// longest first (the highest sees the most keys), across the whole section: the longest tiles
+// of the last section start a section's worth of work before the end, and its short tiles fill
+// the tail. (With sections of one head, a head's longest tile started only one head's work before
+// the end and ran past everyone else's: 8-16% of d256 causal at 8k, bench/RESULTS.md run 40.)
+// Without a mask all tiles cost the same and sections are of one head.
 //
 // CTA b of a grid of G walks its tiles in passes: pass p takes tile p*G + b on even passes and
 // p*G + (G-1-b) on odd ones. With one CTA per tile that is simply tile b. On a persistent grid
@@ -34,11 +39,18 @@ struct TileScheduler {
     int heads_per_kv;  // GQA group size
     int num_tiles;     // num_m_blocks * heads_q * batch
     bool longest_first;
+    int section_heads = 1;  // (head, batch) pairs per section, >= 1
 
     __host__ __device__ Tile tile_at(int index) const {
         Tile t;
-        const int m_index = index % num_m_blocks;
-        const int head_batch = index / num_m_blocks;
+        const int section_tiles = section_heads * num_m_blocks;
+        const int section = index / section_tiles;
+        const int in_section = index - section * section_tiles;
+        // (The last section may hold fewer pairs.)
+        const int left = num_tiles / num_m_blocks - section * section_heads;
+        const int pairs = left < section_heads ? left : section_heads;
+        const int m_index = in_section / pairs;
+        const int head_batch = section * section_heads + (in_section - m_index * pairs);
         t.m_block = longest_first ? num_m_blocks - 1 - m_index : m_index;
         t.head = head_batch % heads_q;
         t.batch = head_batch / heads_q;
@@ -64,17 +76,28 @@ struct TileScheduler {
         return true;
     }
 
+    // Causal sections: as many (head, batch) pairs as keep their K and V (kv_bytes_per_head each)
+    // within this share of L2 (H100 / H200: 50 / 60 MB), at least one.
+    static constexpr int64_t kSectionL2Bytes = 16ll << 20;
+
     // The walk over the ceil(seqlen_q / block_m) query blocks of every (head, batch); false, with
-    // *error, when the tiles outnumber int32 (tile indices are ints).
-    static bool make(int block_m, int seqlen_q, int heads_q, int heads_kv, int batch, bool causal, TileScheduler& s,
-                     std::string* error) {
+    // *error, when the tiles outnumber int32 (tile indices are ints). kv_bytes_per_head: the bytes
+    // of K and V one head's tiles read; section_heads > 0 overrides the causal rule (A/B runs).
+    static bool make(int block_m, int seqlen_q, int heads_q, int heads_kv, int batch, bool causal,
+                     int64_t kv_bytes_per_head, TileScheduler& s, std::string* error, int section_heads = 0) {
         const int num_m_blocks = (seqlen_q + block_m - 1) / block_m;
-        const int64_t num_tiles = static_cast<int64_t>(num_m_blocks) * heads_q * batch;
+        const int64_t pairs = static_cast<int64_t>(heads_q) * batch;
+        const int64_t num_tiles = num_m_blocks * pairs;
         if (num_tiles > INT32_MAX) {
             if (error) *error = "batch * heads_q * (query blocks) exceeds 2^31 - 1 tiles";
             return false;
         }
-        s = TileScheduler{num_m_blocks, heads_q, heads_q / heads_kv, static_cast<int>(num_tiles), causal};
+        int64_t section = section_heads > 0 ? section_heads
+                          : causal          ? kSectionL2Bytes / (kv_bytes_per_head > 0 ? kv_bytes_per_head : 1)
+                                            : 1;
+        section = section < 1 ? 1 : section > pairs ? pairs : section;
+        s = TileScheduler{num_m_blocks, heads_q, heads_q / heads_kv, static_cast<int>(num_tiles), causal,
+                          static_cast<int>(section)};
         return true;
     }
 
