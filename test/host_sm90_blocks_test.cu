@@ -127,6 +127,11 @@ TEST(Sm90Scheduler, MakeSizesCausalSectionsToTheL2ShareAndKeepsFullMasksHeadByHe
     EXPECT_EQ(s.section_heads, 2) << "at most every pair";
     ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr, 3));
     EXPECT_EQ(s.section_heads, 3) << "the override";
+    ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr));
+    s.sections_only_for_one_cta_per_tile(s.num_tiles);
+    EXPECT_EQ(s.section_heads, 4) << "one CTA per tile keeps the sections";
+    s.sections_only_for_one_cta_per_tile(s.num_tiles - 1);
+    EXPECT_EQ(s.section_heads, 1) << "a walking grid takes the head-by-head order";
 }
 
 TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {

@@ -7,8 +7,9 @@
 // longest first (the highest sees the most keys), across the whole section: the longest tiles
 // of the last section start a section's worth of work before the end, and its short tiles fill
 // the tail. (With sections of one head, a head's longest tile started only one head's work before
-// the end and ran past everyone else's: 8-16% of d256 causal at 8k, bench/RESULTS.md run 40.)
-// Without a mask all tiles cost the same and sections are of one head.
+// the end and ran past everyone else's: +7.5% at d256 causal 8k with sections, bench/RESULTS.md
+// run 40d.) Without a mask all tiles cost the same, and on a persistent walk the back-and-forth
+// below balances the head-by-head order: both keep sections of one head.
 //
 // CTA b of a grid of G walks its tiles in passes: pass p takes tile p*G + b on even passes and
 // p*G + (G-1-b) on odd ones. With one CTA per tile that is simply tile b. On a persistent grid
@@ -99,6 +100,13 @@ struct TileScheduler {
         s = TileScheduler{num_m_blocks, heads_q, heads_q / heads_kv, static_cast<int>(num_tiles), causal,
                           static_cast<int>(section)};
         return true;
+    }
+
+    // A grid of fewer CTAs than tiles walks them (walk() below), and its back-and-forth balances
+    // the head-by-head order; in the sections' order it measured 15-32% slower (causal 2k-4k,
+    // bench/RESULTS.md run 40d). The causal rule's sections are for one CTA per tile only.
+    void sections_only_for_one_cta_per_tile(int ctas) {
+        if (ctas < num_tiles) section_heads = 1;
     }
 
     // The tile of pass `pass` for CTA `cta` of `grid`; >= num_tiles once the CTA is done.
