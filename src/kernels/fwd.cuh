@@ -386,21 +386,23 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     }
     TileScheduler scheduler;
     const int64_t kv_bytes_per_head = 2 * static_cast<int64_t>(a.seqlen_k) * Cfg::kHeadDim * Elem::kBytes;
+    const int section_heads = a.section_heads > 0 ? a.section_heads : kCausalSections ? 0 : 1;
     if (!TileScheduler::make(Cfg::kBlockM, a.seqlen_q, a.heads_q, a.heads_kv, a.batch, a.causal, kv_bytes_per_head,
-                             scheduler, error, a.section_heads)) {
+                             scheduler, error, section_heads)) {
         return cudaErrorInvalidValue;
     }
-    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
-                         a.softmax_scale * kLog2e};
-
-    constexpr int kSmem = shared_bytes<Cfg>();
-    static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
     // Persistent for short keys: +4-15% at seqlen_k <= 2k, +1-2% at 4k, causal +8-14% up to 4k
     // with the back-and-forth walk, -10-40% at 8k-16k.
     int ctas = 0;
     const char* what = "querying the SM count";
     cudaError_t rc =
-        p.scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
+        scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
+    if (section_heads == 0) scheduler.sections_only_for_one_cta_per_tile(ctas);
+    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
+                         a.softmax_scale * kLog2e};
+
+    constexpr int kSmem = shared_bytes<Cfg>();
+    static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
     if (rc == cudaSuccess) {
         what = "kernel launch";
         rc = launch_with_dynamic_smem<fwd_kernel<Cfg>>(kSmem, [&] {

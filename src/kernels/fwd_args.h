@@ -37,9 +37,8 @@ struct FwdArgs {
     bool intra_wg_overlap = true;  // S(j+1) GEMM issued before softmax(j)
     int grid_ctas = 0;             // CTAs to launch: 0 = automatic (one per tile, or one per SM
                                    // when tiles are short); N > 0 = at most N, walking the tiles
-    int section_heads = 1;         // (head, batch) pairs per tile-order section (sm90::TileScheduler):
-                                   // 1 = head by head, the order measured for this kernel; 0 = the
-                                   // causal L2 rule the FP8 forward takes (not yet A/B'd here)
+    int section_heads = 0;         // (head, batch) pairs per tile-order section (sm90::TileScheduler):
+                                   // 0 = the launcher's rule (kCausalSections), N > 0 = N
 };
 
 // The shape, dtype and scale checks both launchers make for a vendoring user (who has no C API in

@@ -20,8 +20,16 @@
 #define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 1024
 #endif
 
+// 1: causal problems on a grid of one CTA per tile take sm90::TileScheduler's sections of heads
+// (longest first across a section; the FP8 forward's default, +3-7.5% at 8k causal there, bench/
+// RESULTS.md run 40d); 0: head by head, the order every earlier 16-bit run measured.
+#ifndef HATTN_FWD_CAUSAL_SECTIONS
+#define HATTN_FWD_CAUSAL_SECTIONS 0
+#endif
+
 namespace hattn::fwd {
 
+constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
 constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;

@@ -9,7 +9,8 @@
 // the tail. (With sections of one head, a head's longest tile started only one head's work before
 // the end and ran past everyone else's: +7.5% at d256 causal 8k with sections, bench/RESULTS.md
 // run 40d.) Without a mask all tiles cost the same, and on a persistent walk the back-and-forth
-// below balances the head-by-head order: both keep sections of one head.
+// below balances the head-by-head order: both keep sections of one head. (The 16-bit forward
+// takes the sections only with HATTN_FWD_CAUSAL_SECTIONS, kernels/fwd_rules.h.)
 //
 // CTA b of a grid of G walks its tiles in passes: pass p takes tile p*G + b on even passes and
 // p*G + (G-1-b) on odd ones. With one CTA per tile that is simply tile b. On a persistent grid
