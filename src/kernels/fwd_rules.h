@@ -21,10 +21,10 @@
 #endif
 
 // 1: causal problems on a grid of one CTA per tile take sm90::TileScheduler's sections of heads
-// (longest first across a section; the FP8 forward's default, +3-7.5% at 8k causal there, bench/
-// RESULTS.md run 40d); 0: head by head, the order every earlier 16-bit run measured.
+// (longest first across a section): +4% at d64 and d128, +8% at d256 causal 8k, level at 16k
+// (bench/RESULTS.md run 40e; the FP8 forward's +3-7.5%, run 40d); 0: head by head.
 #ifndef HATTN_FWD_CAUSAL_SECTIONS
-#define HATTN_FWD_CAUSAL_SECTIONS 0
+#define HATTN_FWD_CAUSAL_SECTIONS 1
 #endif
 
 namespace hattn::fwd {
