@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -84,6 +85,7 @@ struct Case {
     // far above everything before it -- the lazy rescale's largest moves, and past the early
     // exps' reach (kEarlyExpReachLog2) at 10.
     int k_jump_log2 = 0;
+    int section_heads = 0;  // > 0: tiles in sections of this many (head, batch) pairs (Fp8FwdArgs::section_heads)
 };
 
 // c with K's first block scaled by 2^log2.
@@ -98,6 +100,13 @@ Case walked(Case c, int ctas) {
     return c;
 }
 
+// c on one CTA per tile with its tiles in sections of `heads` (head, batch) pairs.
+Case sectioned(Case c, int heads) {
+    c.grid_ctas = INT_MAX;  // the launcher takes min(grid_ctas, tiles)
+    c.section_heads = heads;
+    return c;
+}
+
 std::string case_name(const Case& c) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "b%d_hq%d_hkv%d_sq%d_sk%d_d%d_%s%s_%s", c.batch, c.heads_q, c.heads_kv, c.seqlen_q,
@@ -106,6 +115,7 @@ std::string case_name(const Case& c) {
     std::string name = buf;
     if (c.grid_ctas > 0) name += "_ctas" + std::to_string(c.grid_ctas);
     if (c.k_jump_log2 > 0) name += "_kjump" + std::to_string(c.k_jump_log2);
+    if (c.section_heads > 0) name += "_sections" + std::to_string(c.section_heads);
 #ifdef HATTN_FP8_VARIANTS
     if (c.variant > 0) name += std::string("_") + hattn::host::kFp8Variants[c.variant].name;
 #endif
@@ -191,7 +201,7 @@ struct Result {
 // Uploads, runs hattn_fwd_fp8 (or a variant, or either on at most grid_ctas CTAs) and downloads
 // O and LSE.
 void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const Fp8Host& v, const Layout& o_layout,
-             Result& r, int variant = 0, int grid_ctas = 0) {
+             Result& r, int variant = 0, int grid_ctas = 0, int section_heads = 0) {
     auto upload = [](const void* src, size_t bytes, DeviceMemory& dst) {
         return cudaMemcpy(dst.ptr, src, bytes, cudaMemcpyHostToDevice);
     };
@@ -227,7 +237,8 @@ void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const F
 #endif
     if (variant == 0) {
         // The C API's own path; with grid_ctas, the same checks and launcher on that grid.
-        r.status = grid_ctas > 0 ? hattn::host::fwd_fp8_with_launch(&p, nullptr, hattn::host::launch_fwd_fp8_any, grid_ctas)
+        r.status = grid_ctas > 0 ? hattn::host::fwd_fp8_with_launch(&p, nullptr, hattn::host::launch_fwd_fp8_any, grid_ctas,
+                                                                    section_heads)
                                  : hattn_fwd_fp8(&p, nullptr);
     }
     ASSERT_EQ(r.status, HATTN_SUCCESS) << hattn_status_string(r.status);
@@ -311,7 +322,7 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     const Layout ol = layout_of(c.seqlen_q, c.heads_q, c.head_dim, c.strided, kOutSeqPad, kFp8BatchPad);
     hattn_fwd_fp8_params p = params_for(c, q.layout, k.layout, v.layout, ol);
     Result r;
-    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant, c.grid_ctas));
+    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant, c.grid_ctas, c.section_heads));
     const hattn::test::ReferenceResult ref = hattn::test::reference_attention_fp64(p, q.deq.data(), k.deq.data(), v.deq.data());
     double max_abs_v = 0;
     for (float x : v.deq) max_abs_v = std::max(max_abs_v, static_cast<double>(std::fabs(x)));
@@ -359,6 +370,10 @@ std::vector<Case> kernel_cases() {
         // Scores that jump at the walk's last block: twice as large (large lazy rescales), and
         // 2^10 times (far past the early exps' reach; the softmax is then one key per row).
         for (int jump : {1, 10}) all.push_back(k_jump({1, 2, 1, 300, 1000, d != 64, false, HATTN_DTYPE_BF16, d}, jump));
+        // Causal tile sections (sm90::TileScheduler): 6 pairs in sections of 4 and 2, and the
+        // automatic rule past the persistent grid's limit (one CTA per tile, one section of 6).
+        all.push_back(sectioned({2, 3, 1, 1000, 1000, true, false, HATTN_DTYPE_BF16, d}, 4));
+        all.push_back({2, 3, 1, 300, 4200, true, false, HATTN_DTYPE_BF16, d});
     }
 #ifdef HATTN_FP8_VARIANTS
     // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:

@@ -504,6 +504,9 @@ std::vector<Case> feature_cases() {
     cases.push_back(make_case(2, 72, 8, 130, 4096, 128, HATTN_DTYPE_BF16, false));  // 176-wide blocks, O in Q
     // Long sequences (GPU reference).
     cases.push_back(make_case(1, 2, 1, 8192, 8192, 256, HATTN_DTYPE_BF16, true));
+    // Causal past the persistent limit: 6 (head, batch) pairs in tile sections of 4 and 2
+    // (sm90::TileScheduler: 16 MB over 4 MB of K and V per head at d256).
+    cases.push_back(make_case(2, 3, 1, 300, 4097, 256, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(1, 2, 2, 16384, 16384, 128, HATTN_DTYPE_FP16, false));
     return finish(cases, 3);
 }
