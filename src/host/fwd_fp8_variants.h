@@ -29,8 +29,8 @@ struct Fp8VariantInfo {
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
-// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn" at 256 and "lazy_p2_c3_noturn" at 64. (The MUFU + FMA-pipe exp split, measured in
-// run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
+// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn" at 256 and "lazy_p2_c3_noturn" at 64.
+// (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
 // a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
