@@ -135,14 +135,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const uint32_t tid = blockIdx.x * blockDim.x + threadIdx.x;
     float x[kChains];
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) x[c] = hash_to_unit_nonzero(mix64(seed ^ (uint64_t(tid) * kChains + c)));
+    for (int c = 0; c < kChains; ++c)
+        x[c] = __uint_as_float(initial_value<ExpKind::kF32>(mix64(seed ^ (uint64_t(tid) * kChains + c))));
     uint32_t folded[kChains / 2] = {};
 
 #pragma unroll 2
     for (int it = 0; it < iterations; ++it) {
 #pragma unroll
         for (int c = 0; c < kChains; ++c) {
-            if constexpr (kWithExp) x[c] = __uint_as_float(__float_as_uint(ptx::ex2_approx_f32(x[c])) ^ sign_mask);
+            if constexpr (kWithExp) x[c] = __uint_as_float(chain_step<ExpKind::kF32>(__float_as_uint(x[c]), sign_mask, false));
             else x[c] = fmaf(a, x[c], b);
         }
 #pragma unroll

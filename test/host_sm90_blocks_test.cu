@@ -127,11 +127,17 @@ TEST(Sm90Scheduler, MakeSizesCausalSectionsToTheL2ShareAndKeepsFullMasksHeadByHe
     EXPECT_EQ(s.section_heads, 2) << "at most every pair";
     ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr, 3));
     EXPECT_EQ(s.section_heads, 3) << "the override";
+    int ctas = 0;
     ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr));
-    s.sections_only_for_one_cta_per_tile(s.num_tiles);
+    ASSERT_EQ(s.grid_ctas(s.num_tiles, false, &ctas), cudaSuccess);
+    EXPECT_EQ(ctas, s.num_tiles);
     EXPECT_EQ(s.section_heads, 4) << "one CTA per tile keeps the sections";
-    s.sections_only_for_one_cta_per_tile(s.num_tiles - 1);
+    ASSERT_EQ(s.grid_ctas(s.num_tiles - 1, false, &ctas), cudaSuccess);
+    EXPECT_EQ(ctas, s.num_tiles - 1);
     EXPECT_EQ(s.section_heads, 1) << "a walking grid takes the head-by-head order";
+    ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr, 3));
+    ASSERT_EQ(s.grid_ctas(s.num_tiles - 1, false, &ctas), cudaSuccess);
+    EXPECT_EQ(s.section_heads, 3) << "an override holds on any grid";
 }
 
 TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {

@@ -397,7 +397,7 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     const char* what = "querying the SM count";
     cudaError_t rc =
         scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
-    if (section_heads == 0) scheduler.sections_only_for_one_cta_per_tile(ctas);
+    // (After the grid: it settles the tile order the kernel walks.)
     const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
                          a.softmax_scale * kLog2e};
 

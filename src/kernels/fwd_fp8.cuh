@@ -757,7 +757,6 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     int ctas = 0;
     const char* what = "querying the SM count";
     rc = p.scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
-    if (a.section_heads == 0) p.scheduler.sections_only_for_one_cta_per_tile(ctas);
     if (rc == cudaSuccess) {
         what = "kernel launch";
         rc = launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {

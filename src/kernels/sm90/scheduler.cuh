@@ -42,6 +42,7 @@ struct TileScheduler {
     int num_tiles;     // num_m_blocks * heads_q * batch
     bool longest_first;
     int section_heads = 1;  // (head, batch) pairs per section, >= 1
+    bool sections_by_rule = false;  // make()'s causal rule chose section_heads (grid_ctas may undo it)
 
     __host__ __device__ Tile tile_at(int index) const {
         Tile t;
@@ -99,15 +100,8 @@ struct TileScheduler {
                                             : 1;
         section = section < 1 ? 1 : section > pairs ? pairs : section;
         s = TileScheduler{num_m_blocks, heads_q, heads_q / heads_kv, static_cast<int>(num_tiles), causal,
-                          static_cast<int>(section)};
+                          static_cast<int>(section), section_heads <= 0};
         return true;
-    }
-
-    // A grid of fewer CTAs than tiles walks them (walk() below), and its back-and-forth balances
-    // the head-by-head order; in the sections' order it measured 15-32% slower (causal 2k-4k,
-    // bench/RESULTS.md run 40d). The causal rule's sections are for one CTA per tile only.
-    void sections_only_for_one_cta_per_tile(int ctas) {
-        if (ctas < num_tiles) section_heads = 1;
     }
 
     // The tile of pass `pass` for CTA `cta` of `grid`; >= num_tiles once the CTA is done.
@@ -119,13 +113,19 @@ struct TileScheduler {
     // of the current device when `persistent` (short tiles spend much of their time starting up --
     // barriers, first loads, the pipeline's prologue and drain, the O store -- and a persistent
     // CTA overlaps that with its previous tile), else one per tile.
-    cudaError_t grid_ctas(int requested, bool persistent, int* ctas) const {
+    // A grid of fewer CTAs than tiles walks them (walk() above), and its back-and-forth balances
+    // the head-by-head order; in the sections' order it measured 15-32% slower (causal 2k-4k,
+    // bench/RESULTS.md run 40d). So on such a grid the causal rule's sections go back to one head.
+    cudaError_t grid_ctas(int requested, bool persistent, int* ctas) {
         *ctas = requested > 0 ? (requested < num_tiles ? requested : num_tiles) : num_tiles;
-        if (requested > 0 || !persistent) return cudaSuccess;
-        int device = 0, sms = 0;
-        cudaError_t rc = cudaGetDevice(&device);
-        if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if (rc == cudaSuccess && sms < num_tiles) *ctas = sms;
+        cudaError_t rc = cudaSuccess;
+        if (requested <= 0 && persistent) {
+            int device = 0, sms = 0;
+            rc = cudaGetDevice(&device);
+            if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+            if (rc == cudaSuccess && sms < num_tiles) *ctas = sms;
+        }
+        if (sections_by_rule && *ctas < num_tiles) section_heads = 1;
         return rc;
     }
 };
