@@ -16,7 +16,7 @@
 #              rounds, d 64/128/256 x seqlen 2k/8k/16k (SEQLENS) x full/causal, 16k tokens,
 #              heads = 2048 / d; the TFLOPS table, then each column's ratio to base (the plain
 #              path; the library's default is lazy_rowsum_early_noturn at d128, lazy_rowsum_noturn at d256,
-#              lazy_p2_c3_noturn at d64) and, with two grids or
+#              lazy_p2_c3_sturn at d64) and, with two grids or
 #              more, each grid's ratio to the first per variant LAST
 # Writes $OUT/summary.txt (printed last), $OUT/ab.txt and $OUT/logs.tgz (every log).
 #
@@ -54,7 +54,7 @@ SECONDS=0
 # Small cases of the variants that change the most (lazy rescale, two-level, row sums) at each head dim,
 # of the default d64 path (192-row tiles whose last slice lies past seqlen_q), and of the early exps'
 # recompute from shared memory (scores far past their reach).
-SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_twolevel:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq1000_sk300_d256_causal_bf16_lazy:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq1000_sk1000_d64_causal_bf16_lazy_twolevel_rowsum:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_rowsum:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d64_full_bf16:Cases/Fp8Kernel.*/b2_hq4_hkv1_sq1000_sk17_d64_causal_bf16_ctas3:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_full_bf16_kjump10_lazy_early:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d256_causal_bf16_kjump10_lazy_rowsum_early:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_causal_bf16_kjump10'
+SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_twolevel:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq1000_sk300_d256_causal_bf16_lazy:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq1000_sk1000_d64_causal_bf16_lazy_twolevel_rowsum:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_rowsum:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d64_full_bf16:Cases/Fp8Kernel.*/b2_hq4_hkv1_sq1000_sk17_d64_causal_bf16_ctas3:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_full_bf16_kjump10_lazy_early:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d256_causal_bf16_kjump10_lazy_rowsum_early:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_causal_bf16_kjump10:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_full_bf16_kjump10_lazy_rowsum_early_sturn'
 
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh  # limit, record, run, select_generator

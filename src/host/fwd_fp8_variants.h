@@ -26,10 +26,11 @@ struct Fp8VariantInfo {
     int pv_pad_rows = 0;         // P V at N = head_dim + this (fwd_fp8::Tuning::kPvPadRows, a rate probe)
     bool early_exp = false;      // exps before the block max is known (fwd_fp8::Tuning::kEarlyExp)
     bool ping_pong = true;       // the consumers take turns on the tensor cores (fwd_fp8::Tuning::kPingPong)
+    bool softmax_turns = false;  // ... around each softmax instead (fwd_fp8::Tuning::kSoftmaxTurns)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
-// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn" at 256 and "lazy_p2_c3_noturn" at 64.
+// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn" at 256 and "lazy_p2_c3_sturn" at 64.
 // (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
 // a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
@@ -42,7 +43,11 @@ struct Fp8VariantInfo {
 // rows' current references while the block max is found beside them (Tuning::kEarlyExp), on
 // lazy and on lazy_rowsum (on lazy_p2_c3 it spills 104 bytes, 620 without turns). _noturn: no
 // ping-pong turns between the consumers (the default at every head dim since run 40a; lazy_rowsum
-// with three consumers still spills 88 bytes without them).
+// with three consumers still spills 88 bytes without them). _sturn: the turns around each softmax
+// instead of each GEMM issue (Tuning::kSoftmaxTurns). Where the exps come after the block max
+// (not _early), ptxas sinks them below the turn's arrive, so the turn orders the warpgroups' row
+// maxima and their exps follow one another; with _early the turn holds the exps (run 41b: d64 c3
+// +3-7%, the default there since; d128 / d256 -6 to -9%).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -63,6 +68,9 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_early_noturn", true, false, 0, 0, true, false, 2, 0, true, false},
     {"lazy_rowsum_noturn", true, false, 0, 0, true, false, 2, 0, false, false},
     {"lazy_p2_c3_noturn", true, false, 0, 0, false, true, 3, 0, false, false},
+    {"lazy_rowsum_early_sturn", true, false, 0, 0, true, false, 2, 0, true, true, true},
+    {"lazy_rowsum_sturn", true, false, 0, 0, true, false, 2, 0, false, true, true},
+    {"lazy_p2_c3_sturn", true, false, 0, 0, false, true, 3, 0, false, true, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

@@ -115,8 +115,12 @@ constexpr int kPGainLog2 = 8;
 //   kPingPong        the consumer warpgroups take turns issuing their GEMMs (named barriers); off:
 //                    each issues when it is ready and the tensor pipe queues them (the default:
 //                    FP8's GEMMs take half its exps' time, so a turn only delays the issue)
+//   kSoftmaxTurns    (kPingPong) the turns guard each softmax instead of each GEMM issue: one
+//                    warpgroup exponentiates at a time, with its SM sub-partitions' whole MUFU
+//                    rate, while the others wait for their scores, convert P or issue (FP8's
+//                    contended unit is the MUFU, not the tensor pipe)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
-          int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true>
+          int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -125,6 +129,8 @@ struct Tuning {
     static constexpr int kPvPadRows = kPvPadRows_;
     static constexpr bool kEarlyExp = kEarlyExp_;
     static constexpr bool kPingPong = kPingPong_;
+    static constexpr bool kSoftmaxTurns = kSoftmaxTurns_;
+    static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
 };
 
@@ -135,11 +141,12 @@ struct Tuning {
 // lazy path, each alone -1 to -3%); at d = 64 three consumer warpgroups (default_consumers) with P
 // in two register sets, the one combination of the two that fits in 160 registers (run 38d: +13%
 // over two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more
-// registers, and P's two sets alone cost 5-8% at d128); at every head dim no ping-pong turns
-// (run 40a: +1-2% at d128, +1-2% at d256, +1-6% at d64 with three consumers, at 2k-16k).
+// registers, and P's two sets alone cost 5-8% at d128); no turns around the GEMM issue (run 40a:
+// +1-2% at d128, +1-2% at d256, +1-6% at d64, at 2k-16k), turns around each softmax at d = 64 only
+// (fp8_softmax_turns; run 41b: +3-7% there).
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim),
-                             kFp8PingPong>;
+                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim)>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -362,19 +369,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if constexpr (Opt::kRowSumMma) ptx::wgmma_fence_operand(l_part);
         };
         // (Tuning::kPingPong off: every warpgroup issues as soon as it is ready, no turns.)
+        // take_turn / pass_turn go around each GEMM issue, take_ / pass_softmax_turn around each
+        // softmax: Tuning::kSoftmaxTurns makes the second pair the turns and the first no-ops.
+        constexpr bool kGemmTurns = Opt::kPingPong && !Opt::kSoftmaxTurns;
         auto take_turn = [&]() {
-            if constexpr (Opt::kPingPong) me.my_turn.sync();
+            if constexpr (kGemmTurns) me.my_turn.sync();
         };
         auto pass_turn = [&]() {
-            if constexpr (Opt::kPingPong) me.next_turn.arrive();
+            if constexpr (kGemmTurns) me.next_turn.arrive();
+        };
+        // (bar.sync orders memory only: ptxas moves register arithmetic across it and would take
+        // the exps above the turn. With softmax turns the block's descales, which every exp's
+        // scale comes from, are read after the sync: no load moves above it.)
+        auto take_softmax_turn = [&]() {
+            if constexpr (Opt::kSoftmaxTurns) me.my_turn.sync();
+        };
+        auto pass_softmax_turn = [&]() {
+            if constexpr (Opt::kSoftmaxTurns) me.next_turn.arrive();
         };
         auto release = [&](auto& ring, const auto& state) {
             if (me.lane == 0) ring.consumer_release(state);
         };
 
         // The turn carries over from tile to tile, as in the 16-bit forward: both consumers of a
-        // tile see the same n_blocks and so take the same number of turns (n_blocks + 1, none when
-        // n_blocks is 0), and the rotation ends where it began (the last consumer hands to the
+        // tile see the same n_blocks and so take the same number of turns (n_blocks + 1 GEMM
+        // issues or n_blocks softmaxes, none when n_blocks is 0), and the rotation ends where it began (the last consumer hands to the
         // first). The first consumer can then issue tile t+1's first GEMM as soon as the last one
         // has issued tile t's last P V, instead of waiting at the end of tile t for that hand-over
         // before its own epilogue and then for a fresh grant. The last consumer grants the opening
@@ -521,7 +540,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (n_blocks > 0) {
                 // Prologue: S_0 alone, its softmax.
                 {
-                    const BlockDescales ds = load_descales(0);
+                    const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(0);
                     smem.k_ring.consumer_wait(k_state);
                     take_turn();
                     ptx::wgmma_fence();
@@ -533,7 +552,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     release(smem.k_ring, k_state);
                     k_state.advance();
                     if (n_masked > 0) mask(0);
+                    take_softmax_turn();
+                    const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(0) : ds_top;
                     softmax_update(ds, std::false_type{}, [] {});  // (no reference yet to take the exps against)
+                    pass_softmax_turn();
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                 }
                 auto v_release = v_state;
@@ -541,7 +563,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // Steady state, as the 16-bit forward: S_it and P_{it-1} V_{it-1} issued together.
                 // `in`: the register set P_{it-1} is in (two sets: block it's P goes to the other).
                 auto step = [&](int it, auto masked, auto in) {
-                    const BlockDescales ds = load_descales(it);
+                    const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(it);
                     const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(it - 1)];  // plain: O's unit
                     smem.k_ring.consumer_wait(k_state);
                     smem.v_ring.consumer_wait(v_state);
@@ -564,10 +586,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     }
                     v_state.advance();
                     if constexpr (decltype(masked)::value) mask(it);
+                    take_softmax_turn();
+                    const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(it) : ds_top;
                     softmax_update(ds, std::bool_constant<Opt::kEarlyExp>{}, [&] {
                         scores_from_shared_e4m3<kBlockN>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
                         if constexpr (decltype(masked)::value) mask(it);
                     });
+                    pass_softmax_turn();
                     if constexpr (Opt::kEarlyExp) {  // (the redo reads K)
                         release(smem.k_ring, k_state);
                         k_state.advance();

@@ -23,9 +23,12 @@ constexpr bool row_sums_of_e4m3_p(int head_dim) { return head_dim >= 128; }
 // Head dims whose default kernel takes the early exps (fwd_fp8::Tuning's kEarlyExp): +7% at d128
 // with the row sums above (run 39c), -2% at d256, no registers at d64's three consumers.
 constexpr bool early_exps(int head_dim) { return head_dim == 128; }
-// Whether the default kernels' consumer warpgroups take turns issuing their GEMMs (fwd_fp8::Tuning's
-// kPingPong): not at any head dim (run 40a: +1-6% without, at 2k-16k and d 64/128/256).
-constexpr bool kFp8PingPong = false;
+// Where the default kernels' consumer warpgroups take turns (fwd_fp8::Tuning's kPingPong and
+// kSoftmaxTurns): never around the GEMM issue (run 40a: +1-6% without, at 2k-16k and d 64/128/256);
+// around each softmax at d64 (run 41b: +3-7% over no turns with its three consumers, which then
+// find their row maxima one after the other and so start their exps staggered), not at d128/d256
+// (run 41b: -6 to -9%: there the turn holds the exps too, and the MUFU is not what they wait for).
+constexpr bool fp8_softmax_turns(int head_dim) { return head_dim <= 64; }
 
 struct Fp8FwdArgs {
     const void* q = nullptr;  // e4m3 [batch, seqlen_q, heads_q, head_dim]
