@@ -73,6 +73,13 @@
 #include "kernels/sm90/scheduler.cuh"
 #include "kernels/sm90/vt_e4m3.cuh"
 #include "kernels/sm90/softmax_block_scaled.cuh"
+
+// A timeline probe (bench/fwd_fp8_trace.cu) defines HATTN_FP8_TRACE_POINT(consumer, warp, pass,
+// step, point) before including this file to stamp the clock at the steady state's steps; the
+// library's kernels leave it empty.
+#ifndef HATTN_FP8_TRACE_POINT
+#define HATTN_FP8_TRACE_POINT(consumer, warp, pass, step, point)
+#endif
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/fence.cuh"
@@ -563,23 +570,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // Steady state, as the 16-bit forward: S_it and P_{it-1} V_{it-1} issued together.
                 // `in`: the register set P_{it-1} is in (two sets: block it's P goes to the other).
                 auto step = [&](int it, auto masked, auto in) {
+                    HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 0);
                     const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(it);
                     const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(it - 1)];  // plain: O's unit
                     smem.k_ring.consumer_wait(k_state);
                     smem.v_ring.consumer_wait(v_state);
+                    HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 1);
                     ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
                     fence_pv();
+                    HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 2);
                     if (it >= 2) {
                         release(smem.v_ring, v_release);
                         v_release.advance();
                     }
                     rescale_o(v_ds);
                     if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
+                    HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 3);
                     issue_qk_then_pv(
                         take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage, in); }, pass_turn);
                     inv_v_in_flight = inv_v_next;
+                    HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 4);
                     ptx::wgmma_wait_group<1>();
                     ptx::wgmma_fence_operand(s);
+                    HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 5);
                     if constexpr (!Opt::kEarlyExp) {
                         release(smem.k_ring, k_state);
                         k_state.advance();
@@ -593,6 +606,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         if constexpr (decltype(masked)::value) mask(it);
                     });
                     pass_softmax_turn();
+                    HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 6);
                     if constexpr (Opt::kEarlyExp) {  // (the redo reads K)
                         release(smem.k_ring, k_state);
                         k_state.advance();

@@ -114,7 +114,9 @@ __device__ __forceinline__ void issue_qk_then_pv(TakeTurn&& take_turn, GemmQk&& 
     ptx::wgmma_fence();
     gemm_qk();
     ptx::wgmma_commit_group();
+#ifndef HATTN_QK_PV_ONE_FENCE
     ptx::wgmma_fence();
+#endif
     gemm_pv();
     ptx::wgmma_commit_group();
     pass_turn();
