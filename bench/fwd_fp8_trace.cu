@@ -1,17 +1,18 @@
 // hattn/bench/fwd_fp8_trace.cu -- where the FP8 forward's steady-state step spends its time: the
-// default kernel of one head dim, built in this file with clock stamps at six points of every
-// step (src/kernels/fwd_fp8.cuh's HATTN_FP8_TRACE_POINT), run on one shape; lane 0 of every
-// consumer warp of the first kTraceCtas CTAs records its first tile's first kTraceSteps steps.
+// default d128 kernel, built in this file with clock stamps at seven points of every step
+// (src/kernels/fwd_fp8.cuh's HATTN_FP8_TRACE_POINT), run on one shape; lane 0 of every consumer
+// warp of the first trace::kCtas CTAs records its first tile's first trace::kSteps steps.
 //
 //   fwd_fp8_trace [--seqlen N] [--causal]      (head_dim 128, 16k tokens, 16 heads)
 //
-// Points of step `it`: 0 top, 1 K and V slots full, 2 P_{it-2} V_{it-2} done, 3 P_{it-1} in
-// e4m3 (O rescaled when due), 4 S_it and P_{it-1} V_{it-1} issued, 5 S_it done, 6 its softmax
-// done. (A stamp between the two GEMMs' wgmmas makes ptxas inject warpgroup.arrives.) Prints, averaged over the traced
-// warps and steps 8..kTraceSteps-2, each segment's cycles and the step's period per consumer;
-// how much of one consumer's softmax overlaps the other's on the same SM sub-partition (warp w of
-// each warpgroup shares scheduler w); the spread of the four warps of a warpgroup at the issue;
-// and the traced kernel's time beside the library's (the stamps' own cost).
+// Points of step `it`: 0 top, 1 K and V slots full, 2 P_{it-2} V_{it-2} done, 3 P_{it-1} in e4m3
+// (O rescaled when due), 4 S_it and P_{it-1} V_{it-1} issued, 5 S_it done, 6 its softmax done.
+// (No stamp between the two GEMMs' wgmmas: one there makes ptxas inject warpgroup.arrives.)
+// Prints, averaged over the traced warps and steps kFirstStep..kSteps-2: each segment's cycles
+// and the step's period per consumer; how much of one consumer's softmax overlaps the other's on
+// the same SM sub-partition (warp w of each warpgroup shares scheduler w); the spread of a
+// warpgroup's four warps after the issue; and the traced kernel's time beside the library's (the
+// stamps' own cost: within 1% on an H200). Built with HATTN_FP8_VARIANTS (bench/CMakeLists.txt).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

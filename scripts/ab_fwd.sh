@@ -37,7 +37,6 @@ defs() {
     c2) echo "${D}D64_CONSUMERS=2" ;;  # d64 with two consumer warpgroups (128-row tiles)
     d64n96) echo "${D}D64_BLOCK_N=96" ;;  # d64 with 96-key blocks
     sections) echo "${D}CAUSAL_SECTIONS=1" ;;  # causal tiles in sections of heads, longest first across each
-    onefence) echo "-DHATTN_QK_PV_ONE_FENCE" ;;  # no wgmma.fence between S's and P V's wgmmas of one issue
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }

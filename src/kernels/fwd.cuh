@@ -269,8 +269,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     auto step = [&](int it, auto masked) {
                         // Both mbarrier waits come before the GEMMs: a wait loop between two
                         // wgmma batches makes ptxas inject an extra warpgroup.arrive.
-                        smem.k_ring.consumer_wait(k_state);
-                        smem.v_ring.consumer_wait(v_state);
+                        consumer_wait_both(smem.k_ring, k_state, smem.v_ring, v_state);
                         ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2} (none at it = 1)
                         ptx::wgmma_fence_operand(o);
                         if (it >= 2) {

@@ -573,8 +573,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 0);
                     const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(it);
                     const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(it - 1)];  // plain: O's unit
-                    smem.k_ring.consumer_wait(k_state);
-                    smem.v_ring.consumer_wait(v_state);
+                    consumer_wait_both(smem.k_ring, k_state, smem.v_ring, v_state);
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 1);
                     ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
                     fence_pv();

@@ -65,6 +65,19 @@ struct Ring {
     __device__ __forceinline__ void consumer_release(const State& st) { ptx::mbarrier_arrive(&empty[st.stage]); }
 };
 
+// A consumer's waits for two slots at once (K_it and V_{it-1}): both probed first, so the two
+// probes' latencies overlap when the data has long landed (the steady state's case); a slot not
+// yet full is then waited for as usual.
+template <class RingA, class RingB>
+__device__ __forceinline__ void consumer_wait_both(RingA& a, const typename RingA::State& sa, RingB& b,
+                                                   const typename RingB::State& sb) {
+    const bool full_a = ptx::mbarrier_try_wait_parity(&a.full[sa.stage], sa.phase);
+    const bool full_b = ptx::mbarrier_try_wait_parity(&b.full[sb.stage], sb.phase);
+    if (full_a && full_b) return;
+    a.consumer_wait(sa);
+    b.consumer_wait(sb);
+}
+
 // setmaxnreg's split of the SM's 64K registers between one producer warpgroup, which only
 // computes coordinates, and `consumers` (2 or 3) consumer warpgroups, which hold O, S and P:
 // 2 consumers 128 x 24 + 256 x 240 = 64512; 3 consumers 128 x 32 + 384 x 160 = 65536.
@@ -114,9 +127,7 @@ __device__ __forceinline__ void issue_qk_then_pv(TakeTurn&& take_turn, GemmQk&& 
     ptx::wgmma_fence();
     gemm_qk();
     ptx::wgmma_commit_group();
-#ifndef HATTN_QK_PV_ONE_FENCE
     ptx::wgmma_fence();
-#endif
     gemm_pv();
     ptx::wgmma_commit_group();
     pass_turn();
