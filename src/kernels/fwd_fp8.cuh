@@ -73,13 +73,6 @@
 #include "kernels/sm90/scheduler.cuh"
 #include "kernels/sm90/vt_e4m3.cuh"
 #include "kernels/sm90/softmax_block_scaled.cuh"
-
-// A timeline probe (bench/fwd_fp8_trace.cu) defines HATTN_FP8_TRACE_POINT(consumer, warp, pass,
-// step, point) before including this file to stamp the clock at the steady state's steps; the
-// library's kernels leave it empty.
-#ifndef HATTN_FP8_TRACE_POINT
-#define HATTN_FP8_TRACE_POINT(consumer, warp, pass, step, point)
-#endif
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/fence.cuh"
@@ -87,6 +80,13 @@
 #include "ptx/tma.cuh"
 #include "ptx/warp.cuh"
 #include "ptx/wgmma.cuh"
+
+// A timeline probe (bench/fwd_fp8_trace.cu) defines HATTN_FP8_TRACE_POINT(consumer, warp, pass,
+// step, point) before including this file to stamp the clock at the steady state's steps; the
+// library's kernels leave it empty.
+#ifndef HATTN_FP8_TRACE_POINT
+#define HATTN_FP8_TRACE_POINT(consumer, warp, pass, step, point)
+#endif
 
 namespace hattn::fwd_fp8 {
 
@@ -122,10 +122,10 @@ constexpr int kPGainLog2 = 8;
 //   kPingPong        the consumer warpgroups take turns issuing their GEMMs (named barriers); off:
 //                    each issues when it is ready and the tensor pipe queues them (the default:
 //                    FP8's GEMMs take half its exps' time, so a turn only delays the issue)
-//   kSoftmaxTurns    (kPingPong) the turns guard each softmax instead of each GEMM issue: one
-//                    warpgroup exponentiates at a time, with its SM sub-partitions' whole MUFU
-//                    rate, while the others wait for their scores, convert P or issue (FP8's
-//                    contended unit is the MUFU, not the tensor pipe)
+//   kSoftmaxTurns    (kPingPong) the turns guard each softmax instead of each GEMM issue, so the
+//                    warpgroups' softmaxes follow one another (at d = 64, where ptxas sinks the
+//                    exps below the arrive, the turn holds the row max: +3-7%, run 41b; with the
+//                    early exps it holds the exps too and loses 6-9% at d = 128)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false>
 struct Tuning {
@@ -400,8 +400,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
         // The turn carries over from tile to tile, as in the 16-bit forward: both consumers of a
         // tile see the same n_blocks and so take the same number of turns (n_blocks + 1 GEMM
-        // issues or n_blocks softmaxes, none when n_blocks is 0), and the rotation ends where it began (the last consumer hands to the
-        // first). The first consumer can then issue tile t+1's first GEMM as soon as the last one
+        // issues or n_blocks softmaxes, none when n_blocks is 0), and the rotation ends where it
+        // began (the last consumer hands to the first). The first consumer can then issue tile t+1's first GEMM as soon as the last one
         // has issued tile t's last P V, instead of waiting at the end of tile t for that hand-over
         // before its own epilogue and then for a fresh grant. The last consumer grants the opening
         // turn once per walk; the first consumer's barrier is then one arrival richer than its
