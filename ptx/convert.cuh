@@ -16,6 +16,12 @@ __device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "n"(kSelector));
     return d;
 }
+// The same with the selector in a register: for a permutation that differs from lane to lane.
+__device__ __forceinline__ uint32_t prmt_b32(uint32_t a, uint32_t b, uint32_t selector) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+    return d;
+}
 
 // PTX ISA 9.7.9.21 cvt.rn.bf16x2.f32: d = {hi: b, lo: a}
 __device__ __forceinline__ uint32_t cvt_rn_bf16x2_f32(float lo, float hi) {

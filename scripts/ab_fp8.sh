@@ -12,6 +12,7 @@
 #   tests      fwd_fp8_test once (the default path's cases + a set per variant against float64),
 #              in 4 shards at once (the float64 reference is CPU-bound)
 #   memcheck   compute-sanitizer memcheck on a few variant cases
+#   racecheck, synccheck  the same on the in-kernel V transpose's cases (TV_SANITIZE_FILTER)
 #   ab         bench/fwd_fp8_ab: every variant (on every grid of GRIDS) interleaved, best of 3
 #              rounds, d 64/128/256 x seqlen 2k/8k/16k (SEQLENS) x full/causal, 16k tokens,
 #              heads = 2048 / d; the TFLOPS table, then each column's ratio to base (the plain
@@ -56,6 +57,12 @@ SECONDS=0
 # recompute from shared memory (scores far past their reach).
 SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_twolevel:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq1000_sk300_d256_causal_bf16_lazy:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq1000_sk1000_d64_causal_bf16_lazy_twolevel_rowsum:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_rowsum:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq17_sk17_d64_full_bf16:Cases/Fp8Kernel.*/b2_hq4_hkv1_sq1000_sk17_d64_causal_bf16_ctas3:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_full_bf16_kjump10_lazy_early:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d256_causal_bf16_kjump10_lazy_rowsum_early:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_causal_bf16_kjump10:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq300_sk1000_d128_full_bf16_kjump10_lazy_rowsum_early_sturn'
 
+# The in-kernel V transpose (the _tv variants: staging ring, transposer warps, the end-of-walk slot)
+# under racecheck and synccheck as well: one case per head dim and a persistent walk of several
+# tiles per CTA (causal, then GQA strided).
+TV_SANITIZE_FILTER='Cases/Fp8Kernel.*/b1_hq2_hkv2_sq700_sk200_d128_causal_bf16_lazy_rowsum_early_noturn_tv:Cases/Fp8Kernel.*/b1_hq2_hkv2_sq1000_sk300_d256_causal_bf16_lazy_rowsum_noturn_tv:Cases/Fp8Kernel.*/b1_hq2_hkv1_sq1000_sk1000_d64_causal_bf16_lazy_p2_c3_sturn_tv:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1000_sk1000_d128_causal_bf16_ctas2_lazy_rowsum_early_noturn_tv:Cases/Fp8Kernel.*/b2_hq4_hkv1_sq1000_sk1000_d64_full_strided_bf16_ctas3_lazy_p2_c3_sturn_tv'
+SANITIZE_FILTER="$SANITIZE_FILTER:$TV_SANITIZE_FILTER"
+
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh  # limit, record, run, select_generator
 
@@ -99,6 +106,9 @@ if [ "$BUILD_OK" -eq 1 ]; then
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ -x "$SAN" ]; then
     run memcheck 40 "$SAN" --tool memcheck --error-exitcode 1 "$BUILD_DIR/test/fwd_fp8_test" --gtest_filter="$SANITIZE_FILTER"
+    for tool in racecheck synccheck; do
+      run "$tool" 40 "$SAN" --tool "$tool" --error-exitcode 1 "$BUILD_DIR/test/fwd_fp8_test" --gtest_filter="$TV_SANITIZE_FILTER"
+    done
   else
     record memcheck "SKIPPED (no compute-sanitizer)" 0
   fi
@@ -115,7 +125,7 @@ fi
       "$(grep -cE '^\[  SKIPPED \] .*\([0-9]+ ms\)$' "$LOGS/$t.log")" "$SHARDS"
     grep -E '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/$t.log" | head -12 | sed 's/^/    /'
   done
-  for t in memcheck; do
+  for t in memcheck racecheck synccheck; do
     [ -f "$LOGS/$t.log" ] || continue
     line=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$LOGS/$t.log" | tr '\n' ' ')
     san=$(grep -E 'ERROR SUMMARY' "$LOGS/$t.log" | tail -1)

@@ -27,6 +27,7 @@ struct Fp8VariantInfo {
     bool early_exp = false;      // exps before the block max is known (fwd_fp8::Tuning::kEarlyExp)
     bool ping_pong = true;       // the consumers take turns on the tensor cores (fwd_fp8::Tuning::kPingPong)
     bool softmax_turns = false;  // ... around each softmax instead (fwd_fp8::Tuning::kSoftmaxTurns)
+    bool transpose_v = false;    // V's rows transposed inside the kernel (fwd_fp8::Tuning::kTransposeV)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -47,7 +48,9 @@ struct Fp8VariantInfo {
 // instead of each GEMM issue (Tuning::kSoftmaxTurns). Where the exps come after the block max
 // (not _early), ptxas sinks them below the turn's arrive, so the turn orders the warpgroups' row
 // maxima and their exps follow one another; with _early the turn holds the exps (run 41b: d64 c3
-// +3-7%, the default there since; d128 / d256 -6 to -9%).
+// +3-7%, the default there since; d128 / d256 -6 to -9%). _tv: the head dims' defaults with V's rows
+// transposed inside the kernel by the producer warpgroup (Tuning::kTransposeV; given V^T, they run
+// their base variant's kernel).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -71,6 +74,9 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_early_sturn", true, false, 0, 0, true, false, 2, 0, true, true, true},
     {"lazy_rowsum_sturn", true, false, 0, 0, true, false, 2, 0, false, true, true},
     {"lazy_p2_c3_sturn", true, false, 0, 0, false, true, 3, 0, false, true, true},
+    {"lazy_rowsum_early_noturn_tv", true, false, 0, 0, true, false, 2, 0, true, false, false, true},
+    {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, 0, false, false, false, true},
+    {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

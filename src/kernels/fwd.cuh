@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
             produce_forward_tiles<kBlockM, kBlockN, Cfg::KvTile::kTxBytes>(
-                p.scheduler, p.mask, smem, &tmap_q, &tmap_k, [&](int stage, uint64_t* full, const Tile& t, int key0) {
+                p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_ring, [&](int stage, uint64_t* full, const Tile& t, int key0) {
                     smem.v[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);
                 });
         }

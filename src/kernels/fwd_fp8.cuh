@@ -126,8 +126,13 @@ constexpr int kPGainLog2 = 8;
 //                    warpgroups' softmaxes follow one another (at d = 64, where ptxas sinks the
 //                    exps below the arrive, the turn holds the row max: +3-7%, run 41b; with the
 //                    early exps it holds the exps too and loses 6-9% at d = 128)
+//   kTransposeV      V's rows (not V^T) from global memory: TMA lands each block's rows in a staging
+//                    slot and the producer warpgroup's three other warps write its V^T slot
+//                    (sm90::transpose_v_tile), instead of a transpose pass before the kernel; a
+//                    caller's V^T (v_transposed) runs the same kernel without it
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
-          int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false>
+          int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
+          bool kTransposeV_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -137,6 +142,9 @@ struct Tuning {
     static constexpr bool kEarlyExp = kEarlyExp_;
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kSoftmaxTurns = kSoftmaxTurns_;
+    static constexpr bool kTransposeV = kTransposeV_;
+    using WithoutTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
+                                     kPingPong_, kSoftmaxTurns_, false>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
 };
@@ -176,11 +184,24 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using VtSlot = std::conditional_t<(Opt::kPvPadRows > 0), TileWithExtraRows<VtTile, Opt::kPvPadRows>, VtTile>;
     // kRowSumMma's B operand: kRowSumCols rows of kBlockN ones, K-major like V^T.
     using OnesTile = std::conditional_t<Opt::kRowSumMma, SwizzledTile<E4m3, kRowSumCols, Shape::kBlockN, kVtSpan>, NoTile>;
+    // kTransposeV: V's rows staged as a K tile is (TMA), two slots: a block's rows land while
+    // the previous one is transposed. The same kernel on a caller's V^T: VtConfig.
+    static constexpr int kVRowStages = 2;
+    static constexpr int kTransposeWarps = kWarpgroupThreads / 32 - 1;  // the producer's warps but the TMA one
+    using VRowTile = std::conditional_t<Opt::kTransposeV, KTile, NoTile>;
+    // The transposers' loop needs about 24 registers (two rings' states, two tiles, the lane's
+    // addresses and permutes, 8 words) and ptxas spills one or two at 24, so with two consumers
+    // they take setmaxnreg's next split, 128 x 40 + 256 x 232 (three consumers give it 32 anyway).
+    static constexpr bool kWideProducer = Opt::kTransposeV && Shape::kConsumers == 2;
+    static constexpr uint32_t kProducerRegs = kWideProducer ? 40 : Shape::kProducerRegs;
+    static constexpr uint32_t kConsumerRegs = kWideProducer ? 232 : Shape::kConsumerRegs;
+    using VtConfig = Config<kHeadDim_, OElem_, kConsumers_, kBlockN_, kStages_, typename Opt::WithoutTransposeV>;
     // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
     static constexpr int kQStages =
-        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtSlot)) + sizeof(OTile) + sizeof(OnesTile) + 2 * kSharedAlign <=
+        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtSlot)) + sizeof(OTile) + sizeof(OnesTile) +
+                    kVRowStages * sizeof(VRowTile) + 2 * kSharedAlign <=
                 kMaxSharedBytes
             ? 2
             : 1;
@@ -210,9 +231,12 @@ struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::KTile k[Cfg::kStages];
     typename Cfg::VtSlot vt[Cfg::kStages];
     typename Cfg::OTile o;
+    typename Cfg::VRowTile v_rows[Cfg::kVRowStages];  // kTransposeV only
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
+    Ring<Cfg::kVRowStages> v_rows_ring;  // kTransposeV only
+    uint32_t v_rows_end[Cfg::kVRowStages];  // kTransposeV: the walk's end, after its last V block
     typename Cfg::OnesTile ones;  // kRowSumMma only
 };
 
@@ -278,7 +302,7 @@ __global__ void __launch_bounds__(kTransposeThreads)
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_fp8_kernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
-                   const __grid_constant__ CUtensorMap tmap_vt, const __grid_constant__ CUtensorMap tmap_o,
+                   const __grid_constant__ CUtensorMap tmap_v, const __grid_constant__ CUtensorMap tmap_o,
                    const KernelParams p) {
     using OElem = typename Cfg::OElem;
     constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
@@ -299,10 +323,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (Cfg::Opt::kRowSumMma || Cfg::Opt::kPvPadRows > 0) ptx::fence_proxy_async_shared_cta();
     // O has its own staging buffer, so Q is free after the last QK^T (one lane per consumer warp).
     init_barriers([&] {
-        prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_vt, &tmap_o);
+        prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_v, &tmap_o);
         smem.q_ring.init(kConsumerWarps);
         smem.k_ring.init(kConsumerWarps);
-        smem.v_ring.init(kConsumerWarps);
+        smem.v_ring.init(kConsumerWarps, Cfg::Opt::kTransposeV ? Cfg::kTransposeWarps : 1);
+        if constexpr (Cfg::Opt::kTransposeV) {
+            smem.v_rows_ring.init(Cfg::kTransposeWarps);
+            for (int s = 0; s < Cfg::kVRowStages; ++s) smem.v_rows_end[s] = 0;
+        }
     });
 
     // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
@@ -311,10 +339,49 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
-            produce_forward_tiles<kBlockM, kBlockN, Cfg::VtTile::kTxBytes>(
-                p.scheduler, p.mask, smem, &tmap_q, &tmap_k, [&](int stage, uint64_t* full, const Tile& t, int key0) {
-                    smem.vt[stage].load_at(&tmap_vt, full, key0, 0, t.kv_head, t.batch);  // V^T: columns are keys
-                });
+            if constexpr (Cfg::Opt::kTransposeV) {
+                const auto end = produce_forward_tiles<kBlockM, kBlockN, Cfg::VRowTile::kTxBytes>(
+                    p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_rows_ring,
+                    [&](int stage, uint64_t* full, const Tile& t, int key0) {
+                        smem.v_rows[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);  // V's rows, like K's
+                    });
+                // The walk's end for the transposers (so they need not walk the tiles themselves):
+                // one more staging slot, with no bytes and its flag set before the arrival.
+                smem.v_rows_ring.producer_wait_empty(end);
+                smem.v_rows_end[end.stage] = 1;
+                smem.v_rows_ring.producer_commit(end);
+            } else {
+                produce_forward_tiles<kBlockM, kBlockN, Cfg::VtTile::kTxBytes>(
+                    p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_ring,
+                    [&](int stage, uint64_t* full, const Tile& t, int key0) {
+                        smem.vt[stage].load_at(&tmap_v, full, key0, 0, t.kv_head, t.batch);  // V^T: columns are keys
+                    });
+            }
+        } else if constexpr (Cfg::Opt::kTransposeV) {
+            if (threadIdx.x / 32 > 0) {
+                // The transposers: each V block, in the TMA thread's order, from its staging slot
+                // into its V^T slot once the consumers have released that (stmatrix writes through
+                // the generic proxy, wgmma reads through the async one: each lane fences, then one
+                // arrival per warp), until the slot that marks the walk's end.
+                const uint32_t warp = threadIdx.x / 32 - 1;
+                typename Ring<Cfg::kVRowStages>::State rows_state;
+                typename Ring<Cfg::kStages>::State vt_state;
+                for (;;) {
+                    smem.v_rows_ring.consumer_wait(rows_state);
+                    if (ptx::ld_shared_b32(&smem.v_rows_end[rows_state.stage]) != 0) break;
+                    smem.v_ring.producer_wait_empty(vt_state);
+                    auto& vt = static_cast<typename Cfg::VtTile&>(smem.vt[vt_state.stage]);
+                    transpose_v_tile<Cfg::kTransposeWarps>(smem.v_rows[rows_state.stage], vt, warp);
+                    ptx::fence_proxy_async_shared_cta();
+                    __syncwarp();
+                    if (threadIdx.x % 32 == 0) {
+                        smem.v_ring.producer_commit(vt_state);
+                        smem.v_rows_ring.consumer_release(rows_state);
+                    }
+                    rows_state.advance();
+                    vt_state.advance();
+                }
+            }
         }
     } else {
         // ================================ consumers ===============================
@@ -754,7 +821,12 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
         if (error) *error = "launch_fwd_fp8: head_dim mismatch";
         return cudaErrorInvalidValue;
     }
-    cudaError_t rc = a.v_transposed ? cudaSuccess : launch_transpose_v<Cfg::kHeadDim>(a, stream, error);
+    if constexpr (Cfg::Opt::kTransposeV) {
+        if (a.v_transposed) return launch_fwd_fp8<typename Cfg::VtConfig>(a, stream, error);  // nothing to transpose
+    }
+    // V rows: into V^T in the workspace first, unless the kernel transposes them itself.
+    cudaError_t rc =
+        a.v_transposed || Cfg::Opt::kTransposeV ? cudaSuccess : launch_transpose_v<Cfg::kHeadDim>(a, stream, error);
     if (rc != cudaSuccess) return rc;
 
     using OElem = typename Cfg::OElem;
@@ -766,11 +838,14 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     // V^T as a 4-D map {keys, head_dim, heads_kv, batch}: "rows" are head dims.
     const BshdTensor vt{a.vt, static_cast<int>(keys), Cfg::kHeadDim, a.heads_kv, a.batch, keys, Cfg::kHeadDim * keys,
                         static_cast<int64_t>(a.heads_kv) * Cfg::kHeadDim * keys};
+    const BshdTensor v{a.v, Cfg::kHeadDim, a.seqlen_k, a.heads_kv, a.batch, a.v_seq_stride, a.v_head_stride, a.v_batch_stride};
     const BshdTensor o{a.o, Cfg::kHeadDim, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride, a.o_batch_stride};
-    CUtensorMap tq, tk, tvt, to;
+    CUtensorMap tq, tk, tv, to;  // tv: V^T, or V's rows (kTransposeV)
+    const bool v_map_ok = Cfg::Opt::kTransposeV
+                              ? make_bshd_map(&tv, v, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockN, error, QTile::kTmaSwizzle)
+                              : make_bshd_map(&tv, vt, E4m3::kTmaType, VtTile::kAtomCols, Cfg::kHeadDim, error, VtTile::kTmaSwizzle);
     if (!make_bshd_map(&tq, q, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockM, error, QTile::kTmaSwizzle) ||
-        !make_bshd_map(&tk, k, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockN, error, QTile::kTmaSwizzle) ||
-        !make_bshd_map(&tvt, vt, E4m3::kTmaType, VtTile::kAtomCols, Cfg::kHeadDim, error, VtTile::kTmaSwizzle) ||
+        !make_bshd_map(&tk, k, E4m3::kTmaType, QTile::kAtomCols, Cfg::kBlockN, error, QTile::kTmaSwizzle) || !v_map_ok ||
         !make_bshd_map(&to, o, OElem::kTmaType, Cfg::OTile::kAtomCols, kMmaM, error)) {
         return cudaErrorInvalidValue;
     }
@@ -798,7 +873,7 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     if (rc == cudaSuccess) {
         what = "kernel launch";
         rc = launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {
-            fwd_fp8_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tvt, to, p);
+            fwd_fp8_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
             return cudaGetLastError();
         });
     }

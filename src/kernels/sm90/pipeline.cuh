@@ -43,10 +43,12 @@ struct Ring {
     uint64_t full[kStages];
     uint64_t empty[kStages];
 
-    // By one thread, before the CTA-wide barrier that publishes every mbarrier.
-    __device__ __forceinline__ void init(uint32_t consumer_arrivals) {
+    // By one thread, before the CTA-wide barrier that publishes every mbarrier. producer_arrivals:
+    // 1 for a TMA producer (its arrive.expect_tx); the number of writing warps for a slot that
+    // threads fill (each arrives once, producer_commit).
+    __device__ __forceinline__ void init(uint32_t consumer_arrivals, uint32_t producer_arrivals = 1) {
         for (int s = 0; s < kStages; ++s) {
-            ptx::mbarrier_init(&full[s], 1);
+            ptx::mbarrier_init(&full[s], producer_arrivals);
             ptx::mbarrier_init(&empty[s], consumer_arrivals);
         }
     }
@@ -59,6 +61,11 @@ struct Ring {
         ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes);
         return &full[st.stage];
     }
+
+    // A producer that writes the slot with its own threads: wait until it is empty, write it, then
+    // (after the writes are fenced for their readers) one arrival per writing warp.
+    __device__ __forceinline__ void producer_wait_empty(const State& st) { ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u); }
+    __device__ __forceinline__ void producer_commit(const State& st) { ptx::mbarrier_arrive(&full[st.stage]); }
 
     // Consumer: wait for the slot's data; release it once the last wgmma reading it completed.
     __device__ __forceinline__ void consumer_wait(const State& st) { ptx::mbarrier_wait(&full[st.stage], st.phase); }

@@ -132,18 +132,19 @@ struct TileScheduler {
 
 // The forward kernels' TMA thread: for every tile of this CTA, Q once (even for a tile with nothing
 // to attend to, so that Q's phases never depend on the mask), then its KV blocks from the last to
-// the first (load_kv_blocks: K one block ahead of V). smem holds q[] / q_ring, k[] / k_ring and
-// v_ring; the V tile differs per kernel (V or V^T), so load_v(slot, full barrier, tile, key0)
-// issues it, kVTxBytes being its size.
-template <int kBlockM, int kBlockN, uint32_t kVTxBytes, class MaskT, class Smem, class LoadV>
-__device__ __forceinline__ void produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
+// the first (load_kv_blocks: K one block ahead of V). smem holds q[] / q_ring and k[] / k_ring;
+// the V tile differs per kernel (V, V^T, or the FP8 forward's V rows staged for its in-kernel
+// transpose), so v_ring is the ring its slots belong to and load_v(slot, full barrier, tile, key0)
+// issues it, kVTxBytes being its size. Returns v_ring's state after the last V load (the next slot).
+template <int kBlockM, int kBlockN, uint32_t kVTxBytes, class MaskT, class Smem, class VRing, class LoadV>
+__device__ __forceinline__ typename VRing::State produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
                                                       const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
-                                                      LoadV&& load_v) {
+                                                      VRing& v_ring, LoadV&& load_v) {
     using QTile = std::remove_reference_t<decltype(smem.q[0])>;
     using KTile = std::remove_reference_t<decltype(smem.k[0])>;
     typename decltype(smem.q_ring)::State q_state;
     typename decltype(smem.k_ring)::State k_state;
-    typename decltype(smem.v_ring)::State v_state;
+    typename VRing::State v_state;
     Tile t;
     int m0, n_blocks;
     for (int pass = 0; scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, mask, t, m0, n_blocks); ++pass) {
@@ -155,11 +156,12 @@ __device__ __forceinline__ void produce_forward_tiles(const TileScheduler& sched
             k_state.advance();
         };
         auto load_v_block = [&](int it) {
-            load_v(v_state.stage, smem.v_ring.producer_acquire(v_state, kVTxBytes), t, (n_blocks - 1 - it) * kBlockN);
+            load_v(v_state.stage, v_ring.producer_acquire(v_state, kVTxBytes), t, (n_blocks - 1 - it) * kBlockN);
             v_state.advance();
         };
         load_kv_blocks(n_blocks, load_k, load_v_block);
     }
+    return v_state;
 }
 
 }  // namespace hattn::sm90

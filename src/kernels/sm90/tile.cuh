@@ -116,6 +116,13 @@ struct alignas(1024) SwizzledTile {
         return (col / kAtomCols) * kAtomBytes + row * kSpan + chunk * kSwizzleChunkBytes +
                byte_in_row % kSwizzleChunkBytes;
     }
+    // offset(row + row0, col0 + col) from at = offset(row, col0), for row0 a multiple of 8 and col
+    // whole 16-byte chunks whose bits within a span do not overlap col0's: the XOR pattern repeats
+    // every 8 rows and touches only the chunk bits, so a lane whose (row, col0) is fixed reaches
+    // every later position with an add and an XOR (no division or swizzle arithmetic per use).
+    __host__ __device__ static constexpr uint32_t offset_moved(uint32_t at, int row0, int col) {
+        return ((at + row0 * kSpan) ^ ((col % kAtomCols) * Elem::kBytes)) + (col / kAtomCols) * kAtomBytes;
+    }
 };
 
 // A one-atom tile followed by kExtraRows more rows of its span: a K-major wgmma operand of

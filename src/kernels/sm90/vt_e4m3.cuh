@@ -1,6 +1,7 @@
 // hattn/src/kernels/sm90/vt_e4m3.cuh -- V^T for the FP8 forward's P V product, written from a block
 // of e4m3 V rows in shared memory: shared by the FP8 pre-pass (which can write V^T directly) and
-// the FP8 forward's own transpose pass (for callers that pass V's rows).
+// the FP8 forward's own transpose pass (for callers that pass V's rows); and the same transpose
+// from shared memory to shared memory inside the attention kernel (transpose_v_tile).
 //
 // 8-bit wgmma reads B K-major only, so O += P V needs V^T: for each (batch, kv head) a
 // [head_dim, keys] e4m3 matrix, keys = seqlen_k rounded up to kE4m3KeyGroup, the keys of every
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/sm90/fragment_e4m3.cuh"
 #include "ptx/convert.cuh"
@@ -71,6 +73,57 @@ __device__ __forceinline__ void store_vt_block(const uint8_t* tile, uint8_t* vt,
         for (int j = 0; j < kVtQuadKeys; ++j) {
             ptx::st_global_b32(vt + (dim0 + j) * vt_keys + key0 + position0, out[j]);
         }
+    }
+}
+
+// ---- V^T inside the attention kernel ----------------------------------------------------
+// The FP8 forward's in-kernel transpose (fwd_fp8::Tuning::kTransposeV): a [keys x head_dim] tile of
+// V rows, as TMA wrote it (swizzled like a K tile), into a V^T slot [head_dim x keys] (swizzled,
+// keys in e4m3_k_to_key order), by kWarps whole warps, each taking every kWarps-th unit of 32 keys (one
+// permuted key group) x 16 dims (one 16-byte chunk of a V row).
+//
+// Per unit, three instructions move 512 bytes: ldmatrix.x4.trans reads the group's four 8-key x
+// 16-dim matrices (keys 8j..8j+7 in matrix j) as 16-bit pairs, so lane 4c + q holds, of each, the
+// two keys 2q, 2q + 1 of dims 2c, 2c + 1 (a pair of dims is one 16-bit element). A V^T word is 4
+// keys of one dim; quad q of a group holds keys {2q, 2q + 1, 2q + 8, 2q + 9} (e4m3_k_to_key), the
+// lane's halves of matrices 0 and 1: one byte permute per dim (even bytes: dim 2c, odd: dim 2c +
+// 1), and matrices 2 and 3 give quad q + 4. stmatrix.x4 then writes them as four 8 x 16-byte
+// matrices whose row c (a V^T row: one dim) is lanes 4c..4c+3's words, i.e. positions 0-15 or
+// 16-31 of the group. Which dim of the pair a stored matrix's row takes alternates at row 4
+// (rows 2c + c / 4, and the other dim in the next matrix), so a matrix's 8 rows are 8 distinct dims
+// mod 8: the swizzle then puts them in 8 distinct bank groups (dims 0, 2, .., 14 would share 4).
+// Both reads and writes are conflict-free; each lane's addresses change by constants per unit.
+constexpr uint32_t kEvenBytes = 0x6420;  // prmt: bytes 0, 2 of a, then of b (dim 2c of 4 keys)
+constexpr uint32_t kOddBytes = 0x7531;   // bytes 1, 3 (dim 2c + 1)
+
+template <int kWarps, class VRowTile, class VtTile>
+__device__ __forceinline__ void transpose_v_tile(const VRowTile& v, VtTile& vt, uint32_t warp) {
+    static_assert(std::is_same_v<typename VRowTile::Element, E4m3> && std::is_same_v<typename VtTile::Element, E4m3>,
+                  "e4m3 tiles");
+    static_assert(VRowTile::kRows == VtTile::kCols && VRowTile::kCols == VtTile::kRows, "V^T is V's transpose");
+    constexpr int kMatrixRows = 8, kChunkDims = kSwizzleChunkBytes, kPositionsPerStore = 16;
+    constexpr uint32_t kDimChunks = VRowTile::kCols / kChunkDims;
+    constexpr uint32_t kUnits = VRowTile::kRows / kE4m3KeyGroup * kDimChunks;
+    static_assert(VRowTile::kRows % kE4m3KeyGroup == 0, "whole key groups");
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const int matrix = lane / kMatrixRows, row = lane % kMatrixRows;  // the matrix row this lane addresses
+    const bool upper = lane / 4 >= 4;  // its words go to rows 4-7 of the stored matrices (row = lane / 4)
+    const uint32_t first = upper ? kOddBytes : kEvenBytes;  // second: the other (one XOR, one register less)
+    const int store_dim = 2 * row + ((matrix % 2) ^ (row / 4));  // stored matrix `matrix`'s row `row`
+    // This lane's row addresses in the first unit (group 0, chunk 0); later units are offset_moved.
+    const uint32_t load_at = VRowTile::offset(kMatrixRows * matrix + row, 0);
+    const uint32_t store_at = VtTile::offset(store_dim, kPositionsPerStore * (matrix / 2));
+#pragma unroll 1
+    for (uint32_t u = warp; u < kUnits; u += kWarps) {
+        const int group = static_cast<int>(u / kDimChunks), chunk = static_cast<int>(u % kDimChunks);
+        uint32_t x[4], y[4];
+        const uint32_t second = first ^ kEvenBytes ^ kOddBytes;
+        ptx::ldmatrix_x4_trans(x, v.bytes + VRowTile::offset_moved(load_at, kE4m3KeyGroup * group, kChunkDims * chunk));
+        y[0] = ptx::prmt_b32(x[0], x[1], first);
+        y[1] = ptx::prmt_b32(x[0], x[1], second);
+        y[2] = ptx::prmt_b32(x[2], x[3], first);
+        y[3] = ptx::prmt_b32(x[2], x[3], second);
+        ptx::stmatrix_x4(vt.bytes + VtTile::offset_moved(store_at, kChunkDims * chunk, kE4m3KeyGroup * group), y);
     }
 }
 
