@@ -28,6 +28,7 @@ struct Fp8VariantInfo {
     bool ping_pong = true;       // the consumers take turns on the tensor cores (fwd_fp8::Tuning::kPingPong)
     bool softmax_turns = false;  // ... around each softmax instead (fwd_fp8::Tuning::kSoftmaxTurns)
     bool transpose_v = false;    // V's rows transposed inside the kernel (fwd_fp8::Tuning::kTransposeV)
+    int max_head_dim = 0;        // > 0: built only up to this head dim (fp8_variant_built's rule otherwise)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -55,7 +56,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
     {"twolevel", false, true},
-    {"lazy_twolevel", true, true},
+    {"lazy_twolevel", true, true, 0, 0, false, false, 2, 0, false, true, false, false, 64},  // spills 4 bytes at d128
     {"lazy_n192", true, false, 192, 3},
     {"lazy_twolevel_n192", true, true, 192, 3},
     {"lazy_rowsum", true, false, 0, 0, true},
@@ -94,11 +95,13 @@ constexpr int fp8_variant_index(const char* name) {
 // Two-level accumulation needs a second O in registers, and 192-key blocks 96 registers of S: neither
 // is built at head_dim 256 (O alone is 128 registers there), and both together only at head_dim 64
 // (at 128 they spill; so does two-level with the row sums' 6 registers); three consumers (160
-// registers each) only at 64. CMakeLists.txt builds the same pairs.
+// registers each) only at 64; lazy_twolevel only at 64 since it spilled 4 bytes at 128 (CUDA 13.0,
+// main 9a9a847: no kernel change, ptxas's allocation). CMakeLists.txt builds the same pairs.
 constexpr bool fp8_variant_built(int variant, int head_dim) {
     const Fp8VariantInfo& v = kFp8Variants[variant];
     const bool two_level_plus = v.two_level && (v.block_n > 128 || v.row_sum_mma);
-    const int max_head_dim = two_level_plus || v.consumers == 3       ? 64
+    const int max_head_dim = v.max_head_dim > 0                                     ? v.max_head_dim
+                             : two_level_plus || v.consumers == 3                   ? 64
                              : v.two_level || v.block_n > 128 || v.pv_pad_rows > 0 ? 128
                                                                                  : 256;
     return head_dim <= max_head_dim;
