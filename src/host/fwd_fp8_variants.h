@@ -75,7 +75,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_early_sturn", true, false, 0, 0, true, false, 2, 0, true, true, true},
     {"lazy_rowsum_sturn", true, false, 0, 0, true, false, 2, 0, false, true, true},
     {"lazy_p2_c3_sturn", true, false, 0, 0, false, true, 3, 0, false, true, true},
-    {"lazy_rowsum_early_noturn_tv", true, false, 0, 0, true, false, 2, 0, true, false, false, true},
+    {"lazy_rowsum_early_noturn_tv", true, false, 0, 0, true, false, 2, 0, true, false, false, true, 128},
     {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, 0, false, false, false, true},
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
 };
@@ -96,7 +96,8 @@ constexpr int fp8_variant_index(const char* name) {
 // is built at head_dim 256 (O alone is 128 registers there), and both together only at head_dim 64
 // (at 128 they spill; so does two-level with the row sums' 6 registers); three consumers (160
 // registers each) only at 64; lazy_twolevel only at 64 since it spilled 4 bytes at 128 (CUDA 13.0,
-// main 9a9a847: no kernel change, ptxas's allocation). CMakeLists.txt builds the same pairs.
+// main 9a9a847: no kernel change, ptxas's allocation), and lazy_rowsum_early_noturn_tv up to 128
+// (its transposers spill at d256's 24 registers). CMakeLists.txt builds the same pairs.
 constexpr bool fp8_variant_built(int variant, int head_dim) {
     const Fp8VariantInfo& v = kFp8Variants[variant];
     const bool two_level_plus = v.two_level && (v.block_n > 128 || v.row_sum_mma);

@@ -143,8 +143,9 @@ struct Tuning {
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kSoftmaxTurns = kSoftmaxTurns_;
     static constexpr bool kTransposeV = kTransposeV_;
-    using WithoutTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                     kPingPong_, kSoftmaxTurns_, false>;
+    template <bool kTranspose>
+    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
+                                  kPingPong_, kSoftmaxTurns_, kTranspose>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
 };
@@ -190,12 +191,14 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static constexpr int kTransposeWarps = kWarpgroupThreads / 32 - 1;  // the producer's warps but the TMA one
     using VRowTile = std::conditional_t<Opt::kTransposeV, KTile, NoTile>;
     // The transposers' loop needs about 24 registers (two rings' states, two tiles, the lane's
-    // addresses and permutes, 8 words) and ptxas spills one or two at 24, so with two consumers
-    // they take setmaxnreg's next split, 128 x 40 + 256 x 232 (three consumers give it 32 anyway).
-    static constexpr bool kWideProducer = Opt::kTransposeV && Shape::kConsumers == 2;
+    // addresses and permutes, 8 words); at d <= 128 ptxas spills one at 24, so with two consumers
+    // they take setmaxnreg's next split, 128 x 40 + 256 x 232. At d = 256 (the default tuning) they
+    // fit, and the consumers, whose O alone is 128 registers, keep 240. Three consumers give the
+    // producer 32 anyway.
+    static constexpr bool kWideProducer = Opt::kTransposeV && Shape::kConsumers == 2 && kHeadDim_ <= 128;
     static constexpr uint32_t kProducerRegs = kWideProducer ? 40 : Shape::kProducerRegs;
     static constexpr uint32_t kConsumerRegs = kWideProducer ? 232 : Shape::kConsumerRegs;
-    using VtConfig = Config<kHeadDim_, OElem_, kConsumers_, kBlockN_, kStages_, typename Opt::WithoutTransposeV>;
+    using VtConfig = Config<kHeadDim_, OElem_, kConsumers_, kBlockN_, kStages_, typename Opt::template WithTransposeV<false>>;
     // Two Q slots where they fit (every head dim with the default tiles): on a persistent walk
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
@@ -328,7 +331,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps, Cfg::Opt::kTransposeV ? Cfg::kTransposeWarps : 1);
         if constexpr (Cfg::Opt::kTransposeV) {
-            smem.v_rows_ring.init(Cfg::kTransposeWarps);
+            smem.v_rows_ring.init(Cfg::kTransposeWarps * 32);  // every transposer thread releases its reads
             for (int s = 0; s < Cfg::kVRowStages; ++s) smem.v_rows_end[s] = 0;
         }
     });
@@ -362,7 +365,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // The transposers: each V block, in the TMA thread's order, from its staging slot
                 // into its V^T slot once the consumers have released that (stmatrix writes through
                 // the generic proxy, wgmma reads through the async one: each lane fences, then one
-                // arrival per warp), until the slot that marks the walk's end.
+                // arrival per warp), until the slot that marks the walk's end. Every thread releases
+                // the staging slot itself: racecheck orders a thread's reads before the slot's
+                // refill only through that thread's own arrival (bench/RESULTS.md run 25).
                 const uint32_t warp = threadIdx.x / 32 - 1;
                 typename Ring<Cfg::kVRowStages>::State rows_state;
                 typename Ring<Cfg::kStages>::State vt_state;
@@ -374,10 +379,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     transpose_v_tile<Cfg::kTransposeWarps>(smem.v_rows[rows_state.stage], vt, warp);
                     ptx::fence_proxy_async_shared_cta();
                     __syncwarp();
-                    if (threadIdx.x % 32 == 0) {
-                        smem.v_ring.producer_commit(vt_state);
-                        smem.v_rows_ring.consumer_release(rows_state);
-                    }
+                    if (threadIdx.x % 32 == 0) smem.v_ring.producer_commit(vt_state);
+                    smem.v_rows_ring.consumer_release(rows_state);
                     rows_state.advance();
                     vt_state.advance();
                 }
@@ -888,13 +891,27 @@ constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64;
 constexpr int default_stages(int head_dim) { return head_dim <= 128 ? 4 : 3; }
 constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 
+// V's rows (not the caller's V^T) up to this many keys are transposed inside the kernel
+// (Tuning::kTransposeV), longer ones by the transpose pass first: the pass costs in proportion to
+// V's bytes, the in-kernel transpose a share of every block's issue slots (bench/RESULTS.md run
+// 42). Overridable at build time (-D...=N; 0: always the pass).
+#ifndef HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_SEQLEN_K
+#define HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_SEQLEN_K 2048
+#endif
+constexpr int kInKernelTransposeMaxSeqlenK = HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_SEQLEN_K;
+
 template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
     constexpr int kConsumers = default_consumers(kHeadDim);
-    if (a.o_dtype == fwd::Dtype::kBf16)
-        return launch_fwd_fp8<Config<kHeadDim, Bf16, kConsumers, kBlockN, kStages, Opt>>(a, stream, error);
-    return launch_fwd_fp8<Config<kHeadDim, Fp16, kConsumers, kBlockN, kStages, Opt>>(a, stream, error);
+    auto launch = [&](auto transpose) {
+        using Tuned = typename Opt::template WithTransposeV<decltype(transpose)::value>;
+        if (a.o_dtype == fwd::Dtype::kBf16)
+            return launch_fwd_fp8<Config<kHeadDim, Bf16, kConsumers, kBlockN, kStages, Tuned>>(a, stream, error);
+        return launch_fwd_fp8<Config<kHeadDim, Fp16, kConsumers, kBlockN, kStages, Tuned>>(a, stream, error);
+    };
+    if (!a.v_transposed && a.seqlen_k <= kInKernelTransposeMaxSeqlenK) return launch(std::true_type{});
+    return launch(std::false_type{});
 }
 
 }  // namespace hattn::fwd_fp8
