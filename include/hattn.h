@@ -361,7 +361,10 @@ HATTN_API hattn_status hattn_fwd_fp8_validate(const hattn_fwd_fp8_params* params
  * first (null pointers, then head_dim and o_dtype, sizes, strides and alignment, extents, scale,
  * flags, and last the workspace) and returns before any CUDA call on failure; then requires a
  * CC 9.0 device. Two kernels run on the stream: V -> V^T into the workspace, then the attention
- * (only the attention with HATTN_FWD_FP8_V_TRANSPOSED). At head_dim 128 and 256 the row sums
+ * (only the attention with HATTN_FWD_FP8_V_TRANSPOSED); when each KV head serves few query rows
+ * (seqlen_q * heads_q / heads_kv up to 2048 at head_dim 64 and 128, 512 at 256) the attention
+ * kernel alone runs and transposes V's blocks in shared memory (the workspace is still required,
+ * and left untouched). At head_dim 128 and 256 the row sums
  * (O's normaliser and the LSE's sum) are those of P as rounded to e4m3, the weights P V
  * multiplies, summed on the tensor cores: O is as accurate, the LSE of a row with few keys is off
  * by up to log(1 + 2^-4) (~0.06; ~0.04 / sqrt(keys) typically) more than at head_dim 64.

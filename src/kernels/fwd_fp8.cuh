@@ -10,7 +10,10 @@
 //     transpose kernel (transpose_v_kernel below), then the attention kernel loads V^T tiles
 //     [head_dim rows x kBlockN keys] through TMA like K tiles. With HATTN_FWD_FP8_V_TRANSPOSED the
 //     caller passes V^T itself (hattn_fp8_prepass writes it with HATTN_FP8_PREPASS_V_TRANSPOSED)
-//     and the transpose pass is skipped.
+//     and the transpose pass is skipped. For short problems (in_kernel_transpose_max_rows) the
+//     kernel transposes V itself instead (Tuning::kTransposeV): TMA stages each block's V rows,
+//     and the producer warpgroup's three warps that issue no TMA write them into the V^T slot
+//     (ldmatrix.trans, one byte permute per word, stmatrix: sm90::transpose_v_tile).
 //   * P becomes the 8-bit A operand in registers. Its fragment wants 4 consecutive k per
 //     register where the fp32 accumulator holds pairs 8 columns apart; instead of shuffling, the
 //     transpose writes V^T's keys in the permuted order sm90::e4m3_k_to_key, so each thread's
@@ -891,14 +894,19 @@ constexpr int default_block_n(int head_dim) { return head_dim <= 128 ? 128 : 64;
 constexpr int default_stages(int head_dim) { return head_dim <= 128 ? 4 : 3; }
 constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 
-// V's rows (not the caller's V^T) up to this many keys are transposed inside the kernel
-// (Tuning::kTransposeV), longer ones by the transpose pass first: the pass costs in proportion to
-// V's bytes, the in-kernel transpose a share of every block's issue slots (bench/RESULTS.md run
-// 42). Overridable at build time (-D...=N; 0: always the pass).
-#ifndef HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_SEQLEN_K
-#define HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_SEQLEN_K 2048
+// V's rows (not the caller's V^T) are transposed inside the kernel (Tuning::kTransposeV) when each
+// KV head serves at most this many query rows (seqlen_q x heads_q / heads_kv), else by the
+// transpose pass first. The pass costs in proportion to V's bytes, so relative to the attention
+// as 1 / (query rows per KV head); the in-kernel transpose a fixed share of every block: one more
+// read and write of V per CTA through shared memory and the transposers' issue slots, 2-6% at
+// d <= 128 and ~30% at d = 256, whose 64-key QK^T GEMMs already ask shared memory for its whole
+// bandwidth (bench/RESULTS.md run 42: at 512 rows +14-25%, at 2048 +0-7% at d <= 128). Overridable
+// at build time (-D...=N for every head dim; 0: always the pass).
+#ifdef HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_ROWS
+constexpr int64_t in_kernel_transpose_max_rows(int) { return HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_ROWS; }
+#else
+constexpr int64_t in_kernel_transpose_max_rows(int head_dim) { return head_dim <= 128 ? 2048 : 512; }
 #endif
-constexpr int kInKernelTransposeMaxSeqlenK = HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_SEQLEN_K;
 
 template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
@@ -910,7 +918,8 @@ cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, st
             return launch_fwd_fp8<Config<kHeadDim, Bf16, kConsumers, kBlockN, kStages, Tuned>>(a, stream, error);
         return launch_fwd_fp8<Config<kHeadDim, Fp16, kConsumers, kBlockN, kStages, Tuned>>(a, stream, error);
     };
-    if (!a.v_transposed && a.seqlen_k <= kInKernelTransposeMaxSeqlenK) return launch(std::true_type{});
+    const int64_t rows_per_kv_head = static_cast<int64_t>(a.seqlen_q) * (a.heads_q / a.heads_kv);
+    if (!a.v_transposed && rows_per_kv_head <= in_kernel_transpose_max_rows(kHeadDim)) return launch(std::true_type{});
     return launch(std::false_type{});
 }
 
