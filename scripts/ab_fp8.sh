@@ -26,7 +26,10 @@
 #   against the launcher's persistent rule), SEQLENS (2048,8192,16384), VLAYOUTS (rows; rows,vt:
 #   V^T from the pre-pass against the call's own transpose pass), HEAD_DIMS (64,128,256),
 #   AB_TIMEOUT_S (120),
-#   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test).
+#   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test),
+#   ACCURACY_VARIANTS (empty: skip; e.g. base,twolevel: bench/fwd_fp8_accuracy_ab after the A/B,
+#   those variants beside the library kernel on FlashAttention-3's outlier inputs),
+#   ACCURACY_HEAD_DIMS (128), ACCURACY_SEQLENS (4096,16384,65536,131072), ACCURACY_TIMEOUT_S (150).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -41,6 +44,10 @@ VLAYOUTS=${VLAYOUTS:-}
 HEAD_DIMS=${HEAD_DIMS:-}
 AB_TIMEOUT_S=${AB_TIMEOUT_S:-120}
 PREPASS_TESTS=${PREPASS_TESTS:-0}
+ACCURACY_VARIANTS=${ACCURACY_VARIANTS:-}
+ACCURACY_HEAD_DIMS=${ACCURACY_HEAD_DIMS:-128}
+ACCURACY_SEQLENS=${ACCURACY_SEQLENS:-4096,16384,65536,131072}
+ACCURACY_TIMEOUT_S=${ACCURACY_TIMEOUT_S:-150}
 RESERVE_S=8
 SHARDS=4
 
@@ -70,7 +77,7 @@ source scripts/gpu_steps.sh  # limit, record, run, select_generator
 select_generator "$BUILD_DIR"
 run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
   -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab \
-  $([ "$PREPASS_TESTS" = 1 ] && echo fp8_prepass_test)"
+  $([ "$PREPASS_TESTS" = 1 ] && echo fp8_prepass_test) $([ -n "$ACCURACY_VARIANTS" ] && echo fwd_fp8_accuracy_ab)"
 BUILD_OK=0
 grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
 
@@ -102,6 +109,11 @@ if [ "$BUILD_OK" -eq 1 ]; then
   [ -n "$HEAD_DIMS" ] && ab_args+=(--head-dims "$HEAD_DIMS")
   run ab "$AB_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
   cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
+  if [ -n "$ACCURACY_VARIANTS" ]; then
+    run accuracy "$ACCURACY_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_accuracy_ab" --variants "$ACCURACY_VARIANTS" \
+      --head-dims "$ACCURACY_HEAD_DIMS" --seqlens "$ACCURACY_SEQLENS"
+    cp "$LOGS/accuracy.log" "$OUT/accuracy.txt" 2>/dev/null
+  fi
 
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ -x "$SAN" ]; then
@@ -144,6 +156,10 @@ fi
   cat "$STATUS"
   [ "$BUILD_OK" -eq 1 ] || tail -40 "$LOGS/build.log"
   grep -E 'error|warning' "$LOGS/build.log" 2>/dev/null | head -20
+  if [ -f "$OUT/accuracy.txt" ]; then
+    echo "-- accuracy (bench/fwd_fp8_accuracy_ab)"
+    cat "$OUT/accuracy.txt"
+  fi
   if [ -f "$OUT/ab.txt" ]; then
     echo "-- A/B (bench/fwd_fp8_ab; ratios LAST)"
     cat "$OUT/ab.txt"

@@ -495,8 +495,22 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
                                             scratch.get<float>(), nullptr));
     HATTN_ACC_CUDA(quantize_e4m3_per_tensor(v.get(), n, dtype, v8.get<uint8_t>(), vs.get<float>(), n_blocks,
                                             scratch.get<float>(), nullptr));
-    HATTN_ACC_CALL(hattn_fwd_fp8(&f, nullptr));
-    if (!measure_o(&result->rmse_per_tensor)) return false;
+    // hattn_fwd_fp8 and then every extra forward on the inputs now quantized.
+    // O is poisoned (all-ones bf16: NaN) before each, so a forward that writes nothing shows.
+    constexpr int kPoisonByte = 0xFF;
+    auto run_all = [&](double* rmse, std::vector<double>* extra) -> bool {
+        HATTN_ACC_CUDA(cudaMemset(o.get(), kPoisonByte, n * 2));
+        HATTN_ACC_CALL(hattn_fwd_fp8(&f, nullptr));
+        if (!measure_o(rmse)) return false;
+        extra->assign(c.extra_forwards.size(), 0.0);
+        for (size_t i = 0; i < c.extra_forwards.size(); ++i) {
+            HATTN_ACC_CUDA(cudaMemset(o.get(), kPoisonByte, n * 2));
+            HATTN_ACC_CALL(c.extra_forwards[i](&f, nullptr));
+            if (!measure_o(&(*extra)[i])) return false;
+        }
+        return true;
+    };
+    if (!run_all(&result->rmse_per_tensor, &result->extra_per_tensor)) return false;
 
     // (b), (c): the pre-pass's block scales, without and with the Hadamard transform.
     for (int hadamard = 0; hadamard <= 1; ++hadamard) {
@@ -506,8 +520,9 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
         pp.hadamard = hadamard;
         pp.hadamard_seed = c.hadamard_seed;
         HATTN_ACC_CALL(hattn_fp8_prepass(&pp, nullptr));
-        HATTN_ACC_CALL(hattn_fwd_fp8(&f, nullptr));
-        if (!measure_o(hadamard ? &result->rmse_block_hadamard : &result->rmse_block)) return false;
+        if (!run_all(hadamard ? &result->rmse_block_hadamard : &result->rmse_block,
+                     hadamard ? &result->extra_block_hadamard : &result->extra_block))
+            return false;
     }
 #undef HATTN_ACC_CUDA
 #undef HATTN_ACC_CALL

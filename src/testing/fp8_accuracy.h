@@ -21,7 +21,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "hattn.h"
 
@@ -65,6 +67,9 @@ cudaError_t reference_fwd_fp64_rows(const hattn_fwd_params& params, int rows, do
 
 // ---- The measurement ---------------------------------------------------------------------------
 
+// An FP8 forward with hattn_fwd_fp8's contract (a kernel variant, for an A/B of accuracy).
+using Fp8Forward = std::function<hattn_status(const hattn_fwd_fp8_params*, cudaStream_t)>;
+
 struct Fp8AccuracyConfig {
     int batch = 1;
     int heads = 4;
@@ -75,6 +80,9 @@ struct Fp8AccuracyConfig {
     float outlier_stddev = 10.f;
     uint64_t seed = 0x5EEDull;
     uint64_t hadamard_seed = 42;
+    // More FP8 forwards run on the same quantized inputs as hattn_fwd_fp8 in (a), (b) and (c),
+    // against the same reference (Fp8AccuracyResult::extra_*, in this order).
+    std::vector<Fp8Forward> extra_forwards;
 };
 
 struct Fp8AccuracyResult {
@@ -85,6 +93,7 @@ struct Fp8AccuracyResult {
     double rmse_block = 0;        // (b) 128-row block scales, no Hadamard
     double rmse_block_hadamard = 0;  // (c) block scales + random-sign Hadamard
     double reference_ms = 0;      // wall time of the float64 reference
+    std::vector<double> extra_per_tensor, extra_block, extra_block_hadamard;  // per extra forward
 };
 
 // Runs the four forwards and the reference for one configuration on the current device. Returns
