@@ -133,9 +133,13 @@ constexpr int kPGainLog2 = 8;
 //                    slot and the producer warpgroup's three other warps write its V^T slot
 //                    (sm90::transpose_v_tile), instead of a transpose pass before the kernel; a
 //                    caller's V^T (v_transposed) runs the same kernel without it
+//   kRowSumInPv      (a rate probe, with kPvPadRows) the pad rows of V^T's slots are ones, so P V's
+//                    extra columns are P's row sums (no FADD per weight, no 64 x 8 wgmmas); they carry
+//                    V's descale as O does, so the sums are right only where a head's V descales are
+//                    all equal: a probe of that design's speed, not checked against float64
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
-          bool kTransposeV_ = false>
+          bool kTransposeV_ = false, bool kRowSumInPv_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -146,9 +150,12 @@ struct Tuning {
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kSoftmaxTurns = kSoftmaxTurns_;
     static constexpr bool kTransposeV = kTransposeV_;
+    static constexpr bool kRowSumInPv = kRowSumInPv_;
     template <bool kTranspose>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                  kPingPong_, kSoftmaxTurns_, kTranspose>;
+                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_>;
+    static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
+                  "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
 };
@@ -322,7 +329,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     if constexpr (Cfg::Opt::kRowSumMma) fill_words(smem.ones.bytes, sizeof(smem.ones.bytes), kE4m3OnesWord);
     if constexpr (Cfg::Opt::kPvPadRows > 0) {
-        for (int stage = 0; stage < Cfg::kStages; ++stage) fill_words(smem.vt[stage].extra, sizeof(smem.vt[stage].extra), 0u);
+        const uint32_t pad = Cfg::Opt::kRowSumInPv ? kE4m3OnesWord : 0u;
+        for (int stage = 0; stage < Cfg::kStages; ++stage) fill_words(smem.vt[stage].extra, sizeof(smem.vt[stage].extra), pad);
     }
     // Those writes go through the generic proxy, the GEMMs read through the async one; then
     // init_barriers' __syncthreads.
@@ -406,7 +414,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumMma>,
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumMma && !Opt::kRowSumInPv>,
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
@@ -736,7 +744,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
-            if constexpr (Opt::kRowSumMma) {
+            if constexpr (Opt::kRowSumInPv) {
+                // Column kHeadDim of each row half (its pad columns all hold the row's sum).
+#pragma unroll
+                for (int r = 0; r < kAccRowsPerThread; ++r) l[r] = o[kHeadDim / 2 + 2 * r] * inv_v_in_flight;
+                softmax.finalize_with_sums(l, inv_sum, lse);
+            } else if constexpr (Opt::kRowSumMma) {
                 softmax.finalize_with_sums(l, inv_sum, lse);
             } else {
                 softmax.finalize(inv_sum, lse);
