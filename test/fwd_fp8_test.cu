@@ -86,7 +86,14 @@ struct Case {
     // exps' reach (kEarlyExpReachLog2) at 10.
     int k_jump_log2 = 0;
     int section_heads = 0;  // > 0: tiles in sections of this many (head, batch) pairs (Fp8FwdArgs::section_heads)
+    bool v_per_head = false;  // V quantized with one descale per (batch, head), HATTN_FWD_FP8_V_PER_HEAD
 };
+
+// c with one V descale per head (and the flag that promises it).
+Case v_per_head(Case c) {
+    c.v_per_head = true;
+    return c;
+}
 
 // c with K's first block scaled by 2^log2.
 Case k_jump(Case c, int log2) {
@@ -116,6 +123,7 @@ std::string case_name(const Case& c) {
     if (c.grid_ctas > 0) name += "_ctas" + std::to_string(c.grid_ctas);
     if (c.k_jump_log2 > 0) name += "_kjump" + std::to_string(c.k_jump_log2);
     if (c.section_heads > 0) name += "_sections" + std::to_string(c.section_heads);
+    if (c.v_per_head) name += "_vhead";
 #ifdef HATTN_FP8_VARIANTS
     if (c.variant > 0) name += std::string("_") + hattn::host::kFp8Variants[c.variant].name;
 #endif
@@ -144,7 +152,11 @@ struct Fp8Host {
     std::vector<float> descale;
 };
 
-Fp8Host make_fp8(int batch, int seqlen, int heads, int kHeadDim, bool strided, std::mt19937_64& rng) {
+// per_head: one descale per (batch, head), from the amax over all its blocks (written into every
+// block's entry), as hattn_fp8_prepass's HATTN_FP8_PREPASS_V_PER_HEAD does; the blocks' random
+// power-of-two scales still differ, so a head's small blocks use e4m3's low range.
+Fp8Host make_fp8(int batch, int seqlen, int heads, int kHeadDim, bool strided, std::mt19937_64& rng,
+                 bool per_head = false) {
     Fp8Host t;
     t.layout = layout_of(seqlen, heads, kHeadDim, strided, kFp8SeqPad, kFp8BatchPad);
     const size_t bytes = static_cast<size_t>(t.layout.batch) * batch;
@@ -154,28 +166,36 @@ Fp8Host make_fp8(int batch, int seqlen, int heads, int kHeadDim, bool strided, s
     t.descale.assign(static_cast<size_t>(batch) * heads * blocks, 0.f);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::uniform_int_distribution<int> exponent(-2, 2);
-    std::vector<double> x(static_cast<size_t>(HATTN_FP8_BLOCK_ROWS) * kHeadDim);
+    const size_t block_elems = static_cast<size_t>(HATTN_FP8_BLOCK_ROWS) * kHeadDim;
+    std::vector<double> x(static_cast<size_t>(blocks) * block_elems);  // one head's blocks
+    std::vector<double> amax(blocks);
     for (int b = 0; b < batch; ++b)
-        for (int h = 0; h < heads; ++h)
+        for (int h = 0; h < heads; ++h) {
             for (int blk = 0; blk < blocks; ++blk) {
                 const double block_scale = std::ldexp(1.0, exponent(rng));
                 const int r0 = blk * HATTN_FP8_BLOCK_ROWS, rows = std::min(HATTN_FP8_BLOCK_ROWS, seqlen - r0);
-                double amax = 0;
+                amax[blk] = 0;
                 for (int r = 0; r < rows; ++r)
                     for (int c = 0; c < kHeadDim; ++c) {
-                        x[r * kHeadDim + c] = normal(rng) * block_scale;
-                        amax = std::max(amax, std::fabs(x[r * kHeadDim + c]));
+                        double& xi = x[blk * block_elems + r * kHeadDim + c];
+                        xi = normal(rng) * block_scale;
+                        amax[blk] = std::max(amax[blk], std::fabs(xi));
                     }
-                const float ds = static_cast<float>(amax / ht::kE4m3Max);
+            }
+            const double head_amax = *std::max_element(amax.begin(), amax.end());
+            for (int blk = 0; blk < blocks; ++blk) {
+                const int r0 = blk * HATTN_FP8_BLOCK_ROWS, rows = std::min(HATTN_FP8_BLOCK_ROWS, seqlen - r0);
+                const float ds = static_cast<float>((per_head ? head_amax : amax[blk]) / ht::kE4m3Max);
                 t.descale[(static_cast<size_t>(b) * heads + h) * blocks + blk] = ds;
                 for (int r = 0; r < rows; ++r)
                     for (int c = 0; c < kHeadDim; ++c) {
                         const size_t at = b * t.layout.batch + (r0 + r) * t.layout.seq + h * t.layout.head + c;
-                        const uint8_t code = ht::double_to_e4m3(x[r * kHeadDim + c] / ds);
+                        const uint8_t code = ht::double_to_e4m3(x[blk * block_elems + r * kHeadDim + c] / ds);
                         t.codes[at] = code;
                         t.deq[at] = static_cast<float>(ht::e4m3_to_double(code) * ds);
                     }
             }
+        }
     return t;
 }
 
@@ -264,7 +284,7 @@ hattn_fwd_fp8_params params_for(const Case& c, const Layout& ql, const Layout& k
 // Whether the case's kernel sums P as rounded to e4m3 (the LSE bounds above).
 bool quantized_row_sums(const Case& c) {
 #ifdef HATTN_FP8_VARIANTS
-    if (c.variant > 0) return hattn::host::kFp8Variants[c.variant].row_sum_mma;
+    if (c.variant > 0) return hattn::host::kFp8Variants[c.variant].row_sum_mma || hattn::host::kFp8Variants[c.variant].row_sum_in_pv;
 #endif
     return hattn::fwd_fp8::row_sums_of_e4m3_p(c.head_dim);
 }
@@ -318,9 +338,10 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     const Fp8Host q = make_fp8(c.batch, c.seqlen_q, c.heads_q, c.head_dim, c.strided, rng);
     Fp8Host k = make_fp8(c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.strided, rng);
     if (c.k_jump_log2 > 0) scale_first_block(k, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, std::ldexp(1.0, c.k_jump_log2));
-    const Fp8Host v = make_fp8(c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.strided, rng);
+    const Fp8Host v = make_fp8(c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.strided, rng, c.v_per_head);
     const Layout ol = layout_of(c.seqlen_q, c.heads_q, c.head_dim, c.strided, kOutSeqPad, kFp8BatchPad);
     hattn_fwd_fp8_params p = params_for(c, q.layout, k.layout, v.layout, ol);
+    if (c.v_per_head) p.flags |= HATTN_FWD_FP8_V_PER_HEAD;
     Result r;
     ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant, c.grid_ctas, c.section_heads));
     const hattn::test::ReferenceResult ref = hattn::test::reference_attention_fp64(p, q.deq.data(), k.deq.data(), v.deq.data());
@@ -374,13 +395,21 @@ std::vector<Case> kernel_cases() {
         // automatic rule past the persistent grid's limit (one CTA per tile, one section of 6).
         all.push_back(sectioned({2, 3, 1, 1000, 1000, true, false, HATTN_DTYPE_BF16, d}, 4));
         all.push_back({2, 3, 1, 300, 4200, true, false, HATTN_DTYPE_BF16, d});
+        // One V descale per head (HATTN_FWD_FP8_V_PER_HEAD: at d128 the row sums in P V's pad
+        // columns): short rows (the in-kernel V transpose) and long ones (the transpose pass),
+        // causal, GQA, strides and fp16 O, a walk, and the early exps' recompute.
+        all.push_back(v_per_head({1, 1, 1, 1000, 4097, false, false, HATTN_DTYPE_BF16, d}));
+        all.push_back(v_per_head({1, 1, 1, d == 128 ? 4097 : 1000, 4097, true, false, HATTN_DTYPE_BF16, d}));
+        all.push_back(v_per_head({1, 2, 2, 17, 1000, true, false, HATTN_DTYPE_BF16, d}));
+        all.push_back(v_per_head({2, 4, 2, 333, 444, false, true, HATTN_DTYPE_FP16, d}));
+        all.push_back(v_per_head(walked({1, 4, 2, 1000, 1000, true, false, HATTN_DTYPE_BF16, d}, 2)));
+        all.push_back(v_per_head(k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, d}, 10)));
     }
 #ifdef HATTN_FP8_VARIANTS
     // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:
     // the lazy rescale's skipped steps), causal sq < sk and sq > sk (rows without keys), GQA,
     // strides, each head dim it is built for. bf16 O (what the variants are built for).
     for (int v = 1; v < hattn::host::kFp8VariantCount; ++v) {
-        if (hattn::host::kFp8Variants[v].probe) continue;  // timed only (fwd_fp8_ab)
         const Case vc[] = {
             {1, 1, 1, 1000, 4097, false, false, HATTN_DTYPE_BF16, 128, v},
             {1, 1, 1, 1000, 4097, true, false, HATTN_DTYPE_BF16, 128, v},
@@ -394,8 +423,10 @@ std::vector<Case> kernel_cases() {
             k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, 64, v}, 10),
             k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, 256, v}, 10),
         };
+        // (Row sums in P V's pad columns: right for one V descale per head only.)
+        const bool per_head = hattn::host::kFp8Variants[v].row_sum_in_pv;
         for (const Case& c : vc)
-            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);
+            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(per_head ? v_per_head(c) : c);
         // Walks: each variant's own per-tile state (the lazy rescale's flags, two-level's second
         // accumulator, the plain path's O unit) must start afresh on every tile.
         const Case walks[] = {
@@ -404,7 +435,7 @@ std::vector<Case> kernel_cases() {
             walked({2, 4, 2, 1000, 17, true, false, HATTN_DTYPE_BF16, 256, v}, 1),
         };
         for (const Case& c : walks)
-            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);
+            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(per_head ? v_per_head(c) : c);
     }
 #endif
     return all;

@@ -29,8 +29,8 @@ struct Fp8VariantInfo {
     bool softmax_turns = false;  // ... around each softmax instead (fwd_fp8::Tuning::kSoftmaxTurns)
     bool transpose_v = false;    // V's rows transposed inside the kernel (fwd_fp8::Tuning::kTransposeV)
     int max_head_dim = 0;        // > 0: built only up to this head dim (fp8_variant_built's rule otherwise)
-    bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv)
-    bool probe = false;          // a rate probe: timed, not checked against float64 (fwd_fp8_test skips it)
+    bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv;
+                                 // one V descale per head: fwd_fp8_test gives it such V)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -53,9 +53,9 @@ struct Fp8VariantInfo {
 // maxima and their exps follow one another; with _early the turn holds the exps (run 41b: d64 c3
 // +3-7%, the default there since; d128 / d256 -6 to -9%). _tv: the head dims' defaults with V's rows
 // transposed inside the kernel by the producer warpgroup (Tuning::kTransposeV; given V^T, they run
-// their base variant's kernel). _pvsum (a probe): P's row sums as 16 pad columns of P V (N = 144,
-// the pad rows of V^T's slots ones), instead of the 64 x 8 wgmmas: right only where V's descales
-// are equal across a head, so timed but not checked.
+// their base variant's kernel). _pvsum: P's row sums as 16 pad columns of P V (N = 144, the pad
+// rows of V^T's slots ones) instead of the 64 x 8 wgmmas, for one V descale per head (the library's
+// d128 kernel under HATTN_FWD_FP8_V_PER_HEAD, fwd_fp8::PerHeadVTuning, but without the in-kernel transpose).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -82,7 +82,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_early_noturn_tv", true, false, 0, 0, true, false, 2, 0, true, false, false, true, 128},
     {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, 0, false, false, false, true},
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
-    {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true, true},
+    {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

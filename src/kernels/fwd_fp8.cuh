@@ -133,10 +133,10 @@ constexpr int kPGainLog2 = 8;
 //                    slot and the producer warpgroup's three other warps write its V^T slot
 //                    (sm90::transpose_v_tile), instead of a transpose pass before the kernel; a
 //                    caller's V^T (v_transposed) runs the same kernel without it
-//   kRowSumInPv      (a rate probe, with kPvPadRows) the pad rows of V^T's slots are ones, so P V's
-//                    extra columns are P's row sums (no FADD per weight, no 64 x 8 wgmmas); they carry
-//                    V's descale as O does, so the sums are right only where a head's V descales are
-//                    all equal: a probe of that design's speed, not checked against float64
+//   kRowSumInPv      (lazy, with kPvPadRows) the pad rows of V^T's slots are ones, so P V's extra
+//                    columns are P's row sums as rounded to e4m3 (no FADD per weight, no 64 x 8
+//                    wgmmas). They carry V's descale as O does, so the kernel takes one V descale
+//                    per head, each head's first (HATTN_FWD_FP8_V_PER_HEAD): l = column / v_ds
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
           bool kTransposeV_ = false, bool kRowSumInPv_ = false>
@@ -173,6 +173,11 @@ struct Tuning {
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim),
                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim)>;
+// With one V descale per head (HATTN_FWD_FP8_V_PER_HEAD) at the head dims of row_sums_in_pv: the
+// default with P's row sums as P V's pad columns instead of the 64 x 8 wgmmas.
+template <int kHeadDim>
+using PerHeadVTuning = Tuning<true, false, false, kHeadDim <= 64, kPvRowSumPad, early_exps(kHeadDim),
+                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, true>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -567,7 +572,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     // (A block's first descale block always exists; a later one may lie past seqlen_k.)
                     const int index = j == 0 ? descale_index(it) : min(descale_index(it) + j, p.kv_descale_blocks - 1);
                     d.k[j] = k_ds_row[index];
-                    d.v[j] = Opt::kLazyRescale ? v_ds_row[index] : 0.f;
+                    // (kRowSumInPv: the head's one V descale, its first block's.)
+                    d.v[j] = Opt::kLazyRescale ? v_ds_row[Opt::kRowSumInPv ? 0 : index] : 0.f;
                 }
                 return d;
             };
@@ -745,7 +751,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
             if constexpr (Opt::kRowSumInPv) {
-                // Column kHeadDim of each row half (its pad columns all hold the row's sum).
+                // Column kHeadDim of each row half (its pad columns all hold the row's sum, in O's
+                // units: times the head's V descale, which 1 / v_ds takes out again).
 #pragma unroll
                 for (int r = 0; r < kAccRowsPerThread; ++r) l[r] = o[kHeadDim / 2 + 2 * r] * inv_v_in_flight;
                 softmax.finalize_with_sums(l, inv_sum, lse);
@@ -921,8 +928,8 @@ constexpr int64_t in_kernel_transpose_max_rows(int) { return HATTN_FWD_FP8_IN_KE
 constexpr int64_t in_kernel_transpose_max_rows(int head_dim) { return head_dim <= 128 ? 2048 : 512; }
 #endif
 
-template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
-cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
+template <int kHeadDim, class Opt>
+cudaError_t launch_fwd_fp8_tuned(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
     constexpr int kConsumers = default_consumers(kHeadDim);
     auto launch = [&](auto transpose) {
@@ -934,6 +941,14 @@ cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, st
     const int64_t rows_per_kv_head = static_cast<int64_t>(a.seqlen_q) * (a.heads_q / a.heads_kv);
     if (!a.v_transposed && rows_per_kv_head <= in_kernel_transpose_max_rows(kHeadDim)) return launch(std::true_type{});
     return launch(std::false_type{});
+}
+
+template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
+cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
+    if constexpr (row_sums_in_pv(kHeadDim)) {
+        if (a.v_per_head) return launch_fwd_fp8_tuned<kHeadDim, PerHeadVTuning<kHeadDim>>(a, stream, error);
+    }
+    return launch_fwd_fp8_tuned<kHeadDim, Opt>(a, stream, error);
 }
 
 }  // namespace hattn::fwd_fp8

@@ -67,6 +67,7 @@ HATTN_FWD_NO_INTRA_WG_OVERLAP = 1 << 1
 HATTN_BWD_DETERMINISTIC = 1 << 0
 HATTN_FP8_PREPASS_V_TRANSPOSED = 1 << 0  # the pre-pass writes V^T (the FP8 forward's layout)
 HATTN_FWD_FP8_V_TRANSPOSED = 1 << 0      # the FP8 forward reads V^T: no transpose pass, no workspace
+HATTN_FWD_FP8_V_PER_HEAD = 1 << 1        # the caller's V has one descale per (batch, KV head)
 
 # The backward's workspace must be this aligned (include/hattn.h, hattn_bwd_params.workspace).
 BWD_WORKSPACE_ALIGN = 256
@@ -838,12 +839,13 @@ class Hattn:
 
     def fwd_fp8_params_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, *,
                              causal: bool = False, softmax_scale: float = 0.0, v_transposed: bool = False,
-                             address=None) -> HattnFwdFp8Params:
+                             v_per_head: bool = False, address=None) -> HattnFwdFp8Params:
         """hattn_fwd_fp8_params for these tensors: q8, k8, v8 float8_e4m3fn [b, s, h, d]; descales
         fp32 [b, h, ceil(s / 128)], contiguous; o bf16/fp16 of q8's shape; lse fp32 [b, heads_q, s_q]
         or None; workspace a uint8 tensor whose size in bytes becomes workspace_size.
         v_transposed: v8 is V^T from the pre-pass ([b, h_kv, d, vt_keys(s_k)], contiguous;
-        HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass, and workspace may be None."""
+        HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass, and workspace may be None.
+        v_per_head: every v_descale entry of a (batch, head) is equal (HATTN_FWD_FP8_V_PER_HEAD)."""
         address = address or _data_ptr
         b, sq, hq, d = _check_bshd({"q8": q8}, "q8")
         _, sk, hkv, _ = _check_bshd({"k8": k8} if v_transposed else {"k8": k8, "v8": v8}, "k8", batch=b, head_dim=d)
@@ -872,7 +874,7 @@ class Hattn:
         for name, t in (("q", q8), ("k", k8), ("o", o)) + (() if v_transposed else (("v", v8),)):
             _set_strides(p, name, t)
         p.o_dtype, p.softmax_scale, p.causal = o_code, softmax_scale, int(bool(causal))
-        p.flags = HATTN_FWD_FP8_V_TRANSPOSED if v_transposed else 0
+        p.flags = (HATTN_FWD_FP8_V_TRANSPOSED if v_transposed else 0) | (HATTN_FWD_FP8_V_PER_HEAD if v_per_head else 0)
         return p
 
     def check_fp8_prepass(self, params: HattnFp8PrepassParams) -> None:
