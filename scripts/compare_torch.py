@@ -865,6 +865,7 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
         "cudnn_fp8_peer": peer_status if peer is not None else None,
         "cudnn_fp8_peer_skipped": None if peer is not None else peer_status,
         "hadamard": args.fp8_hadamard, "v_layout": "rows" if args.fp8_v_rows else "transposed",
+        "v_descale": "per head" if args.fp8_v_per_head else "per 128-row block",
         "rounds": args.rounds, "reps": args.reps, "warmup": args.warmup,
         "input_sets": args.sets, "budget_s": args.budget_s,
         "timing": "best of interleaved rounds; each round the median of CUDA-event-timed calls, inputs rotated "
@@ -964,7 +965,7 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
                 for q, k, v in sets:
                     outs = fp8_prepass_outputs(q, k, v, v_transposed=vt)
                     p = hattn.fp8_prepass_params_torch(q, k, v, *outs, hadamard=args.fp8_hadamard, seed=args.seed,
-                                                       v_transposed=vt)
+                                                       v_transposed=vt, v_per_head=args.fp8_v_per_head)
                     hattn.check_fp8_prepass(p)
                     quantized.append(outs)
                     pre_params.append(p)
@@ -973,7 +974,7 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
                 fwd_params = []
                 for outs in quantized:
                     p = hattn.fwd_fp8_params_torch(*outs, out_e4m3, None, workspace, causal=case.causal,
-                                                   v_transposed=vt)
+                                                   v_transposed=vt, v_per_head=args.fp8_v_per_head)
                     hattn.check_fwd_fp8(p)
                     fwd_params.append(p)
                 run_prepass = launcher(hattn.lib.hattn_fp8_prepass, pre_params, "hattn_fp8_prepass")
@@ -1444,6 +1445,9 @@ def main() -> int:
     parser.add_argument("--cudnn-frontend-path", type=Path, action="append", default=[],
                         help="fp8: a folder nvidia-cudnn-frontend was pip-installed into with --target (repeatable)")
     parser.add_argument("--no-cudnn-fp8", action="store_true", help="fp8: leave cuDNN's FP8 attention out")
+    parser.add_argument("--fp8-v-per-head", action="store_true",
+                        help="fp8: one V descale per (batch, KV head) (HATTN_FP8_PREPASS_V_PER_HEAD and "
+                             "HATTN_FWD_FP8_V_PER_HEAD: the d128 kernel's row sums in its P V GEMM)")
     parser.add_argument("--fp8-v-rows", action="store_true",
                         help="fp8: the pre-pass writes V's rows and hattn_fwd_fp8 transposes them itself (its "
                              "V^T kernel timed in); default: the pre-pass writes V^T")

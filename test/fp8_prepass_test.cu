@@ -68,6 +68,7 @@ struct Case {
     hattn_rope rope;
     bool hadamard;
     bool strided;
+    bool v_per_head = false;  // HATTN_FP8_PREPASS_V_PER_HEAD: one V descale per (batch, head)
 };
 
 std::string case_name(const Case& c) {
@@ -75,7 +76,7 @@ std::string case_name(const Case& c) {
     return "b" + std::to_string(c.batch) + "_hq" + std::to_string(c.heads_q) + "_hkv" + std::to_string(c.heads_kv) +
            "_sq" + std::to_string(c.seqlen_q) + "_sk" + std::to_string(c.seqlen_k) + "_d" +
            std::to_string(c.head_dim) + "_" + hattn::test::dtype_name(c.dtype) + "_" + rope +
-           (c.hadamard ? "_hadamard" : "") + (c.strided ? "_strided" : "");
+           (c.hadamard ? "_hadamard" : "") + (c.strided ? "_strided" : "") + (c.v_per_head ? "_vhead" : "");
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
@@ -170,11 +171,12 @@ ht::Fp8TensorLayout reference_layout(const Case& c, const Tensor& t) {
 // Compares one tensor's e4m3 output and descales with the reference; returns the reference.
 ht::Fp8ReferenceResult check_tensor(const char* name, const Case& c, const Tensor& t, const std::vector<uint8_t>& out,
                                     const std::vector<float>& descale, hattn_rope rope, bool hadamard,
-                                    const std::vector<float>& cos, const std::vector<float>& sin, int rope_offset) {
+                                    const std::vector<float>& cos, const std::vector<float>& sin, int rope_offset,
+                                    bool per_head = false) {
     SCOPED_TRACE(name);
     const ht::Fp8ReferenceResult r =
         ht::reference_fp8_prepass_fp64(t.host.data(), reference_layout(c, t), rope, cos.data(), sin.data(),
-                                       rope_offset, hadamard, kSeed, rope_eval_of(c));
+                                       rope_offset, hadamard, kSeed, rope_eval_of(c), per_head);
     // Descales.
     EXPECT_EQ(descale.size(), r.descale.size());
     int bad_descales = 0;
@@ -198,9 +200,10 @@ ht::Fp8ReferenceResult check_tensor(const char* name, const Case& c, const Tenso
                 const int s0 = blk * HATTN_FP8_BLOCK_ROWS, s1 = std::min(t.seqlen, s0 + HATTN_FP8_BLOCK_ROWS);
                 auto ref_index = [&](int s, int e) { return ((static_cast<size_t>(b) * t.seqlen + s) * t.heads + h) * d + e; };
                 // The kernel's amax errs by at most the block's largest error bound; its scale
-                // 448 / amax then by that relative to amax, plus the division's rounding.
+                // 448 / amax then by that relative to amax, plus the division's rounding. (per_head:
+                // the amax and the bound over the head's rows.)
                 double amax = 0.0, worst_bound = 0.0;
-                for (int s = s0; s < s1; ++s)
+                for (int s = per_head ? 0 : s0; s < (per_head ? t.seqlen : s1); ++s)
                     for (int e = 0; e < d; ++e) {
                         amax = std::max(amax, std::fabs(r.transformed[ref_index(s, e)]));
                         worst_bound = std::max(worst_bound, r.fp32_error_bound[ref_index(s, e)]);
@@ -327,6 +330,7 @@ hattn_fp8_prepass_params case_params(const Case& c, const Tensor& q, const Tenso
     } else {
         set(v.out, p.v_fp8_batch_stride, p.v_fp8_seq_stride, p.v_fp8_head_stride);
     }
+    if (c.v_per_head) p.flags |= HATTN_FP8_PREPASS_V_PER_HEAD;
     p.rope = c.rope;
     p.rope_cos = static_cast<const float*>(d.cos);
     p.rope_sin = static_cast<const float*>(d.sin);
@@ -413,7 +417,7 @@ TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     }
     check_tensor("q", c, q, bytes[0], scales[0], c.rope, c.hadamard, cos, sin, rope_offset);
     check_tensor("k", c, k, bytes[1], scales[1], c.rope, c.hadamard, cos, sin, 0);
-    check_tensor("v", c, v, bytes[2], scales[2], HATTN_ROPE_NONE, false, cos, sin, 0);
+    check_tensor("v", c, v, bytes[2], scales[2], HATTN_ROPE_NONE, false, cos, sin, 0, c.v_per_head);
     check_scores(c, q, k, bytes[0], scales[0], bytes[1], scales[1], cos, sin, rope_offset);
 }
 
@@ -527,6 +531,16 @@ std::vector<Case> cases() {
                     }
     for (int sq : lengths)
         for (int sk : lengths) all.push_back({1, 4, 2, sq, sk, 128, HATTN_DTYPE_BF16, HATTN_ROPE_HALF, true, true});
+    // One V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD): every head dim and dtype, odd lengths,
+    // GQA, strides, with and without the Hadamard on Q and K (the tensor-core kernel then quantizes
+    // V in a launch of its own).
+    for (int d : {64, 128, 256})
+        for (hattn_dtype t : {HATTN_DTYPE_BF16, HATTN_DTYPE_FP16})
+            for (bool hadamard : {false, true}) {
+                Case c{2, 4, 2, 17, hadamard ? 4097 : 1000, d, t, HATTN_ROPE_NONE, hadamard, t == HATTN_DTYPE_FP16};
+                c.v_per_head = true;
+                all.push_back(c);
+            }
     return all;
 }
 

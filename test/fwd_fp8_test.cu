@@ -576,6 +576,31 @@ TEST_P(Fp8EndToEnd, MatchesFloat64OfBf16Inputs) {
     HATTN_CUDA_CHECK(cudaMemcpy(lse2.data(), dlse2.ptr, lse2.size() * 4, cudaMemcpyDeviceToHost));
     EXPECT_EQ(std::memcmp(o2.data(), r.o.data(), nq * 2), 0) << "O through the pre-pass's V^T differs";
     EXPECT_EQ(std::memcmp(lse2.data(), r.lse.data(), lse2.size() * 4), 0) << "LSE through the pre-pass's V^T differs";
+
+    // One V descale per head end to end (HATTN_FP8_PREPASS_V_PER_HEAD, then HATTN_FWD_FP8_V_PER_HEAD:
+    // at d128 the kernel with the row sums in P V's pad columns), on V's rows and on V^T: against
+    // float64 of the bf16 inputs as above, and the two layouts bit-identical to each other.
+    std::vector<uint16_t> o_head[2];
+    for (int vt = 0; vt <= 1; ++vt) {
+        HATTN_CUDA_CHECK(cudaMemset(dout2.ptr, 0xFF, nq * 2));
+        hattn_fp8_prepass_params pph = vt ? ppt : pp;
+        pph.flags |= HATTN_FP8_PREPASS_V_PER_HEAD;
+        ASSERT_EQ(hattn_fp8_prepass(&pph, nullptr), HATTN_SUCCESS);
+        hattn_fwd_fp8_params ph = vt ? pt : p;
+        ph.o = dout2.ptr;
+        ph.lse = nullptr;
+        ph.flags |= HATTN_FWD_FP8_V_PER_HEAD;
+        ASSERT_EQ(hattn_fwd_fp8(&ph, nullptr), HATTN_SUCCESS) << (hattn_fwd_fp8_validate(&ph, msg, sizeof msg), msg);
+        HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+        o_head[vt].resize(nq);
+        HATTN_CUDA_CHECK(cudaMemcpy(o_head[vt].data(), dout2.ptr, nq * 2, cudaMemcpyDeviceToHost));
+    }
+    const nm::CompareResult head_cmp = nm::compare(
+        n, [&](size_t i) { return static_cast<double>(nm::half_to_float(o_head[0][i], c.o_dtype)); },
+        [&](size_t i) { return ref.o[i]; }, tol);
+    EXPECT_TRUE(head_cmp.ok) << "O with one V descale per head: " << head_cmp.summary();
+    EXPECT_EQ(std::memcmp(o_head[0].data(), o_head[1].data(), nq * 2), 0) << "per-head V: rows and V^T differ";
+    std::printf("fp8 e2e rel_l2 %-44s O %.3e with one V descale per head\n", case_name(c).c_str(), head_cmp.rel_l2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Fp8EndToEnd,

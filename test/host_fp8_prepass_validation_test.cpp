@@ -105,7 +105,7 @@ std::vector<RejectCase> reject_cases() {
          {"rope = 3"}},
         {"RopeNegative", [](P& p, S) { p.rope = enum_from_int<hattn_rope>(-1); }, HATTN_ERROR_INVALID_FLAGS,
          {"rope = -1"}},
-        {"FlagsUnknown", [](P& p, S) { p.flags = 2; }, HATTN_ERROR_INVALID_FLAGS, {"flags", "0x2"}},
+        {"FlagsUnknown", [](P& p, S) { p.flags = 4; }, HATTN_ERROR_INVALID_FLAGS, {"flags", "0x4"}},
         {"FlagsUnknownBesideVt", [](P& p, S) { p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED | 8u; },
          HATTN_ERROR_INVALID_FLAGS, {"flags", "0x8"}},
         // V^T output: its own alignment rule (the FP8 forward's TMA); v_fp8's strides are ignored.

@@ -29,7 +29,7 @@ using namespace hattn::host;
 static_assert(HATTN_FP8_BLOCK_ROWS == hattn::fp8::kBlockRows, "the header's block size is the kernel's");
 static_assert(HATTN_FP8_E4M3_MAX == hattn::fp8::kE4m3Max, "the header's e4m3 maximum is the kernel's");
 
-constexpr unsigned kKnownFlags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+constexpr unsigned kKnownFlags = HATTN_FP8_PREPASS_V_TRANSPOSED | HATTN_FP8_PREPASS_V_PER_HEAD;
 // Base addresses and strides of the e4m3 outputs and the rotary tables: 16 bytes (vector access
 // here, TMA in the FP8 kernel).
 constexpr int64_t kAlignBytes = 16;
@@ -72,7 +72,15 @@ Failure check_rope_and_flags(const hattn_fp8_prepass_params& p) {
                     format("rope = %d is not HATTN_ROPE_NONE (0), HATTN_ROPE_INTERLEAVED (1) or HATTN_ROPE_HALF (2)",
                            rope));
     }
-    return check_unknown_flags(p.flags, kKnownFlags);
+    if (Failure f = check_unknown_flags(p.flags, kKnownFlags); f.failed()) return f;
+    // V's per-head amax runs a grid of (blocks, heads_kv, batch) thread blocks.
+    constexpr int kMaxGridYZ = 65535;
+    if ((p.flags & HATTN_FP8_PREPASS_V_PER_HEAD) != 0 && (p.heads_kv > kMaxGridYZ || p.batch > kMaxGridYZ)) {
+        return fail(HATTN_ERROR_INVALID_SIZE,
+                    format("flags: HATTN_FP8_PREPASS_V_PER_HEAD takes heads_kv and batch <= %d (heads_kv = %d, batch = %d)",
+                           kMaxGridYZ, p.heads_kv, p.batch));
+    }
+    return {};
 }
 
 // Positive strides, then 16-byte aligned bases and strides, of the 1-byte outputs (tensor by tensor).
@@ -216,6 +224,7 @@ hattn::fp8::Fp8PrepassArgs make_args(const hattn_fp8_prepass_params& p) {
     a.q = tensor_args(v.in[0], v.out[0], p.q_descale, p.rope_q_offset);
     a.k = tensor_args(v.in[1], v.out[1], p.k_descale, 0);
     a.v = tensor_args(v.in[2], v.out[2], p.v_descale, 0);
+    a.v.amax_given = (p.flags & HATTN_FP8_PREPASS_V_PER_HEAD) != 0;
     if (v_transposed(p)) {
         a.v.vt_keys = hattn::fwd_fp8::vt_keys(p.seqlen_k);
         a.v.out_head_stride = static_cast<int64_t>(p.head_dim) * a.v.vt_keys;

@@ -953,6 +953,13 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
         __syncthreads();  // every warp's maximum is in shared memory
 #pragma unroll
         for (int w = 0; w < L::kWarps; ++w) amax = fmaxf(amax, warp_amax[i % kStageBuffers][w]);
+        if (t.amax_given) {  // (uniform per thread block: all of its threads work on one block)
+            // The head's amax, waiting in this block's entry; the barrier orders every thread's read
+            // before thread 0 overwrites the entry with the descale (read here, not held in a
+            // register through the block's math: at d = 256 that one register spilled).
+            amax = t.descale[local_block];
+            __syncthreads();
+        }
 
         // ---- 5. quantize and store ----
         // The values are the unnormalized butterfly outputs when the Hadamard ran: their amax times
@@ -1124,6 +1131,66 @@ cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream) {
                      a, stream, Tensors3::kV);
 }
 
+// ---- One V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD) -----------------------------------
+// Before the quantizer: each 128-row block's amax into its descale entry (one thread block per
+// block: the rows read once, as the quantizer will read them again), then each head's largest
+// into all of its entries. The quantizer (Fp8Tensor::amax_given) scales every block by its
+// head's amax and leaves amax / 448 in every entry. V is 16-bit [b, s, h, d] with strides.
+constexpr int kAmaxThreads = 256;
+
+template <int kHeadDim, bool kIsBf16>
+__global__ void __launch_bounds__(kAmaxThreads) v_block_amax_kernel(const Fp8Tensor t) {
+    constexpr int kChunksPerRow = kHeadDim / kChunkElems;
+    __shared__ float warp_amax[kAmaxThreads / kWarpSize];
+    const int blk = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+    const uint16_t* in = static_cast<const uint16_t*>(t.in) + batch * t.in_batch_stride + head * t.in_head_stride;
+    float amax = 0.f;
+    for (int c = static_cast<int>(threadIdx.x); c < kBlockRows * kChunksPerRow; c += kAmaxThreads) {
+        const int row = blk * kBlockRows + c / kChunksPerRow;
+        if (row >= t.seqlen) break;  // rows run in order: the rest lie past seqlen too
+        float x[kChunkElems];
+        widen_chunk<kIsBf16>(ptx::ld_global_nc_na_v4_b32(in + row * t.in_seq_stride + (c % kChunksPerRow) * kChunkElems), x);
+#pragma unroll
+        for (int j = 0; j < kChunkElems; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    }
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
+    if (threadIdx.x % kWarpSize == 0) warp_amax[threadIdx.x / kWarpSize] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (float w : warp_amax) amax = fmaxf(amax, w);
+        t.descale[(static_cast<int64_t>(batch) * t.heads + head) * seq_blocks(t) + blk] = amax;
+    }
+}
+
+// One thread block per (batch, head): the largest of its blocks' amaxes into every entry.
+__global__ void __launch_bounds__(kAmaxThreads) v_head_amax_kernel(float* descale, int blocks_per_head) {
+    __shared__ float warp_amax[kAmaxThreads / kWarpSize];
+    float* entries = descale + static_cast<int64_t>(blockIdx.x) * blocks_per_head;
+    float amax = 0.f;
+    for (int b = static_cast<int>(threadIdx.x); b < blocks_per_head; b += kAmaxThreads) amax = fmaxf(amax, entries[b]);
+#pragma unroll
+    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
+    if (threadIdx.x % kWarpSize == 0) warp_amax[threadIdx.x / kWarpSize] = amax;
+    __syncthreads();  // every read done before any entry is overwritten
+    for (float w : warp_amax) amax = fmaxf(amax, w);
+    for (int b = static_cast<int>(threadIdx.x); b < blocks_per_head; b += kAmaxThreads) entries[b] = amax;
+}
+
+template <int kHeadDim>
+cudaError_t launch_v_head_amax(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    constexpr int kMaxGridYZ = 65535;
+    const int blocks = seq_blocks(a.v);
+    if (a.v.heads > kMaxGridYZ || a.batch > kMaxGridYZ) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.v.heads), static_cast<unsigned>(a.batch));
+    if (a.dtype == fwd::Dtype::kBf16) v_block_amax_kernel<kHeadDim, true><<<grid, kAmaxThreads, 0, stream>>>(a.v);
+    else v_block_amax_kernel<kHeadDim, false><<<grid, kAmaxThreads, 0, stream>>>(a.v);
+    cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess) return rc;
+    v_head_amax_kernel<<<static_cast<unsigned>(a.batch * a.v.heads), kAmaxThreads, 0, stream>>>(a.v.descale, blocks);
+    return cudaGetLastError();
+}
+
 }  // namespace detail
 
 // Quantizes q, k (RoPE and Hadamard as the args say) and v (block quantizer only) on `stream`:
@@ -1131,6 +1198,13 @@ cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream) {
 // validated (the C API does it), the variant here.
 template <int kHeadDim>
 cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t stream, std::string* error) {
+    if (a.v.amax_given) {
+        const cudaError_t rc = detail::launch_v_head_amax<kHeadDim>(a, stream);
+        if (rc != cudaSuccess) {
+            if (error != nullptr) *error = "fp8 pre-pass: V's per-head amax launch failed";
+            return rc;
+        }
+    }
     const Fp8PrepassVariant fallback = fp8_default_variant(kHeadDim, a.rope, a.hadamard);
     const int build_blocks = HATTN_FP8_BLOCKS_PER_CTA != 0 ? HATTN_FP8_BLOCKS_PER_CTA : fallback.blocks_per_cta;
     int chunks = a.variant.chunks != 0 ? a.variant.chunks : fallback.chunks;

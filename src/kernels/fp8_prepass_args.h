@@ -31,6 +31,10 @@ struct Fp8Tensor {
     // [batch, heads, head_dim, vt_keys] in its key order (kernels/fwd_fp8.cuh), and the out strides
     // are that layout's (batch: heads * head_dim * vt_keys bytes, head: head_dim * vt_keys).
     int64_t vt_keys = 0;
+    // V only, HATTN_FP8_PREPASS_V_PER_HEAD: every descale entry holds, when the quantizer starts, its
+    // head's amax (launch_v_head_amax wrote it), which the quantizer takes instead of its block's and
+    // then overwrites with the descale, amax / 448.
+    bool amax_given = false;
 };
 
 // The kernel's thread layout (kernels/fp8_prepass.cuh: Layout): 16-byte chunks of a row per thread

@@ -232,7 +232,7 @@ inline int fp8_blocks(int seqlen) { return (seqlen + HATTN_FP8_BLOCK_ROWS - 1) /
 inline Fp8ReferenceResult reference_fp8_prepass_fp64(const float* x, const Fp8TensorLayout& layout, hattn_rope rope,
                                                      const float* rope_cos, const float* rope_sin, int rope_offset,
                                                      bool hadamard, uint64_t seed,
-                                                     RopeEval rope_eval = RopeEval::kFp32) {
+                                                     RopeEval rope_eval = RopeEval::kFp32, bool per_head_amax = false) {
     const int d = layout.head_dim;
     const int blocks = fp8_blocks(layout.seqlen);
     Fp8ReferenceResult r;
@@ -276,12 +276,20 @@ inline Fp8ReferenceResult reference_fp8_prepass_fp64(const float* x, const Fp8Te
     }
     for (int b = 0; b < layout.batch; ++b) {
         for (int h = 0; h < layout.heads; ++h) {
+            // per_head_amax (HATTN_FP8_PREPASS_V_PER_HEAD): every block takes its head's amax.
+            double head_amax = 0.0;
+            if (per_head_amax) {
+                for (int s = 0; s < layout.seqlen; ++s)
+                    for (int c = 0; c < d; ++c) head_amax = std::fmax(head_amax, std::fabs(r.transformed[packed(b, s, h) + c]));
+            }
             for (int blk = 0; blk < blocks; ++blk) {
                 const int s0 = blk * HATTN_FP8_BLOCK_ROWS;
                 const int s1 = s0 + HATTN_FP8_BLOCK_ROWS < layout.seqlen ? s0 + HATTN_FP8_BLOCK_ROWS : layout.seqlen;
-                double amax = 0.0;
-                for (int s = s0; s < s1; ++s) {
-                    for (int c = 0; c < d; ++c) amax = std::fmax(amax, std::fabs(r.transformed[packed(b, s, h) + c]));
+                double amax = head_amax;
+                if (!per_head_amax) {
+                    for (int s = s0; s < s1; ++s) {
+                        for (int c = 0; c < d; ++c) amax = std::fmax(amax, std::fabs(r.transformed[packed(b, s, h) + c]));
+                    }
                 }
                 r.descale[(static_cast<size_t>(b) * layout.heads + h) * blocks + blk] = amax / kE4m3Max;
                 // The final step in fp32, as the kernel does it (float arithmetic on the host is

@@ -551,8 +551,8 @@ def build_fp8_prepass_cases() -> list[Case]:
     # ---- RoPE and flags ----
     for rope in (3, -1):
         add(f"rope_{rope}", setter(rope=rope), E.HATTN_ERROR_INVALID_FLAGS, field_word("rope"))
-    # (bit 0 is HATTN_FP8_PREPASS_V_TRANSPOSED)
-    for bits in (2, 1 << 31, E.HATTN_FP8_PREPASS_V_TRANSPOSED | 4):
+    # (bit 0 is HATTN_FP8_PREPASS_V_TRANSPOSED, bit 1 HATTN_FP8_PREPASS_V_PER_HEAD)
+    for bits in (4, 1 << 31, E.HATTN_FP8_PREPASS_V_TRANSPOSED | E.HATTN_FP8_PREPASS_V_PER_HEAD | 8):
         add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
     # V^T output: its own alignment rule (16 bytes, the FP8 forward's TMA); its strides are ignored.
     add("vt_output_misaligned_by_4", both(setter(flags=E.HATTN_FP8_PREPASS_V_TRANSPOSED), offset_pointer("v_fp8", 4)),

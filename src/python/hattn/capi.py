@@ -66,6 +66,7 @@ HATTN_FWD_NO_PINGPONG = 1 << 0
 HATTN_FWD_NO_INTRA_WG_OVERLAP = 1 << 1
 HATTN_BWD_DETERMINISTIC = 1 << 0
 HATTN_FP8_PREPASS_V_TRANSPOSED = 1 << 0  # the pre-pass writes V^T (the FP8 forward's layout)
+HATTN_FP8_PREPASS_V_PER_HEAD = 1 << 1    # the pre-pass gives V one descale per (batch, KV head)
 HATTN_FWD_FP8_V_TRANSPOSED = 1 << 0      # the FP8 forward reads V^T: no transpose pass, no workspace
 HATTN_FWD_FP8_V_PER_HEAD = 1 << 1        # the caller's V has one descale per (batch, KV head)
 
@@ -781,13 +782,15 @@ class Hattn:
     # ---- the FP8 path on PyTorch tensors (same order of checks as fwd_torch) ----
     def fp8_prepass_params_torch(self, q, k, v, q8, k8, v8, q_descale, k_descale, v_descale, *, rope_cos=None,
                                  rope_sin=None, rope: str | int = "none", hadamard: bool = True, seed: int = 0,
-                                 rope_q_offset: int = 0, v_transposed: bool = False,
+                                 rope_q_offset: int = 0, v_transposed: bool = False, v_per_head: bool = False,
                                  address=None) -> HattnFp8PrepassParams:
         """hattn_fp8_prepass_params for these tensors: q, k, v bf16/fp16 [b, s, h, d]; q8, k8, v8
         float8_e4m3fn of the same shapes; descales fp32 [b, h, ceil(s / 128)], contiguous; the rotary
         tables fp32 [rows, d / 2], contiguous, both or neither (needed unless rope is "none").
         v_transposed: v8 is V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED), a contiguous
-        float8_e4m3fn [b, h_kv, d, vt_keys(s_k)] tensor (fp8_prepass_outputs(..., v_transposed=True))."""
+        float8_e4m3fn [b, h_kv, d, vt_keys(s_k)] tensor (fp8_prepass_outputs(..., v_transposed=True)).
+        v_per_head: one V descale per (batch, KV head) (HATTN_FP8_PREPASS_V_PER_HEAD), for
+        fwd_fp8_params_torch(..., v_per_head=True)."""
         import torch
 
         address = address or _data_ptr
@@ -834,7 +837,7 @@ class Hattn:
             _set_strides(p, name, t)
         p.dtype, p.rope, p.hadamard = dtype_code(q, "q"), rope_code, int(bool(hadamard))
         p.hadamard_seed = seed % (1 << 64)  # a negative seed: its 64-bit two's complement
-        p.flags = HATTN_FP8_PREPASS_V_TRANSPOSED if v_transposed else 0
+        p.flags = (HATTN_FP8_PREPASS_V_TRANSPOSED if v_transposed else 0) | (HATTN_FP8_PREPASS_V_PER_HEAD if v_per_head else 0)
         return p
 
     def fwd_fp8_params_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, *,
@@ -901,16 +904,17 @@ class Hattn:
 
     def fp8_prepass_torch(self, q, k, v, *, rope_cos=None, rope_sin=None, rope: str | int = "none",
                           hadamard: bool = True, seed: int = 0, rope_q_offset: int = 0, v_transposed: bool = False,
-                          stream: int | None = None):
+                          v_per_head: bool = False, stream: int | None = None):
         """(q8, k8, v8, q_descale, k_descale, v_descale): the pre-pass's outputs (contiguous; e4m3 as
         torch.float8_e4m3fn) on the current stream of q's device; with v_transposed, v8 is V^T for
-        fwd_fp8_torch(..., v_transposed=True) (no transpose pass there)."""
+        fwd_fp8_torch(..., v_transposed=True) (no transpose pass there); with v_per_head, V has one
+        descale per (batch, KV head), for fwd_fp8_torch(..., v_per_head=True)."""
         self._need_fp8()
         _check_rank(q=q, k=k, v=v)
         outs = fp8_prepass_outputs(q, k, v, v_transposed=v_transposed)
         p = self.fp8_prepass_params_torch(q, k, v, *outs, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope,
                                           hadamard=hadamard, seed=seed, rope_q_offset=rope_q_offset,
-                                          v_transposed=v_transposed)
+                                          v_transposed=v_transposed, v_per_head=v_per_head)
         self.check_fp8_prepass(p)
         tables = {} if rope_code_of(rope) == HATTN_ROPE_NONE else {"rope_cos": rope_cos, "rope_sin": rope_sin}
         check_devices(q=q, k=k, v=v, **tables)
@@ -920,10 +924,12 @@ class Hattn:
 
     def fwd_fp8_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool = False,
                       softmax_scale: float = 0.0, out_dtype=None, out=None, lse=None, want_lse: bool = True,
-                      workspace=None, v_transposed: bool = False, stream: int | None = None):
+                      workspace=None, v_transposed: bool = False, v_per_head: bool = False,
+                      stream: int | None = None):
         """(o, lse or None) of the FP8 forward on the current stream of q8's device; o is out_dtype
         (bf16 default) and contiguous unless out is given; the workspace is allocated unless given
-        (none is needed with v_transposed: v8 is then V^T from fp8_prepass_torch(..., v_transposed=True))."""
+        (none is needed with v_transposed: v8 is then V^T from fp8_prepass_torch(..., v_transposed=True)).
+        v_per_head: v_descale holds one value per (batch, KV head) (HATTN_FWD_FP8_V_PER_HEAD)."""
         import torch
 
         self._need_fp8()
@@ -935,7 +941,8 @@ class Hattn:
         if workspace is None and not v_transposed:
             workspace = self.fwd_fp8_workspace_torch(k8)
         p = self.fwd_fp8_params_torch(q8, k8, v8, q_descale, k_descale, v_descale, out, lse, workspace,
-                                      causal=causal, softmax_scale=softmax_scale, v_transposed=v_transposed)
+                                      causal=causal, softmax_scale=softmax_scale, v_transposed=v_transposed,
+                                      v_per_head=v_per_head)
         self.check_fwd_fp8(p)
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
                       **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))
