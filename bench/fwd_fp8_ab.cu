@@ -5,7 +5,7 @@
 //
 //   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms,h1] [--v-layouts rows,vt] [--head-dims 64,128,256]
 //              [--seqlens 2048,8192,16384] [--masks full,causal] [--rounds 3] [--reps 10]
-//              [--tokens 16384] [--width 2048] [--check-only]
+//              [--tokens 16384] [--width 2048] [--check-only] [--v-per-head]
 //
 // --grids runs each variant on each grid (Fp8FwdArgs::grid_ctas): auto (the launcher's rule: one
 // persistent CTA per SM up to fwd_fp8's kPersistentMaxSeqlenK keys, else one CTA per tile), tiles
@@ -17,6 +17,8 @@
 // HATTN_FWD_FP8_V_TRANSPOSED: no transpose pass); vt columns are named +vt, and a last table
 // gives each vt column's ratio to its rows column.
 //
+// --v-per-head: the pre-pass gives V one descale per head (HATTN_FP8_PREPASS_V_PER_HEAD) and every
+// call says so (HATTN_FWD_FP8_V_PER_HEAD), as the _pvsum variant needs.
 // Inputs per shape: bf16 N(0, 1) Q, K, V (batch = tokens / seqlen, heads = width / head_dim)
 // through hattn_fp8_prepass (random-sign Hadamard) into e4m3 and per-block descales, two input
 // sets rotated from call to call (a K or V tensor of e4m3 is 32 MB at 16k tokens: most of one
@@ -97,6 +99,7 @@ struct Options {
     std::vector<bool> causal{false, true};
     int rounds = 3, reps = 10, tokens = 16384, width = 2048;
     bool check_only = false;
+    bool v_per_head = false;  // the pre-pass's one V descale per head, and the forward's flag for it
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -163,6 +166,8 @@ Options parse(int argc, char** argv) {
             o.width = std::atoi(value().c_str());
         } else if (a == "--check-only") {
             o.check_only = true;
+        } else if (a == "--v-per-head") {
+            o.v_per_head = true;
         } else {
             std::fprintf(stderr, "unknown argument %s\n", a.c_str());
             std::exit(1);
@@ -249,7 +254,8 @@ struct ShapeData {
         owned.push_back(new DeviceBuffer(bytes));
         return owned.back()->ptr;
     }
-    explicit ShapeData(const Shape& sh) : shape(sh) {
+    bool v_per_head;
+    ShapeData(const Shape& sh, bool per_head) : shape(sh), v_per_head(per_head) {
         elems = static_cast<size_t>(sh.b) * sh.s * sh.h * sh.d;
         blocks = static_cast<size_t>(sh.b) * sh.h * ((sh.s + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS);
         DeviceBuffer bf16(3 * elems * 2);
@@ -266,11 +272,12 @@ struct ShapeData {
                 descale[set][2], sh.b, sh.h, sh.h, sh.s, sh.s, sh.d, HATTN_DTYPE_BF16);
             pp.hadamard = 1;
             pp.hadamard_seed = kHadamardSeed;
+            if (per_head) pp.flags = HATTN_FP8_PREPASS_V_PER_HEAD;
             ws_bytes = hattn_fwd_fp8_workspace_size(sh.b, sh.h, sh.s, sh.d);
             vt[set] = alloc(ws_bytes);
             hattn_fp8_prepass_params ppt = pp;  // the same call writing V^T (q, k, descales identical)
             ppt.v_fp8 = vt[set];
-            ppt.flags = HATTN_FP8_PREPASS_V_TRANSPOSED;
+            ppt.flags = HATTN_FP8_PREPASS_V_TRANSPOSED | pp.flags;
             for (const hattn_fp8_prepass_params* call : {&pp, &ppt}) {
                 const hattn_status st = hattn_fp8_prepass(call, nullptr);
                 if (st != HATTN_SUCCESS) {
@@ -293,9 +300,10 @@ struct ShapeData {
         p.causal = shape.causal ? 1 : 0;
         p.workspace = ws;
         p.workspace_size = ws_bytes;
+        if (v_per_head) p.flags = HATTN_FWD_FP8_V_PER_HEAD;
         if (v_transposed) {
             p.v = vt[set];
-            p.flags = HATTN_FWD_FP8_V_TRANSPOSED;
+            p.flags |= HATTN_FWD_FP8_V_TRANSPOSED;
             p.workspace = nullptr;
             p.workspace_size = 0;
         }
@@ -379,7 +387,7 @@ int main(int argc, char** argv) {
     std::vector<std::vector<bool>> skip(shapes.size(), std::vector<bool>(ne, false));
     for (int round = 0; round < (opt.check_only ? 1 : opt.rounds); ++round) {
         for (size_t si = 0; si < shapes.size(); ++si) {
-            const ShapeData data(shapes[si]);  // made per round: one shape's tensors on the GPU at a time
+            const ShapeData data(shapes[si], opt.v_per_head);  // made per round: one shape's tensors on the GPU at a time
             if (round == 0) {
                 // Correctness against base (on the first grid) on the first set.
                 std::vector<uint16_t> ref;

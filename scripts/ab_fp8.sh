@@ -27,6 +27,7 @@
 #   V^T from the pre-pass against the call's own transpose pass), HEAD_DIMS (64,128,256),
 #   AB_TIMEOUT_S (120),
 #   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test),
+#   V_PER_HEAD (0; 1: the A/B's inputs with one V descale per head, as the _pvsum variant needs),
 #   ACCURACY_VARIANTS (empty: skip; e.g. base,twolevel: bench/fwd_fp8_accuracy_ab after the A/B,
 #   those variants beside the library kernel on FlashAttention-3's outlier inputs),
 #   ACCURACY_HEAD_DIMS (128), ACCURACY_SEQLENS (4096,16384,65536,131072), ACCURACY_TIMEOUT_S (150).
@@ -44,6 +45,7 @@ VLAYOUTS=${VLAYOUTS:-}
 HEAD_DIMS=${HEAD_DIMS:-}
 AB_TIMEOUT_S=${AB_TIMEOUT_S:-120}
 PREPASS_TESTS=${PREPASS_TESTS:-0}
+V_PER_HEAD=${V_PER_HEAD:-0}
 ACCURACY_VARIANTS=${ACCURACY_VARIANTS:-}
 ACCURACY_HEAD_DIMS=${ACCURACY_HEAD_DIMS:-128}
 ACCURACY_SEQLENS=${ACCURACY_SEQLENS:-4096,16384,65536,131072}
@@ -108,6 +110,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   [ -n "$SEQLENS" ] && ab_args+=(--seqlens "$SEQLENS")
   [ -n "$VLAYOUTS" ] && ab_args+=(--v-layouts "$VLAYOUTS")
   [ -n "$HEAD_DIMS" ] && ab_args+=(--head-dims "$HEAD_DIMS")
+  [ "$V_PER_HEAD" = 1 ] && ab_args+=(--v-per-head)
   run ab "$AB_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
   cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
   if [ -n "$ACCURACY_VARIANTS" ]; then
