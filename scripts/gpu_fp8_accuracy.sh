@@ -55,6 +55,8 @@ CLI_CASES=(
   "hadamard_rope_interleaved|--hadamard --rope interleaved"
   "hadamard_rope_half|--hadamard --rope half"
   "causal_gqa_odd|--hadamard --rope half --causal --batch 1 --heads 8 --heads-kv 2 --seqlen-q 1000 --seqlen-k 1500"
+  "hadamard_v_per_head|--hadamard --v-per-head"
+  "v_per_head_rows_short|--hadamard --v-per-head --v-layout rows --causal --batch 4 --seqlen 1000"
 )
 if [ "$BUILD_OK" -eq 1 ]; then
   run test 30 "$BUILD_DIR/test/fwd_fp8_accuracy_test"

@@ -40,6 +40,7 @@ expect 2 "--rope needs a value" --dtype e4m3 --rope
 expect 2 "--hadamard takes no value" --dtype e4m3 --hadamard=1
 expect 2 "--v-layout needs --dtype e4m3" --v-layout rows
 expect 2 "--v-layout expects transposed or rows, got 'cols'" --dtype e4m3 --v-layout cols
+expect 2 "--v-per-head needs --dtype e4m3" --v-per-head
 expect 2 "there is no FP8 backward" bwd --dtype e4m3
 expect 2 "ablations of the bf16 forward" --dtype e4m3 --no-pingpong
 expect 2 "ablations of the bf16 forward" --dtype e4m3 --no-intra-wg-overlap

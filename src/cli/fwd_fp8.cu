@@ -128,6 +128,7 @@ int run_fwd_fp8(const Options& o) {
     pp.rope = o.rope;
     // V^T straight from the pre-pass: the FP8 forward then runs no transpose pass and needs no workspace.
     if (o.v_transposed) pp.flags |= HATTN_FP8_PREPASS_V_TRANSPOSED;
+    if (o.v_per_head) pp.flags |= HATTN_FP8_PREPASS_V_PER_HEAD;
     if (o.rope != HATTN_ROPE_NONE) {
         pp.rope_cos = phf;
         pp.rope_sin = phf;
@@ -145,12 +146,14 @@ int run_fwd_fp8(const Options& o) {
     f.workspace = o.v_transposed ? nullptr : ph;
     f.workspace_size = ws_bytes;
     if (o.v_transposed) f.flags |= HATTN_FWD_FP8_V_TRANSPOSED;
+    if (o.v_per_head) f.flags |= HATTN_FWD_FP8_V_PER_HEAD;
     require_valid(validate_fwd_fp8, &f);
 
     require_hopper();
-    std::printf("fwd: batch %d, heads %d (kv %d), seqlen_q %d, seqlen_k %d, dim %d, e4m3 from bf16 (%s, %s, V %s), %s, seed %llu\n",
+    std::printf("fwd: batch %d, heads %d (kv %d), seqlen_q %d, seqlen_k %d, dim %d, e4m3 from bf16 (%s, %s, V %s%s), %s, seed %llu\n",
                 o.batch, o.heads, o.heads_kv, o.seqlen_q, o.seqlen_k, o.dim, rope_name(o.rope),
-                o.hadamard ? "Hadamard" : "no Hadamard", o.v_transposed ? "transposed" : "rows", o.causal ? "causal" : "full",
+                o.hadamard ? "Hadamard" : "no Hadamard", o.v_transposed ? "transposed" : "rows",
+                o.v_per_head ? ", one descale per head" : "", o.causal ? "causal" : "full",
                 static_cast<unsigned long long>(o.seed));
 
     const size_t q_elems = static_cast<size_t>(o.batch) * o.seqlen_q * o.heads * o.dim;

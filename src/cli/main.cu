@@ -63,6 +63,8 @@ void print_help(FILE* out) {
                  "  --rope interleaved|half  e4m3: the pre-pass's RoPE on Q and K (GPT-J / GPT-NeoX pairs)\n"
                  "  --v-layout transposed|rows  e4m3: the pre-pass writes V^T for the FP8 forward (transposed,\n"
                  "                         the default) or V's rows, which hattn_fwd_fp8 transposes first\n"
+                 "  --v-per-head           e4m3: one V descale per (batch, KV head) (HATTN_FP8_PREPASS_V_PER_HEAD\n"
+                 "                         and HATTN_FWD_FP8_V_PER_HEAD: at dim 128 the row sums in P V)\n"
                  "  --causal               bottom-right causal mask\n"
                  "  --scale X              softmax scale (default 1/sqrt(dim))\n"
                  "  --no-lse               fwd: do not request LSE\n"
@@ -148,6 +150,8 @@ Options parse(int argc, char** argv) {
                 usage_error("--v-layout expects transposed or rows, got '" + t + "'");
             }
             v_layout_given = true;
+        } else if (arg == "--v-per-head") {
+            o.v_per_head = true;
         } else if (arg == "--causal") {
             o.causal = true;
         } else if (arg == "--scale") {
@@ -184,6 +188,7 @@ Options parse(int argc, char** argv) {
     if (!o.e4m3 && hadamard_given) usage_error("--hadamard needs --dtype e4m3 (it is a step of the FP8 pre-pass)");
     if (!o.e4m3 && o.rope != HATTN_ROPE_NONE) usage_error("--rope needs --dtype e4m3 (it is a step of the FP8 pre-pass)");
     if (!o.e4m3 && v_layout_given) usage_error("--v-layout needs --dtype e4m3 (the FP8 pre-pass's V output)");
+    if (!o.e4m3 && o.v_per_head) usage_error("--v-per-head needs --dtype e4m3 (the FP8 pre-pass's V descales)");
     if (o.e4m3 && o.flags != 0) {
         usage_error("--no-pingpong and --no-intra-wg-overlap are ablations of the bf16 forward, not of --dtype e4m3");
     }
