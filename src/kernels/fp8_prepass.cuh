@@ -1163,7 +1163,9 @@ __global__ void __launch_bounds__(kAmaxThreads) v_block_amax_kernel(const Fp8Ten
     }
 }
 
-// One thread block per (batch, head): the largest of its blocks' amaxes into every entry.
+// One thread block per (batch, head): the largest of its blocks' amaxes into every entry. (A
+// template, like every kernel of this header, so that each head dim's translation unit has its own.)
+template <int kHeadDim>
 __global__ void __launch_bounds__(kAmaxThreads) v_head_amax_kernel(float* descale, int blocks_per_head) {
     __shared__ float warp_amax[kAmaxThreads / kWarpSize];
     float* entries = descale + static_cast<int64_t>(blockIdx.x) * blocks_per_head;
@@ -1187,7 +1189,7 @@ cudaError_t launch_v_head_amax(const Fp8PrepassArgs& a, cudaStream_t stream) {
     else v_block_amax_kernel<kHeadDim, false><<<grid, kAmaxThreads, 0, stream>>>(a.v);
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess) return rc;
-    v_head_amax_kernel<<<static_cast<unsigned>(a.batch * a.v.heads), kAmaxThreads, 0, stream>>>(a.v.descale, blocks);
+    v_head_amax_kernel<kHeadDim><<<static_cast<unsigned>(a.batch * a.v.heads), kAmaxThreads, 0, stream>>>(a.v.descale, blocks);
     return cudaGetLastError();
 }
 
