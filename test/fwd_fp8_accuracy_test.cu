@@ -40,6 +40,7 @@ using hattn::test::DeviceMemory;
 constexpr double kGoalRmse = 9e-3;
 constexpr double kGoalRatio = 2.5;
 constexpr double kMinRatio = 2.0;  // what the test requires of the ratio (2.26 measured)
+constexpr double kVPerHeadMaxRatio = 1.05;  // (c) with one V descale per head, at most this times (c)
 // The float64 GPU reference differs from the CPU one only by summation order: ~1e-15 relative.
 constexpr double kReferenceRelTol = 1e-12;
 constexpr uint64_t kSeed = 0xACC8ull;
@@ -177,6 +178,11 @@ TEST(Fp8Accuracy, BlockScalesWithHadamardBeatPerTensorScaling) {
     EXPECT_LE(r.rmse_block_hadamard, kGoalRmse);
     EXPECT_GE(ratio, kMinRatio);
     std::printf("goal (a)/(c) >= %.1f: %s\n", kGoalRatio, ratio >= kGoalRatio ? "met" : "NOT met");
+    // One V descale per head: as accurate as the 128-row blocks (e4m3 is floating point: the scale
+    // only moves where its subnormals start; CPU emulation 8.24e-3 vs 8.30e-3, bench/RESULTS.md 38f).
+    std::printf("(c) with one V descale per head: %.3e (%.3f x (c))\n", r.rmse_block_hadamard_v_head,
+                r.rmse_block_hadamard_v_head / r.rmse_block_hadamard);
+    EXPECT_LE(r.rmse_block_hadamard_v_head, kVPerHeadMaxRatio * r.rmse_block_hadamard);
 }
 
 }  // namespace

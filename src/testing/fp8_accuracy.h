@@ -8,7 +8,9 @@
 //   per-tensor      e4m3 with ONE scale per tensor (amax of the whole tensor), no Hadamard:
 //                   the plain FP8 baseline;
 //   block           hattn_fp8_prepass's 128-row block scales, no Hadamard;
-//   block+hadamard  the pre-pass with its random-sign Hadamard on Q and K (incoherent processing).
+//   block+hadamard  the pre-pass with its random-sign Hadamard on Q and K (incoherent processing);
+//                   and the same with one V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD with
+//                   HATTN_FWD_FP8_V_PER_HEAD: at d128 the kernel with the row sums in its P V).
 // The three FP8 variants all run hattn_fwd_fp8; per-tensor fills every block's descale with the
 // one tensor-wide value (hattn_fwd_fp8 takes per-block descales, and equal ones are a per-tensor
 // scale).
@@ -92,6 +94,7 @@ struct Fp8AccuracyResult {
     double rmse_per_tensor = 0;   // (a) one scale per tensor, no Hadamard
     double rmse_block = 0;        // (b) 128-row block scales, no Hadamard
     double rmse_block_hadamard = 0;  // (c) block scales + random-sign Hadamard
+    double rmse_block_hadamard_v_head = 0;  // (c) with one V descale per head (HATTN_*_V_PER_HEAD)
     double reference_ms = 0;      // wall time of the float64 reference
     std::vector<double> extra_per_tensor, extra_block, extra_block_hadamard;  // per extra forward
 };
