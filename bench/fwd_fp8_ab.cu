@@ -39,10 +39,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "comma_list.h"
 #include "hattn.h"
 #include "host/fwd_fp8_variants.h"
 #include "testing/device_random.cuh"
@@ -102,13 +102,7 @@ struct Options {
     bool v_per_head = false;  // the pre-pass's one V descale per head, and the forward's flag for it
 };
 
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');)
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
+using hattn::bench::split_commas;
 
 int variant_index(const std::string& name) {
     for (int v = 0; v < kFp8VariantCount; ++v)
@@ -132,17 +126,17 @@ Options parse(int argc, char** argv) {
         };
         auto ints = [&] {
             std::vector<int> v;
-            for (const std::string& x : split(value())) v.push_back(std::atoi(x.c_str()));
+            for (const std::string& x : split_commas(value())) v.push_back(std::atoi(x.c_str()));
             return v;
         };
         if (a == "--variants") {
-            for (const std::string& n : split(value())) o.variants.push_back(variant_index(n));
+            for (const std::string& n : split_commas(value())) o.variants.push_back(variant_index(n));
         } else if (a == "--grids") {
             o.grids.clear();
-            for (const std::string& n : split(value())) o.grids.push_back(grid_of(n));
+            for (const std::string& n : split_commas(value())) o.grids.push_back(grid_of(n));
         } else if (a == "--v-layouts") {
             o.v_transposed.clear();
-            for (const std::string& n : split(value())) {
+            for (const std::string& n : split_commas(value())) {
                 if (n != "rows" && n != "vt") {
                     std::fprintf(stderr, "unknown V layout %s (known: rows vt)\n", n.c_str());
                     std::exit(1);
@@ -155,7 +149,7 @@ Options parse(int argc, char** argv) {
             o.seqlens = ints();
         } else if (a == "--masks") {
             o.causal.clear();
-            for (const std::string& m : split(value())) o.causal.push_back(m == "causal");
+            for (const std::string& m : split_commas(value())) o.causal.push_back(m == "causal");
         } else if (a == "--rounds") {
             o.rounds = std::atoi(value().c_str());
         } else if (a == "--reps") {

@@ -15,10 +15,10 @@
 // library kernel's. Exit status 1 on a CUDA or API error, 2 on bad arguments.
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "comma_list.h"
 #include "hattn.h"
 #include "host/fwd_fp8_variants.h"
 #include "testing/fp8_accuracy.h"
@@ -29,13 +29,7 @@ using hattn::host::kFp8Variants;
 
 constexpr int kExitBadArgs = 2;
 
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> out;
-    std::stringstream in(s);
-    for (std::string item; std::getline(in, item, ',');)
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
+using hattn::bench::split_commas;
 
 struct Options {
     std::vector<int> variants;
@@ -54,9 +48,9 @@ Options parse(int argc, char** argv) {
         }
         const std::string value = argv[++i];
         std::vector<int> ints;
-        for (const std::string& x : split(value)) ints.push_back(std::atoi(x.c_str()));
+        for (const std::string& x : split_commas(value)) ints.push_back(std::atoi(x.c_str()));
         if (a == "--variants") {
-            for (const std::string& name : split(value)) {
+            for (const std::string& name : split_commas(value)) {
                 const int v = hattn::host::fp8_variant_index(name.c_str());
                 if (v < 0) {
                     std::fprintf(stderr, "unknown variant %s\n", name.c_str());
