@@ -31,6 +31,7 @@ struct Fp8VariantInfo {
     int max_head_dim = 0;        // > 0: built only up to this head dim (fp8_variant_built's rule otherwise)
     bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv;
                                  // one V descale per head: fwd_fp8_test gives it such V)
+    bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -56,6 +57,9 @@ struct Fp8VariantInfo {
 // their base variant's kernel). _pvsum: P's row sums as 16 pad columns of P V (N = 144, the pad
 // rows of V^T's slots ones) instead of the 64 x 8 wgmmas, for one V descale per head (the library's
 // d128 kernel under HATTN_FWD_FP8_V_PER_HEAD, fwd_fp8::PerHeadVTuning, but without the in-kernel transpose).
+// _qreg: Q's A fragments in registers, S = Q K^T as an RS wgmma (Tuning::kQInRegisters), on the d256
+// default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
+// it spills 8 bytes).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -83,6 +87,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, 0, false, false, false, true},
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
     {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
+    {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

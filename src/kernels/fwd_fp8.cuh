@@ -137,9 +137,14 @@ constexpr int kPGainLog2 = 8;
 //                    columns are P's row sums as rounded to e4m3 (no FADD per weight, no 64 x 8
 //                    wgmmas). They carry V's descale as O does, so the kernel takes one V descale
 //                    per head, each head's first (HATTN_FWD_FP8_V_PER_HEAD): l = column / v_ds
+//   kQInRegisters    (an A/B option) Q's A fragments loaded once per tile into registers (ldmatrix),
+//                    S = Q K^T then an RS wgmma: shared memory serves K alone. At d256 the 64-key
+//                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
+//                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
+//                    registers
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
-          bool kTransposeV_ = false, bool kRowSumInPv_ = false>
+          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -151,9 +156,10 @@ struct Tuning {
     static constexpr bool kSoftmaxTurns = kSoftmaxTurns_;
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kRowSumInPv = kRowSumInPv_;
+    static constexpr bool kQInRegisters = kQInRegisters_;
     template <bool kTranspose>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_>;
+                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_>;
     static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
                   "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
@@ -430,11 +436,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Tile t;
         int m0, n_blocks;
 
+        // kQInRegisters: this thread's A fragments of its 64-row slice of Q, per k-step.
+        uint32_t qf[Opt::kQInRegisters ? kHeadDim / kMmaK : 1][4];
         auto gemm_qk = [&](int stage) {
 #pragma unroll
-            for (int kk = 0; kk < kHeadDim / kMmaK; ++kk)
-                mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
-                                     smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+            for (int kk = 0; kk < kHeadDim / kMmaK; ++kk) {
+                if constexpr (Opt::kQInRegisters)
+                    mma_rs_e4m3<kBlockN>(s, qf[kk], smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                else
+                    mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
+                                         smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+            }
         };
         // P V from P's register set `buf` (a std::integral_constant: registers need constant indices).
         auto gemm_pv = [&](int stage, auto buf) {
@@ -630,6 +642,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             softmax.init();
             smem.q_ring.consumer_wait(q_state);
+            if constexpr (Opt::kQInRegisters) load_a_fragments_e4m3(qf, smem.q[q_state.stage], me.first_row_in_tile);
 
             if (n_blocks > 0) {
                 // Prologue: S_0 alone, its softmax.

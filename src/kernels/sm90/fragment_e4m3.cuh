@@ -66,6 +66,24 @@ __device__ __forceinline__ void acc_to_a_fragment_e4m3(const float (&acc)[N / 2]
     }
 }
 
+// The warpgroup's 8-bit A fragments of rows [first_row, first_row + 64) of a K-major swizzled tile,
+// every k-step of 32 bytes (the layout above), by ldmatrix: lane l addresses row l % 8 of 8x8
+// 16-bit matrix l / 8 -- matrices (rows 0-7 | 8-15) x (bytes 0-15 | 16-31) of the warp's 16 rows --
+// and receives row l / 4, bytes 4 (l % 4) .. + 3 of each: registers j = 0..3 exactly (row r0 + 8
+// (j % 2), k = 16 (j / 2) + 4 t + b).
+template <class Tile, int kSteps>
+__device__ __forceinline__ void load_a_fragments_e4m3(uint32_t (&a)[kSteps][4], const Tile& tile, int first_row) {
+    static_assert(std::is_same_v<typename Tile::Element, E4m3> && kSteps * E4m3::kMmaK == Tile::kCols,
+                  "a fragment per k-step of an e4m3 tile");
+    constexpr int kMatrixRows = 8, kChunkBytes = 16;
+    const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>((threadIdx.x / 32) % 4);
+    const int matrix = lane / kMatrixRows;
+    const int row = first_row + 16 * warp + kMatrixRows * (matrix % 2) + lane % kMatrixRows;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk)
+        ptx::ldmatrix_x4(a[kk], tile.bytes + Tile::offset(row, E4m3::kMmaK * kk + kChunkBytes * (matrix / 2)));
+}
+
 // ---- Scores from shared memory (a rare path) -----------------------------------------------
 // This thread's elements of S = Q K^T (the accumulator layout) recomputed from the e4m3 Q and K
 // tiles in shared memory by the warp alone, with warp-level mma.sync m16n8k32 (ptx/mma.cuh): its
