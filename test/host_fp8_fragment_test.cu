@@ -1,6 +1,9 @@
 // hattn/test/host_fp8_fragment_test.cu -- CPU test of the FP8 forward's P fragment mapping
 // (src/kernels/sm90/fragment_e4m3.cuh): the fp32 accumulator element each byte of the 8-bit A fragment
-// takes, and the key order V^T must be written in for P V to sum the right products.
+// takes, and the key order V^T must be written in for P V to sum the right products; and, with
+// ldmatrix / stmatrix / prmt emulated from the PTX ISA, the in-kernel V transpose
+// (sm90::transpose_v_tile's lane addresses) and Q's A fragments from shared memory
+// (sm90::load_a_fragments_e4m3): the bytes they move, and one wavefront per matrix.
 //
 // The layouts, written out from the PTX ISA (9.7.15.5.1, register fragments of wgmma):
 //   fp32 D of m64nN: thread (warp w, lane l), element i: row 16w + l/4 + 8 ((i/2) % 2),
@@ -8,9 +11,13 @@
 //   8-bit A of m64nNk32: register j, byte b: row 16w + l/4 + 8 (j%2), k = 16 (j/2) + 4 (l%4) + b.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
 #include <set>
+#include <vector>
 
 #include "kernels/sm90/fragment_e4m3.cuh"
+#include "kernels/sm90/vt_e4m3.cuh"
 
 namespace {
 
@@ -99,6 +106,135 @@ TEST(Fp8Tile, SixtyFourByteSwizzleMatchesTheAddressBitDefinition) {
     using Tile128 = SwizzledTile<E4m3, 64, 256>;
     static_assert(Tile128::kSpan == 128 && Tile128::kAtoms == 2, "the default span");
     expect_swizzle_by_definition<Tile128>();
+}
+
+// ---- Warp-collective moves, emulated (PTX ISA 9.7.14.5.15-16: ldmatrix, stmatrix .m8n8.x4.b16) ----
+// Each of the 4 matrices is 8 rows of 16 bytes whose addresses lanes 8m .. 8m + 7 give; lane l holds
+// of matrix m the 16-bit pair at row l / 4, columns 2 (l % 4), +1 (bytes 4 (l % 4) .. +3), or with
+// .trans the elements (row 2 (l % 4), column l / 4) and (row 2 (l % 4) + 1, column l / 4).
+using Regs = uint32_t[kLanes][4];
+
+uint32_t word_at(const std::vector<uint8_t>& mem, uint32_t at) {
+    return mem[at] | mem[at + 1] << 8 | mem[at + 2] << 16 | uint32_t{mem[at + 3]} << 24;
+}
+uint16_t half_at(const std::vector<uint8_t>& mem, uint32_t at) { return static_cast<uint16_t>(mem[at] | mem[at + 1] << 8); }
+
+void ldmatrix_x4(const std::vector<uint8_t>& mem, const uint32_t (&addr)[kLanes], bool trans, Regs& r) {
+    for (int m = 0; m < 4; ++m)
+        for (int l = 0; l < kLanes; ++l) {
+            if (!trans) {
+                r[l][m] = word_at(mem, addr[8 * m + l / 4] + 4 * (l % 4));
+            } else {
+                const uint32_t lo = half_at(mem, addr[8 * m + 2 * (l % 4)] + 2 * (l / 4));
+                const uint32_t hi = half_at(mem, addr[8 * m + 2 * (l % 4) + 1] + 2 * (l / 4));
+                r[l][m] = lo | hi << 16;
+            }
+        }
+}
+void stmatrix_x4(std::vector<uint8_t>& mem, const uint32_t (&addr)[kLanes], const Regs& r) {
+    for (int m = 0; m < 4; ++m)
+        for (int l = 0; l < kLanes; ++l)
+            for (int b = 0; b < 4; ++b) mem[addr[8 * m + l / 4] + 4 * (l % 4) + b] = static_cast<uint8_t>(r[l][m] >> (8 * b));
+}
+uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+    const uint64_t src = a | uint64_t{b} << 32;
+    uint32_t d = 0;
+    for (int i = 0; i < 4; ++i) d |= static_cast<uint32_t>((src >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return d;
+}
+// A matrix's 8 row addresses hit 8 different 16-byte bank groups (one shared-memory wavefront).
+void expect_conflict_free(const uint32_t (&addr)[kLanes], const char* what) {
+    for (int m = 0; m < 4; ++m) {
+        std::set<uint32_t> groups;
+        for (int r = 0; r < 8; ++r) groups.insert((addr[8 * m + r] % 128) / 16);
+        EXPECT_EQ(groups.size(), 8u) << what << " matrix " << m;
+    }
+}
+
+// transpose_v_tile, emulated warp by warp from its lane addresses (sm90::transpose_lane): V^T's
+// position p of dim e in key group g holds V's key 32 g + e4m3_k_to_key(p % 32), every byte of the
+// tile written, every matrix conflict-free.
+template <class VRowTile, class VtTile>
+void expect_transpose_v_tile() {
+    constexpr int kKeys = VRowTile::kRows, kDims = VRowTile::kCols, kWarpsUsed = 3;
+    constexpr int kDimChunks = kDims / kTransposeChunkDims;
+    std::mt19937 rng(kKeys * 1000 + kDims);
+    std::vector<uint8_t> v(sizeof(VRowTile)), vt(sizeof(VtTile), 0);
+    std::vector<bool> written(sizeof(VtTile), false);
+    for (auto& x : v) x = static_cast<uint8_t>(rng());
+    for (int warp = 0; warp < kWarpsUsed; ++warp)
+        for (int u = warp; u < transpose_units<VRowTile>(); u += kWarpsUsed) {
+            const int group = u / kDimChunks, chunk = u % kDimChunks;
+            uint32_t load[kLanes], store[kLanes], first[kLanes];
+            for (int l = 0; l < kLanes; ++l) {
+                const TransposeLane me = transpose_lane<VRowTile, VtTile>(l);
+                load[l] = transpose_load_offset<VRowTile>(me, group, chunk);
+                store[l] = transpose_store_offset<VtTile>(me, group, chunk);
+                first[l] = me.first_selector;
+            }
+            expect_conflict_free(load, "ldmatrix");
+            expect_conflict_free(store, "stmatrix");
+            Regs x, y;
+            ldmatrix_x4(v, load, true, x);
+            for (int l = 0; l < kLanes; ++l) {
+                const uint32_t second = first[l] ^ kEvenBytes ^ kOddBytes;
+                y[l][0] = prmt(x[l][0], x[l][1], first[l]);
+                y[l][1] = prmt(x[l][0], x[l][1], second);
+                y[l][2] = prmt(x[l][2], x[l][3], first[l]);
+                y[l][3] = prmt(x[l][2], x[l][3], second);
+            }
+            stmatrix_x4(vt, store, y);
+            for (int m = 0; m < 4; ++m)
+                for (int r = 0; r < 8; ++r)
+                    for (int b = 0; b < 16; ++b) written[store[8 * m + r] + b] = true;
+        }
+    for (int e = 0; e < kDims; ++e)
+        for (int p = 0; p < kKeys; ++p) {
+            const int key = p / kE4m3KeyGroup * kE4m3KeyGroup + e4m3_k_to_key(p % kE4m3KeyGroup);
+            ASSERT_EQ(vt[VtTile::offset(e, p)], v[VRowTile::offset(key, e)]) << "dim " << e << " position " << p;
+        }
+    for (size_t i = 0; i < written.size(); ++i) ASSERT_TRUE(written[i]) << "V^T byte " << i << " never written";
+}
+
+TEST(Fp8InKernelTranspose, EveryHeadDimsTilesTransposeInTheKeyOrderWithoutBankConflicts) {
+    // The FP8 forward's (V rows, V^T slot) pairs: d64 and d128 with 128-key blocks, d256 with 64.
+    expect_transpose_v_tile<SwizzledTile<E4m3, 128, 64, 64>, SwizzledTile<E4m3, 64, 128>>();
+    expect_transpose_v_tile<SwizzledTile<E4m3, 128, 128>, SwizzledTile<E4m3, 128, 128>>();
+    expect_transpose_v_tile<SwizzledTile<E4m3, 64, 256>, SwizzledTile<E4m3, 256, 64, 64>>();
+}
+
+// load_a_fragments_e4m3, emulated: each lane's register j byte b of k-step kk is Q's row
+// first_row + 16 w + l / 4 + 8 (j % 2), byte 32 kk + 16 (j / 2) + 4 (l % 4) + b (the A layout above).
+template <class QTile>
+void expect_a_fragments() {
+    constexpr int kSteps = QTile::kCols / kK, kFirstRow = 64;
+    std::mt19937 rng(QTile::kCols);
+    std::vector<uint8_t> q(sizeof(QTile));
+    for (auto& x : q) x = static_cast<uint8_t>(rng());
+    for (int w = 0; w < kWarps; ++w)
+        for (int kk = 0; kk < kSteps; ++kk) {
+            uint32_t addr[kLanes];
+            for (int l = 0; l < kLanes; ++l) {
+                const RowByte at = a_fragment_ldmatrix_row(w, l);
+                addr[l] = QTile::offset(kFirstRow + at.row, kK * kk + at.byte);
+            }
+            expect_conflict_free(addr, "ldmatrix of Q");
+            Regs a;
+            ldmatrix_x4(q, addr, false, a);
+            for (int l = 0; l < kLanes; ++l)
+                for (int j = 0; j < kRegs; ++j)
+                    for (int b = 0; b < kBytes; ++b) {
+                        const int row = kFirstRow + a_row(w, l, j), byte = kK * kk + e4m3_a_k(j, b, l);
+                        ASSERT_EQ((a[l][j] >> (8 * b)) & 0xFF, q[QTile::offset(row, byte)])
+                            << "warp " << w << " lane " << l << " k-step " << kk << " reg " << j << " byte " << b;
+                    }
+        }
+}
+
+TEST(Fp8Fragment, QFragmentsFromSharedMemoryAreTheALayout) {
+    expect_a_fragments<SwizzledTile<E4m3, 128, 64, 64>>();
+    expect_a_fragments<SwizzledTile<E4m3, 128, 128>>();
+    expect_a_fragments<SwizzledTile<E4m3, 128, 256>>();
 }
 
 }  // namespace

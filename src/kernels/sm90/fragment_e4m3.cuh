@@ -71,17 +71,25 @@ __device__ __forceinline__ void acc_to_a_fragment_e4m3(const float (&acc)[N / 2]
 // 16-bit matrix l / 8 -- matrices (rows 0-7 | 8-15) x (bytes 0-15 | 16-31) of the warp's 16 rows --
 // and receives row l / 4, bytes 4 (l % 4) .. + 3 of each: registers j = 0..3 exactly (row r0 + 8
 // (j % 2), k = 16 (j / 2) + 4 t + b).
+// The row (of the warpgroup's 64) and the byte of k-step 0 whose 16 bytes lane `lane` of warp
+// `warp` addresses for that ldmatrix (k-step kk: E4m3::kMmaK * kk bytes further).
+struct RowByte {
+    int row, byte;
+};
+__host__ __device__ constexpr RowByte a_fragment_ldmatrix_row(int warp, int lane) {
+    constexpr int kMatrixRows = 8, kChunkBytes = 16, kWarpRows = 16;
+    const int matrix = lane / kMatrixRows;
+    return {kWarpRows * warp + kMatrixRows * (matrix % 2) + lane % kMatrixRows, kChunkBytes * (matrix / 2)};
+}
+
 template <class Tile, int kSteps>
 __device__ __forceinline__ void load_a_fragments_e4m3(uint32_t (&a)[kSteps][4], const Tile& tile, int first_row) {
     static_assert(std::is_same_v<typename Tile::Element, E4m3> && kSteps * E4m3::kMmaK == Tile::kCols,
                   "a fragment per k-step of an e4m3 tile");
-    constexpr int kMatrixRows = 8, kChunkBytes = 16;
-    const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>((threadIdx.x / 32) % 4);
-    const int matrix = lane / kMatrixRows;
-    const int row = first_row + 16 * warp + kMatrixRows * (matrix % 2) + lane % kMatrixRows;
+    const RowByte at = a_fragment_ldmatrix_row(static_cast<int>((threadIdx.x / 32) % 4), static_cast<int>(threadIdx.x % 32));
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
-        ptx::ldmatrix_x4(a[kk], tile.bytes + Tile::offset(row, E4m3::kMmaK * kk + kChunkBytes * (matrix / 2)));
+        ptx::ldmatrix_x4(a[kk], tile.bytes + Tile::offset(first_row + at.row, E4m3::kMmaK * kk + at.byte));
 }
 
 // ---- Scores from shared memory (a rare path) -----------------------------------------------

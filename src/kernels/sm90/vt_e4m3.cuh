@@ -96,34 +96,58 @@ __device__ __forceinline__ void store_vt_block(const uint8_t* tile, uint8_t* vt,
 constexpr uint32_t kEvenBytes = 0x6420;  // prmt: bytes 0, 2 of a, then of b (dim 2c of 4 keys)
 constexpr uint32_t kOddBytes = 0x7531;   // bytes 1, 3 (dim 2c + 1)
 
+// Lane `lane`'s part in transpose_v_tile: the row addresses it gives ldmatrix and stmatrix in the
+// first unit (group 0, chunk 0; later units are offset_moved from them) and its permute selector
+// for the first stored matrix of each pair (the second takes the other).
+struct TransposeLane {
+    uint32_t load_at, store_at, first_selector;
+};
+constexpr int kTransposeMatrixRows = 8;     // rows of an 8x8 16-bit matrix
+constexpr int kTransposeChunkDims = 16;     // a unit's dims: one 16-byte chunk of a V row
+constexpr int kTransposeStorePositions = 16;  // positions of one stored matrix row
+
+template <class VRowTile, class VtTile>
+__host__ __device__ constexpr TransposeLane transpose_lane(int lane) {
+    const int matrix = lane / kTransposeMatrixRows, row = lane % kTransposeMatrixRows;  // the row it addresses
+    const bool upper = lane / 4 >= 4;  // its words go to rows 4-7 of the stored matrices (row = lane / 4)
+    const int store_dim = 2 * row + ((matrix % 2) ^ (row / 4));  // stored matrix `matrix`'s row `row`
+    return {VRowTile::offset(kTransposeMatrixRows * matrix + row, 0),
+            VtTile::offset(store_dim, kTransposeStorePositions * (matrix / 2)), upper ? kOddBytes : kEvenBytes};
+}
+// Unit (group, chunk)'s addresses for that lane.
+template <class VRowTile>
+__host__ __device__ constexpr uint32_t transpose_load_offset(const TransposeLane& l, int group, int chunk) {
+    return VRowTile::offset_moved(l.load_at, kE4m3KeyGroup * group, kTransposeChunkDims * chunk);
+}
+template <class VtTile>
+__host__ __device__ constexpr uint32_t transpose_store_offset(const TransposeLane& l, int group, int chunk) {
+    return VtTile::offset_moved(l.store_at, kTransposeChunkDims * chunk, kE4m3KeyGroup * group);
+}
+template <class VRowTile>
+__host__ __device__ constexpr int transpose_units() {
+    return VRowTile::kRows / kE4m3KeyGroup * (VRowTile::kCols / kTransposeChunkDims);
+}
+
 template <int kWarps, class VRowTile, class VtTile>
 __device__ __forceinline__ void transpose_v_tile(const VRowTile& v, VtTile& vt, uint32_t warp) {
     static_assert(std::is_same_v<typename VRowTile::Element, E4m3> && std::is_same_v<typename VtTile::Element, E4m3>,
                   "e4m3 tiles");
     static_assert(VRowTile::kRows == VtTile::kCols && VRowTile::kCols == VtTile::kRows, "V^T is V's transpose");
-    constexpr int kMatrixRows = 8, kChunkDims = kSwizzleChunkBytes, kPositionsPerStore = 16;
-    constexpr uint32_t kDimChunks = VRowTile::kCols / kChunkDims;
-    constexpr uint32_t kUnits = VRowTile::kRows / kE4m3KeyGroup * kDimChunks;
     static_assert(VRowTile::kRows % kE4m3KeyGroup == 0, "whole key groups");
-    const int lane = static_cast<int>(threadIdx.x % 32);
-    const int matrix = lane / kMatrixRows, row = lane % kMatrixRows;  // the matrix row this lane addresses
-    const bool upper = lane / 4 >= 4;  // its words go to rows 4-7 of the stored matrices (row = lane / 4)
-    const uint32_t first = upper ? kOddBytes : kEvenBytes;  // second: the other (one XOR, one register less)
-    const int store_dim = 2 * row + ((matrix % 2) ^ (row / 4));  // stored matrix `matrix`'s row `row`
-    // This lane's row addresses in the first unit (group 0, chunk 0); later units are offset_moved.
-    const uint32_t load_at = VRowTile::offset(kMatrixRows * matrix + row, 0);
-    const uint32_t store_at = VtTile::offset(store_dim, kPositionsPerStore * (matrix / 2));
+    constexpr uint32_t kDimChunks = VRowTile::kCols / kTransposeChunkDims;
+    constexpr uint32_t kUnits = transpose_units<VRowTile>();
+    const TransposeLane me = transpose_lane<VRowTile, VtTile>(static_cast<int>(threadIdx.x % 32));
 #pragma unroll 1
     for (uint32_t u = warp; u < kUnits; u += kWarps) {
         const int group = static_cast<int>(u / kDimChunks), chunk = static_cast<int>(u % kDimChunks);
         uint32_t x[4], y[4];
-        const uint32_t second = first ^ kEvenBytes ^ kOddBytes;
-        ptx::ldmatrix_x4_trans(x, v.bytes + VRowTile::offset_moved(load_at, kE4m3KeyGroup * group, kChunkDims * chunk));
+        const uint32_t first = me.first_selector, second = first ^ kEvenBytes ^ kOddBytes;
+        ptx::ldmatrix_x4_trans(x, v.bytes + transpose_load_offset<VRowTile>(me, group, chunk));
         y[0] = ptx::prmt_b32(x[0], x[1], first);
         y[1] = ptx::prmt_b32(x[0], x[1], second);
         y[2] = ptx::prmt_b32(x[2], x[3], first);
         y[3] = ptx::prmt_b32(x[2], x[3], second);
-        ptx::stmatrix_x4(vt.bytes + VtTile::offset_moved(store_at, kChunkDims * chunk, kE4m3KeyGroup * group), y);
+        ptx::stmatrix_x4(vt.bytes + transpose_store_offset<VtTile>(me, group, chunk), y);
     }
 }
 
