@@ -212,6 +212,26 @@ TEST(BlockQuantizer, ScalesEachBlock) {
             }
         }
     }
+    // One descale per head (HATTN_FP8_PREPASS_V_PER_HEAD's model): every block of a head takes the
+    // largest of its blocks' descales, and codes are the values scaled by it (the all-zero block of
+    // head (1, 2) is quantized with its head's scale like the others).
+    const ht::Fp8ReferenceResult per_head = ht::reference_fp8_prepass_fp64(
+        x.data(), layout, HATTN_ROPE_NONE, nullptr, nullptr, 0, false, 0, ht::RopeEval::kFp32, true);
+    ASSERT_EQ(per_head.descale.size(), r.descale.size());
+    for (int bi = 0; bi < b; ++bi)
+        for (int hi = 0; hi < h; ++hi) {
+            double head = 0;
+            for (int blk = 0; blk < blocks; ++blk) head = std::fmax(head, r.descale[(bi * h + hi) * blocks + blk]);
+            for (int blk = 0; blk < blocks; ++blk) EXPECT_DOUBLE_EQ(per_head.descale[(bi * h + hi) * blocks + blk], head);
+            for (int si = 0; si < s; ++si)
+                for (int c = 0; c < d; ++c) {
+                    const size_t i = ((size_t(bi) * s + si) * h + hi) * d + c;
+                    const double v = per_head.transformed[i];
+                    const double deq = ht::e4m3_to_double(per_head.e4m3[i]) * head;
+                    // e4m3's relative step, or its subnormal spacing (2^-9 of 448 x descale) for small values
+                    EXPECT_LE(std::fabs(deq - v), std::fabs(v) * 0.0625 + head * std::ldexp(1.0, -10));
+                }
+        }
 }
 
 }  // namespace
