@@ -57,12 +57,12 @@ def test_op_schemas():
         "float softmax_scale=0., bool deterministic=False) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.hattn.fp8_prepass.default._schema) == (
         "hattn::fp8_prepass(Tensor q, Tensor k, Tensor v, Tensor? rope_cos=None, Tensor? rope_sin=None, "
-        'str rope="none", bool hadamard=True, SymInt seed=0, SymInt rope_q_offset=0, bool v_transposed=False) '
-        "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+        'str rope="none", bool hadamard=True, SymInt seed=0, SymInt rope_q_offset=0, bool v_transposed=False, '
+        "bool v_per_head=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
     assert str(torch.ops.hattn.fwd_fp8.default._schema) == (
         "hattn::fwd_fp8(Tensor q8, Tensor k8, Tensor v8, Tensor q_descale, Tensor k_descale, Tensor v_descale, "
-        "bool causal=False, float softmax_scale=0., ScalarType out_dtype=15, bool v_transposed=False) "
-        "-> (Tensor, Tensor)")
+        "bool causal=False, float softmax_scale=0., ScalarType out_dtype=15, bool v_transposed=False, "
+        "bool v_per_head=False) -> (Tensor, Tensor)")
 
 
 # ---- fake implementations: what torch.compile sees ----------------------------------------------

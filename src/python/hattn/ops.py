@@ -90,7 +90,7 @@ def _bwd_fake(dout, q, k, v, o, lse, causal=False, softmax_scale=0.0, determinis
 @torch.library.custom_op("hattn::fp8_prepass", mutates_args=())
 def fp8_prepass(q: Tensor, k: Tensor, v: Tensor, rope_cos: Tensor | None = None, rope_sin: Tensor | None = None,
                 rope: str = "none", hadamard: bool = True, seed: int = 0, rope_q_offset: int = 0,
-                v_transposed: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                v_transposed: bool = False, v_per_head: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The FP8 pre-pass of bf16/fp16 [batch, seqlen, heads, head_dim] q, k, v: (q8, k8, v8,
     q_descale, k_descale, v_descale), e4m3 tensors (torch.float8_e4m3fn, contiguous, the inputs'
     shapes) and fp32 descales [batch, heads, ceil(seqlen / 128)], so that x ~= x8 * descale per
@@ -99,17 +99,20 @@ def fp8_prepass(q: Tensor, k: Tensor, v: Tensor, rope_cos: Tensor | None = None,
     row j, query row i row i + rope_q_offset); hadamard multiplies q and k by the orthogonal
     random-sign Hadamard matrix of seed (scores unchanged, outliers spread). v is only quantized;
     with v_transposed, v8 is V^T for hattn::fwd_fp8(..., v_transposed=True): e4m3 [batch, heads_kv,
-    head_dim, seqlen_k rounded up to 32] (include/hattn.h, HATTN_FP8_PREPASS_V_TRANSPOSED)."""
+    head_dim, seqlen_k rounded up to 32] (include/hattn.h, HATTN_FP8_PREPASS_V_TRANSPOSED); with
+    v_per_head, v gets one descale per (batch, KV head), written into every block's entry, for
+    hattn::fwd_fp8(..., v_per_head=True) (HATTN_FP8_PREPASS_V_PER_HEAD)."""
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
     rope_cos = None if rope_cos is None else _aligned(rope_cos)
     rope_sin = None if rope_sin is None else _aligned(rope_sin)
     return library().fp8_prepass_torch(q, k, v, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope, hadamard=hadamard,
-                                       seed=seed, rope_q_offset=rope_q_offset, v_transposed=v_transposed)
+                                       seed=seed, rope_q_offset=rope_q_offset, v_transposed=v_transposed,
+                                       v_per_head=v_per_head)
 
 
 @fp8_prepass.register_fake
 def _fp8_prepass_fake(q, k, v, rope_cos=None, rope_sin=None, rope="none", hadamard=True, seed=0, rope_q_offset=0,
-                      v_transposed=False):
+                      v_transposed=False, v_per_head=False):
     capi._check_rank(q=q, k=k, v=v)
     outs = capi.fp8_prepass_outputs(q, k, v, v_transposed=v_transposed)
     tables = [t for t in (rope_cos, rope_sin) if t is not None]
@@ -119,7 +122,7 @@ def _fp8_prepass_fake(q, k, v, rope_cos=None, rope_sin=None, rope="none", hadama
         lib.check_fp8_prepass(lib.fp8_prepass_params_torch(q, k, v, *outs, rope_cos=rope_cos, rope_sin=rope_sin,
                                                            rope=rope, hadamard=hadamard, seed=seed,
                                                            rope_q_offset=rope_q_offset, v_transposed=v_transposed,
-                                                           address=capi.placeholder_address))
+                                                           v_per_head=v_per_head, address=capi.placeholder_address))
     else:
         capi.rope_code_of(rope)
     tables = {} if capi.rope_code_of(rope) == capi.HATTN_ROPE_NONE else {"rope_cos": rope_cos, "rope_sin": rope_sin}
@@ -130,21 +133,23 @@ def _fp8_prepass_fake(q, k, v, rope_cos=None, rope_sin=None, rope="none", hadama
 @torch.library.custom_op("hattn::fwd_fp8", mutates_args=())
 def fwd_fp8(q8: Tensor, k8: Tensor, v8: Tensor, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
             causal: bool = False, softmax_scale: float = 0.0, out_dtype: torch.dtype = torch.bfloat16,
-            v_transposed: bool = False) -> tuple[Tensor, Tensor]:
+            v_transposed: bool = False, v_per_head: bool = False) -> tuple[Tensor, Tensor]:
     """(O, LSE) of FP8 attention on hattn::fp8_prepass's outputs (e4m3 [batch, seqlen, heads,
     head_dim] and their fp32 descales): O of out_dtype (bf16 or fp16), LSE fp32 [batch, heads_q,
     seqlen_q] (natural log), as hattn::fwd computes them on the dequantized inputs (P rounded to
     e4m3 before P V). The V^T workspace is allocated here, on the current stream; with
     v_transposed, v8 is V^T from hattn::fp8_prepass(..., v_transposed=True) and no workspace or
-    transpose pass is needed."""
+    transpose pass is needed; v_per_head: v_descale has one value per (batch, KV head), from
+    hattn::fp8_prepass(..., v_per_head=True) (HATTN_FWD_FP8_V_PER_HEAD)."""
     q8, k8, v8 = _aligned(q8), _aligned(k8), _aligned(v8)
     return library().fwd_fp8_torch(q8, k8, v8, q_descale, k_descale, v_descale, causal=causal,
-                                   softmax_scale=softmax_scale, out_dtype=out_dtype, v_transposed=v_transposed)
+                                   softmax_scale=softmax_scale, out_dtype=out_dtype, v_transposed=v_transposed,
+                                   v_per_head=v_per_head)
 
 
 @fwd_fp8.register_fake
 def _fwd_fp8_fake(q8, k8, v8, q_descale, k_descale, v_descale, causal=False, softmax_scale=0.0,
-                  out_dtype=torch.bfloat16, v_transposed=False):
+                  out_dtype=torch.bfloat16, v_transposed=False, v_per_head=False):
     b, sq, hq, _ = capi._check_rank(q8=q8, k8=k8, v8=v8)
     o, lse = q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((b, hq, sq), dtype=torch.float32)
     if _static(q8, k8, v8, q_descale, k_descale, v_descale):  # symbolic sizes are checked when the op runs
@@ -155,7 +160,7 @@ def _fwd_fp8_fake(q8, k8, v8, q_descale, k_descale, v_descale, causal=False, sof
         workspace = None if v_transposed else q8.new_empty(max(size, 1), dtype=torch.uint8)
         p = lib.fwd_fp8_params_torch(q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, causal=causal,
                                      softmax_scale=softmax_scale, v_transposed=v_transposed,
-                                     address=capi.placeholder_address)
+                                     v_per_head=v_per_head, address=capi.placeholder_address)
         p.workspace_size = size
         lib.check_fwd_fp8(p)
     capi.check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
