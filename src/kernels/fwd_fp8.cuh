@@ -38,7 +38,9 @@
 //     (192-row tiles; its exps take twice its GEMMs' time) with P in two register sets, the one
 //     variant that fits their 160 registers; d = 128 and 256 sum P's rows on the tensor cores (a
 //     64 x 8 wgmma of P against a tile of ones), so their LSE comes from P as rounded to e4m3;
-//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them). No
+//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them), and with
+//     one V descale per head (HATTN_FWD_FP8_V_PER_HEAD) the row sums as 16 pad columns of P V
+//     instead (PerHeadVTuning: the four 64 x 8 wgmmas cost ~20% of P V's tensor time). No
 //     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
 //     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
 //     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
