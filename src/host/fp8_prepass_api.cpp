@@ -72,15 +72,7 @@ Failure check_rope_and_flags(const hattn_fp8_prepass_params& p) {
                     format("rope = %d is not HATTN_ROPE_NONE (0), HATTN_ROPE_INTERLEAVED (1) or HATTN_ROPE_HALF (2)",
                            rope));
     }
-    if (Failure f = check_unknown_flags(p.flags, kKnownFlags); f.failed()) return f;
-    // V's per-head amax runs a grid of (blocks, heads_kv, batch) thread blocks.
-    constexpr int kMaxGridYZ = 65535;
-    if ((p.flags & HATTN_FP8_PREPASS_V_PER_HEAD) != 0 && (p.heads_kv > kMaxGridYZ || p.batch > kMaxGridYZ)) {
-        return fail(HATTN_ERROR_INVALID_SIZE,
-                    format("flags: HATTN_FP8_PREPASS_V_PER_HEAD takes heads_kv and batch <= %d (heads_kv = %d, batch = %d)",
-                           kMaxGridYZ, p.heads_kv, p.batch));
-    }
-    return {};
+    return check_unknown_flags(p.flags, kKnownFlags);
 }
 
 // Positive strides, then 16-byte aligned bases and strides, of the 1-byte outputs (tensor by tensor).

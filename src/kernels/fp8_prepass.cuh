@@ -1133,8 +1133,8 @@ cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream) {
 
 // ---- One V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD) -----------------------------------
 // Before the quantizer: each 128-row block's amax into its descale entry (one thread block per
-// block: the rows read once, as the quantizer will read them again), then each head's largest
-// into all of its entries. The quantizer (Fp8Tensor::amax_given) scales every block by its
+// block, the entry's index its 1-D grid index: the rows read once, as the quantizer will read them
+// again), then each head's largest into all of its entries. The quantizer (Fp8Tensor::amax_given) scales every block by its
 // head's amax and leaves amax / 448 in every entry. V is 16-bit [b, s, h, d] with strides.
 constexpr int kAmaxThreads = 256;
 
@@ -1142,7 +1142,10 @@ template <int kHeadDim, bool kIsBf16>
 __global__ void __launch_bounds__(kAmaxThreads) v_block_amax_kernel(const Fp8Tensor t) {
     constexpr int kChunksPerRow = kHeadDim / kChunkElems;
     __shared__ float warp_amax[kAmaxThreads / kWarpSize];
-    const int blk = static_cast<int>(blockIdx.x), head = static_cast<int>(blockIdx.y), batch = static_cast<int>(blockIdx.z);
+    const int blocks = seq_blocks(t);
+    const int64_t entry = blockIdx.x;  // (batch * heads + head) * blocks + blk, as the descales are laid out
+    const int blk = static_cast<int>(entry % blocks);
+    const int64_t head = entry / blocks % t.heads, batch = entry / blocks / t.heads;
     const uint16_t* in = static_cast<const uint16_t*>(t.in) + batch * t.in_batch_stride + head * t.in_head_stride;
     float amax = 0.f;
     for (int c = static_cast<int>(threadIdx.x); c < kBlockRows * kChunksPerRow; c += kAmaxThreads) {
@@ -1159,7 +1162,7 @@ __global__ void __launch_bounds__(kAmaxThreads) v_block_amax_kernel(const Fp8Ten
     __syncthreads();
     if (threadIdx.x == 0) {
         for (float w : warp_amax) amax = fmaxf(amax, w);
-        t.descale[(static_cast<int64_t>(batch) * t.heads + head) * seq_blocks(t) + blk] = amax;
+        t.descale[entry] = amax;
     }
 }
 
@@ -1181,15 +1184,14 @@ __global__ void __launch_bounds__(kAmaxThreads) v_head_amax_kernel(float* descal
 
 template <int kHeadDim>
 cudaError_t launch_v_head_amax(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    constexpr int kMaxGridYZ = 65535;
     const int blocks = seq_blocks(a.v);
-    if (a.v.heads > kMaxGridYZ || a.batch > kMaxGridYZ) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.v.heads), static_cast<unsigned>(a.batch));
+    const unsigned grid = static_cast<unsigned>(static_cast<int64_t>(a.batch) * a.v.heads * blocks);
     if (a.dtype == fwd::Dtype::kBf16) v_block_amax_kernel<kHeadDim, true><<<grid, kAmaxThreads, 0, stream>>>(a.v);
     else v_block_amax_kernel<kHeadDim, false><<<grid, kAmaxThreads, 0, stream>>>(a.v);
     cudaError_t rc = cudaGetLastError();
     if (rc != cudaSuccess) return rc;
-    v_head_amax_kernel<kHeadDim><<<static_cast<unsigned>(a.batch * a.v.heads), kAmaxThreads, 0, stream>>>(a.v.descale, blocks);
+    const unsigned heads = static_cast<unsigned>(static_cast<int64_t>(a.batch) * a.v.heads);
+    v_head_amax_kernel<kHeadDim><<<heads, kAmaxThreads, 0, stream>>>(a.v.descale, blocks);
     return cudaGetLastError();
 }
 
