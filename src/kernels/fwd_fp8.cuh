@@ -934,8 +934,9 @@ constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 // transpose pass first. The pass costs in proportion to V's bytes, so relative to the attention
 // as 1 / (query rows per KV head); the in-kernel transpose a fixed share of every block: one more
 // read and write of V per CTA through shared memory and the transposers' issue slots, 2-6% at
-// d <= 128 and ~30% at d = 256, whose 64-key QK^T GEMMs already ask shared memory for its whole
-// bandwidth (bench/RESULTS.md run 42: at 512 rows +14-25%, at 2048 +0-7% at d <= 128). Overridable
+// d <= 128 and ~30% at d = 256, whose 64-key QK^T reads 1 byte of shared memory per 64 FLOP, its
+// bandwidth at the e4m3 rate (bench/RESULTS.md run 42: at 512 rows +14-28%, at 2048 +0-7% at
+// d <= 128). Overridable
 // at build time (-D...=N for every head dim; 0: always the pass).
 #ifdef HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_ROWS
 constexpr int64_t in_kernel_transpose_max_rows(int) { return HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_ROWS; }

@@ -512,33 +512,30 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
     };
     if (!run_all(&result->rmse_per_tensor, &result->extra_per_tensor)) return false;
 
-    // (b), (c): the pre-pass's block scales, without and with the Hadamard transform.
-    for (int hadamard = 0; hadamard <= 1; ++hadamard) {
+    // (b), (c): the pre-pass's block scales, without and with the Hadamard transform; then (c) with
+    // one V descale per head, the pre-pass and the forward both told so.
+    auto quantize = [&](int hadamard, unsigned flags) -> bool {
         hattn_fp8_prepass_params pp = hattn_fp8_prepass_params_contiguous(
             q.get(), k.get(), v.get(), q8.get(), k8.get(), v8.get(), qs.get<float>(), ks.get<float>(), vs.get<float>(),
             c.batch, c.heads, c.heads, c.seqlen, c.seqlen, c.head_dim, dtype);
         pp.hadamard = hadamard;
         pp.hadamard_seed = c.hadamard_seed;
+        pp.flags = flags;
         HATTN_ACC_CALL(hattn_fp8_prepass(&pp, nullptr));
+        return true;
+    };
+    for (int hadamard = 0; hadamard <= 1; ++hadamard) {
+        if (!quantize(hadamard, 0)) return false;
         if (!run_all(hadamard ? &result->rmse_block_hadamard : &result->rmse_block,
                      hadamard ? &result->extra_block_hadamard : &result->extra_block))
             return false;
     }
-    // (c) with one V descale per head: the pre-pass and the forward both told so.
-    {
-        hattn_fp8_prepass_params pp = hattn_fp8_prepass_params_contiguous(
-            q.get(), k.get(), v.get(), q8.get(), k8.get(), v8.get(), qs.get<float>(), ks.get<float>(), vs.get<float>(),
-            c.batch, c.heads, c.heads, c.seqlen, c.seqlen, c.head_dim, dtype);
-        pp.hadamard = 1;
-        pp.hadamard_seed = c.hadamard_seed;
-        pp.flags = HATTN_FP8_PREPASS_V_PER_HEAD;
-        HATTN_ACC_CALL(hattn_fp8_prepass(&pp, nullptr));
-        hattn_fwd_fp8_params fh = f;
-        fh.flags = HATTN_FWD_FP8_V_PER_HEAD;
-        HATTN_ACC_CUDA(cudaMemset(o.get(), kPoisonByte, n * 2));
-        HATTN_ACC_CALL(hattn_fwd_fp8(&fh, nullptr));
-        if (!measure_o(&result->rmse_block_hadamard_v_head)) return false;
-    }
+    if (!quantize(1, HATTN_FP8_PREPASS_V_PER_HEAD)) return false;
+    hattn_fwd_fp8_params fh = f;
+    fh.flags = HATTN_FWD_FP8_V_PER_HEAD;
+    HATTN_ACC_CUDA(cudaMemset(o.get(), kPoisonByte, n * 2));
+    HATTN_ACC_CALL(hattn_fwd_fp8(&fh, nullptr));
+    if (!measure_o(&result->rmse_block_hadamard_v_head)) return false;
 #undef HATTN_ACC_CUDA
 #undef HATTN_ACC_CALL
     return true;
