@@ -17,8 +17,8 @@
 // HATTN_FWD_FP8_V_TRANSPOSED: no transpose pass); vt columns are named +vt, and a last table
 // gives each vt column's ratio to its rows column.
 //
-// --v-per-head: the pre-pass gives V one descale per head (HATTN_FP8_PREPASS_V_PER_HEAD) and every
-// call says so (HATTN_FWD_FP8_V_PER_HEAD), as the _pvsum variant needs.
+// --v-per-head: the pre-pass gives V one descale per head (HATTN_FP8_PREPASS_V_PER_HEAD), as the
+// _pvsum variant needs (it reads each head's first V descale).
 // Inputs per shape: bf16 N(0, 1) Q, K, V (batch = tokens / seqlen, heads = width / head_dim)
 // through hattn_fp8_prepass (random-sign Hadamard) into e4m3 and per-block descales, two input
 // sets rotated from call to call (a K or V tensor of e4m3 is 32 MB at 16k tokens: most of one
@@ -99,7 +99,7 @@ struct Options {
     std::vector<bool> causal{false, true};
     int rounds = 3, reps = 10, tokens = 16384, width = 2048;
     bool check_only = false;
-    bool v_per_head = false;  // the pre-pass's one V descale per head, and the forward's flag for it
+    bool v_per_head = false;  // the pre-pass's one V descale per head
 };
 
 using hattn::bench::split_commas;
@@ -294,7 +294,6 @@ struct ShapeData {
         p.causal = shape.causal ? 1 : 0;
         p.workspace = ws;
         p.workspace_size = ws_bytes;
-        if (v_per_head) p.flags = HATTN_FWD_FP8_V_PER_HEAD;
         if (v_transposed) {
             p.v = vt[set];
             p.flags |= HATTN_FWD_FP8_V_TRANSPOSED;

@@ -267,9 +267,9 @@ enum { HATTN_FP8_PREPASS_V_TRANSPOSED = 1u << 0 };
 /* hattn_fp8_prepass_params.flags: V gets ONE descale per (batch, KV head), from the amax over all
  * of the head's rows, written into every entry of v_descale[b, h, :] (Q and K keep their 128-row
  * blocks). Two small kernels run first (V's block amaxes, then each head's largest): V is read
- * once more. For hattn_fwd_fp8 with HATTN_FWD_FP8_V_PER_HEAD, whose d128 kernel is 2-5% faster
- * with it; as accurate on outlier-heavy inputs as the 128-row blocks (e4m3 is floating point: a
- * scale only moves where its subnormals start). */
+ * once more. For consumers that take one V scale per head; hattn_fwd_fp8 reads such V as any
+ * other (each block's entry). About as accurate on outlier-heavy inputs as the 128-row blocks
+ * (e4m3 is floating point: a scale only moves where its subnormals start). */
 enum { HATTN_FP8_PREPASS_V_PER_HEAD = 1u << 1 };
 
 /* Fill params for contiguous [b, s, h, d] inputs and outputs, no RoPE, no Hadamard (a plain block
@@ -335,7 +335,7 @@ typedef struct hattn_fwd_fp8_params {
     hattn_dtype o_dtype;      /* of o: bf16 or fp16 */
     float softmax_scale;      /* 0 selects the default 1/sqrt(head_dim) */
     int causal;               /* as in hattn_fwd_params (bottom-right) */
-    unsigned flags;           /* 0 or HATTN_FWD_FP8_V_TRANSPOSED | HATTN_FWD_FP8_V_PER_HEAD */
+    unsigned flags;           /* 0 or HATTN_FWD_FP8_V_TRANSPOSED */
 } hattn_fwd_fp8_params;
 
 /* hattn_fwd_fp8_params.flags: v is already V^T in the kernel's own layout, as
@@ -346,13 +346,6 @@ typedef struct hattn_fwd_fp8_params {
  * v must be 16-byte aligned and hold hattn_fwd_fp8_workspace_size(...) bytes; v's strides are
  * ignored, and no transpose kernel runs: the workspace is not used (it may be NULL). */
 enum { HATTN_FWD_FP8_V_TRANSPOSED = 1u << 0 };
-/* hattn_fwd_fp8_params.flags: the caller promises ONE V descale per (batch, KV head): every
- * entry v_descale[b, h, :] holds the same value (hattn_fp8_prepass writes V so with
- * HATTN_FP8_PREPASS_V_PER_HEAD; not checked: O is wrong if they differ). At head_dim 128 the
- * kernel then reads the first entry only and takes P's row sums as extra columns of its P V GEMM
- * (rows of ones after V^T) instead of separate 64 x 8 wgmmas: 2-5% faster on an H200, the same
- * numerics (sums of P as rounded to e4m3). Other head dims run their usual kernels. */
-enum { HATTN_FWD_FP8_V_PER_HEAD = 1u << 1 };
 
 /* Bytes of device workspace hattn_fwd_fp8 needs (0 if a size is non-positive or the total
  * overflows): V^T, batch * heads_kv * head_dim * (seqlen_k rounded up to 32) bytes. */

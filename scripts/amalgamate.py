@@ -63,8 +63,7 @@ class Kernel:
 #   bwd: S^T = K Q^T and dP^T = V dO^T at N = the query block, dV += P^T dO and dK += dS^T Q at
 #        N = head_dim (64, 128, 256), dQ^T += K^T dS^T in slices; 32 is kept for smaller slices.
 #   fp8_prepass: no GEMM. fwd_fp8: S = Q K^T at N = kBlockN (128; 64 at d256), O += P V at
-#        N = head_dim (+ 16 pad columns at d128 with one V descale per head: 144), P's row sums
-#        at N = 8 (d128, d256), e4m3 operands (its shared 16-bit building blocks name the bf16/f16
+#        N = head_dim, P's row sums at N = 8 (d128, d256), e4m3 operands (its shared 16-bit building blocks name the bf16/f16
 #        wrappers too, so those come along at the same N).
 KERNELS = {
     "fwd": Kernel("src/kernels/fwd.cuh", "hattn::fwd::launch_fwd_head_dim", "hattn::fwd::FwdArgs", (64, 128, 256),
@@ -75,7 +74,7 @@ KERNELS = {
                           "hattn::fp8::Fp8PrepassArgs", (64, 128, 256), (), "HATTN_VENDORED_FP8_PREPASS",
                           "FP8 pre-pass (RoPE, random-sign Hadamard, e4m3 block quantization)", ()),
     "fwd_fp8": Kernel("src/kernels/fwd_fp8.cuh", "hattn::fwd_fp8::launch_fwd_fp8_head_dim", "hattn::fwd_fp8::Fp8FwdArgs",
-                      (64, 128, 256), (8, 64, 128, 144, 256), "HATTN_VENDORED_FWD_FP8", "FP8 (e4m3) forward",
+                      (64, 128, 256), (8, 64, 128, 256), "HATTN_VENDORED_FWD_FP8", "FP8 (e4m3) forward",
                       ("bf16", "f16", "e4m3")),
 }
 KERNEL_SETS = {"fwd": ["fwd"], "bwd": ["bwd"], "all": ["fwd", "bwd"], "fp8": ["fp8_prepass", "fwd_fp8"]}

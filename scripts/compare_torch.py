@@ -974,7 +974,7 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
                 fwd_params = []
                 for outs in quantized:
                     p = hattn.fwd_fp8_params_torch(*outs, out_e4m3, None, workspace, causal=case.causal,
-                                                   v_transposed=vt, v_per_head=args.fp8_v_per_head)
+                                                   v_transposed=vt)
                     hattn.check_fwd_fp8(p)
                     fwd_params.append(p)
                 run_prepass = launcher(hattn.lib.hattn_fp8_prepass, pre_params, "hattn_fp8_prepass")
@@ -1446,8 +1446,7 @@ def main() -> int:
                         help="fp8: a folder nvidia-cudnn-frontend was pip-installed into with --target (repeatable)")
     parser.add_argument("--no-cudnn-fp8", action="store_true", help="fp8: leave cuDNN's FP8 attention out")
     parser.add_argument("--fp8-v-per-head", action="store_true",
-                        help="fp8: one V descale per (batch, KV head) (HATTN_FP8_PREPASS_V_PER_HEAD and "
-                             "HATTN_FWD_FP8_V_PER_HEAD: the d128 kernel's row sums in its P V GEMM)")
+                        help="fp8: one V descale per (batch, KV head) from the pre-pass (HATTN_FP8_PREPASS_V_PER_HEAD)")
     parser.add_argument("--fp8-v-rows", action="store_true",
                         help="fp8: the pre-pass writes V's rows and hattn_fwd_fp8 transposes them itself (its "
                              "V^T kernel timed in); default: the pre-pass writes V^T")

@@ -86,10 +86,10 @@ struct Case {
     // exps' reach (kEarlyExpReachLog2) at 10.
     int k_jump_log2 = 0;
     int section_heads = 0;  // > 0: tiles in sections of this many (head, batch) pairs (Fp8FwdArgs::section_heads)
-    bool v_per_head = false;  // V quantized with one descale per (batch, head), HATTN_FWD_FP8_V_PER_HEAD
+    bool v_per_head = false;  // V quantized with one descale per (batch, head), as HATTN_FP8_PREPASS_V_PER_HEAD does
 };
 
-// c with one V descale per head (and the flag that promises it).
+// c with one V descale per head.
 Case v_per_head(Case c) {
     c.v_per_head = true;
     return c;
@@ -341,7 +341,6 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     const Fp8Host v = make_fp8(c.batch, c.seqlen_k, c.heads_kv, c.head_dim, c.strided, rng, c.v_per_head);
     const Layout ol = layout_of(c.seqlen_q, c.heads_q, c.head_dim, c.strided, kOutSeqPad, kFp8BatchPad);
     hattn_fwd_fp8_params p = params_for(c, q.layout, k.layout, v.layout, ol);
-    if (c.v_per_head) p.flags |= HATTN_FWD_FP8_V_PER_HEAD;
     Result r;
     ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant, c.grid_ctas, c.section_heads));
     const hattn::test::ReferenceResult ref = hattn::test::reference_attention_fp64(p, q.deq.data(), k.deq.data(), v.deq.data());
@@ -395,15 +394,14 @@ std::vector<Case> kernel_cases() {
         // automatic rule past the persistent grid's limit (one CTA per tile, one section of 6).
         all.push_back(sectioned({2, 3, 1, 1000, 1000, true, false, HATTN_DTYPE_BF16, d}, 4));
         all.push_back({2, 3, 1, 300, 4200, true, false, HATTN_DTYPE_BF16, d});
-        // One V descale per head (HATTN_FWD_FP8_V_PER_HEAD: at d128 the row sums in P V's pad
-        // columns): short rows (the in-kernel V transpose) and long ones (the transpose pass),
-        // causal, GQA, strides and fp16 O, a walk, and the early exps' recompute.
+        // One V descale per head (the pre-pass's HATTN_FP8_PREPASS_V_PER_HEAD V), read as any V:
+        // long rows and a walk.
         all.push_back(v_per_head({1, 1, 1, 1000, 4097, false, false, HATTN_DTYPE_BF16, d}));
-        all.push_back(v_per_head({1, 1, 1, d == 128 ? 4097 : 1000, 4097, true, false, HATTN_DTYPE_BF16, d}));
-        all.push_back(v_per_head({1, 2, 2, 17, 1000, true, false, HATTN_DTYPE_BF16, d}));
-        all.push_back(v_per_head({2, 4, 2, 333, 444, false, true, HATTN_DTYPE_FP16, d}));
         all.push_back(v_per_head(walked({1, 4, 2, 1000, 1000, true, false, HATTN_DTYPE_BF16, d}, 2)));
-        all.push_back(v_per_head(k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, d}, 10)));
+        // Rows of 16k keys (128 blocks): a sum of positive weights chained through FP8 wgmma
+        // accumulation stops taking the small ones (run 43a: rel L2 0.32 for the row sums chained
+        // through P V's pad columns), so every sum the kernel chains across blocks must hold here.
+        all.push_back({1, 1, 1, 64, 16384, false, false, HATTN_DTYPE_BF16, d});
     }
 #ifdef HATTN_FP8_VARIANTS
     // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:
@@ -577,9 +575,9 @@ TEST_P(Fp8EndToEnd, MatchesFloat64OfBf16Inputs) {
     EXPECT_EQ(std::memcmp(o2.data(), r.o.data(), nq * 2), 0) << "O through the pre-pass's V^T differs";
     EXPECT_EQ(std::memcmp(lse2.data(), r.lse.data(), lse2.size() * 4), 0) << "LSE through the pre-pass's V^T differs";
 
-    // One V descale per head end to end (HATTN_FP8_PREPASS_V_PER_HEAD, then HATTN_FWD_FP8_V_PER_HEAD:
-    // at d128 the kernel with the row sums in P V's pad columns), on V's rows and on V^T: against
-    // float64 of the bf16 inputs as above, and the two layouts bit-identical to each other.
+    // One V descale per head end to end (HATTN_FP8_PREPASS_V_PER_HEAD, then the forward as usual),
+    // on V's rows and on V^T: against float64 of the bf16 inputs as above, and the two layouts
+    // bit-identical to each other.
     std::vector<uint16_t> o_head[2];
     for (int vt = 0; vt <= 1; ++vt) {
         HATTN_CUDA_CHECK(cudaMemset(dout2.ptr, 0xFF, nq * 2));
@@ -589,7 +587,6 @@ TEST_P(Fp8EndToEnd, MatchesFloat64OfBf16Inputs) {
         hattn_fwd_fp8_params ph = vt ? pt : p;
         ph.o = dout2.ptr;
         ph.lse = nullptr;
-        ph.flags |= HATTN_FWD_FP8_V_PER_HEAD;
         ASSERT_EQ(hattn_fwd_fp8(&ph, nullptr), HATTN_SUCCESS) << (hattn_fwd_fp8_validate(&ph, msg, sizeof msg), msg);
         HATTN_CUDA_CHECK(cudaDeviceSynchronize());
         o_head[vt].resize(nq);

@@ -131,8 +131,8 @@ std::vector<RejectCase> reject_cases() {
         {"ScaleNegative", [](P& p, S) { p.softmax_scale = -0.125f; }, HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
         {"ScaleNaN", [](P& p, S) { p.softmax_scale = std::nanf(""); }, HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
         {"FlagsUnknown", [](P& p, S) { p.flags = 4; }, HATTN_ERROR_INVALID_FLAGS, {"flags"}},
-        {"FlagsUnknownBesideVt", [](P& p, S) { p.flags = HATTN_FWD_FP8_V_TRANSPOSED | HATTN_FWD_FP8_V_PER_HEAD | 4u; },
-         HATTN_ERROR_INVALID_FLAGS, {"flags", "0x4"}},
+        {"FlagsUnknownBesideVt", [](P& p, S) { p.flags = HATTN_FWD_FP8_V_TRANSPOSED | 2u; },
+         HATTN_ERROR_INVALID_FLAGS, {"flags", "0x2"}},
         // V^T given: 16-byte aligned (TMA); the workspace is then not needed.
         {"VtInputMisaligned",
          [](P& p, S s) {

@@ -52,7 +52,7 @@ struct Options {
     bool hadamard = false;                 // e4m3: the pre-pass's random-sign Hadamard
     hattn_rope rope = HATTN_ROPE_NONE;     // e4m3: the pre-pass's RoPE
     bool v_transposed = true;              // e4m3: the pre-pass writes V^T (no transpose pass)
-    bool v_per_head = false;               // e4m3: one V descale per (batch, KV head), both calls' flags
+    bool v_per_head = false;               // e4m3: one V descale per (batch, KV head) from the pre-pass
     bool causal = false;
     bool verify = true;
     bool with_lse = true;

@@ -146,7 +146,6 @@ int run_fwd_fp8(const Options& o) {
     f.workspace = o.v_transposed ? nullptr : ph;
     f.workspace_size = ws_bytes;
     if (o.v_transposed) f.flags |= HATTN_FWD_FP8_V_TRANSPOSED;
-    if (o.v_per_head) f.flags |= HATTN_FWD_FP8_V_PER_HEAD;
     require_valid(validate_fwd_fp8, &f);
 
     require_hopper();

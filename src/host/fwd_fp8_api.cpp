@@ -28,7 +28,7 @@ namespace fp8 = hattn::fwd_fp8;
 
 static_assert(HATTN_FP8_BLOCK_ROWS == fp8::kDescaleRows, "the header's block size is the kernel's");
 
-constexpr unsigned kKnownFlags = HATTN_FWD_FP8_V_TRANSPOSED | HATTN_FWD_FP8_V_PER_HEAD;
+constexpr unsigned kKnownFlags = HATTN_FWD_FP8_V_TRANSPOSED;
 constexpr int kRowsPerTile = 128;  // the kernel's query tile
 constexpr uintptr_t kWorkspaceAlign = 256;
 constexpr int kMaxGridYZ = 65535;  // the V transpose's grid: (key tiles, heads_kv, batch)
@@ -190,7 +190,6 @@ fp8::Fp8FwdArgs make_args(const hattn_fwd_fp8_params& p) {
     a.k_descale = p.k_descale;
     a.v_descale = p.v_descale;
     a.v_transposed = v_transposed(p);
-    a.v_per_head = (p.flags & HATTN_FWD_FP8_V_PER_HEAD) != 0;
     a.vt = a.v_transposed ? const_cast<void*>(p.v) : p.workspace;
     copy_sizes_and_strides(p, a);
     a.o_dtype = p.o_dtype == HATTN_DTYPE_BF16 ? hattn::fwd::Dtype::kBf16 : hattn::fwd::Dtype::kFp16;

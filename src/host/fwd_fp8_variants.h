@@ -35,7 +35,7 @@ struct Fp8VariantInfo {
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
-// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn" at 256 and "lazy_p2_c3_sturn" at 64.
+// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn_qreg" at 256 and "lazy_p2_c3_sturn" at 64.
 // (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
 // keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
 // a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
@@ -55,11 +55,13 @@ struct Fp8VariantInfo {
 // +3-7%, the default there since; d128 / d256 -6 to -9%). _tv: the head dims' defaults with V's rows
 // transposed inside the kernel by the producer warpgroup (Tuning::kTransposeV; given V^T, they run
 // their base variant's kernel). _pvsum: P's row sums as 16 pad columns of P V (N = 144, the pad
-// rows of V^T's slots ones) instead of the 64 x 8 wgmmas, for one V descale per head (the library's
-// d128 kernel under HATTN_FWD_FP8_V_PER_HEAD, fwd_fp8::PerHeadVTuning, but without the in-kernel transpose).
+// rows of V^T's slots ones) instead of the 64 x 8 wgmmas, for one V descale per head: a rate probe
+// (+2-4%), not a kernel to use, since its sums chained across blocks lose the small weights past
+// ~1k keys (run 43a: rel L2 0.07 at 4k, 0.32 at 16k).
 // _qreg: Q's A fragments in registers, S = Q K^T as an RS wgmma (Tuning::kQInRegisters), on the d256
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
-// it spills 8 bytes).
+// it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
+// shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},

@@ -38,9 +38,13 @@
 //     (192-row tiles; its exps take twice its GEMMs' time) with P in two register sets, the one
 //     variant that fits their 160 registers; d = 128 and 256 sum P's rows on the tensor cores (a
 //     64 x 8 wgmma of P against a tile of ones), so their LSE comes from P as rounded to e4m3;
-//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them), and with
-//     one V descale per head (HATTN_FWD_FP8_V_PER_HEAD) the row sums as 16 pad columns of P V
-//     instead (PerHeadVTuning: the four 64 x 8 wgmmas cost ~20% of P V's tensor time). No
+//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them). The
+//     row sums cannot ride along as pad columns of P V (kRowSumInPv, 2-4% faster): FP8 wgmma
+//     adds in a window of ~13 bits below its largest term, so a sum of positive weights chained
+//     over thousands of keys stops taking the small ones (run 43a: rel L2 0.07 at 4k keys, 0.32
+//     at 16k), and restarting the pad columns each block, a partial write of the accumulator by
+//     ALU or by a narrower wgmma, makes ptxas serialize every wgmma (C7511). O's chain is safe:
+//     the truncations of its signed terms cancel instead of piling up. No
 //     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
 //     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
 //     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
@@ -137,8 +141,9 @@ constexpr int kPGainLog2 = 8;
 //                    caller's V^T (v_transposed) runs the same kernel without it
 //   kRowSumInPv      (lazy, with kPvPadRows) the pad rows of V^T's slots are ones, so P V's extra
 //                    columns are P's row sums as rounded to e4m3 (no FADD per weight, no 64 x 8
-//                    wgmmas). They carry V's descale as O does, so the kernel takes one V descale
-//                    per head, each head's first (HATTN_FWD_FP8_V_PER_HEAD): l = column / v_ds
+//                    wgmmas). They carry V's descale as O does, so it needs one V descale per
+//                    head and reads each head's first: l = column / v_ds. An A/B probe only: its
+//                    chained sums lose the small weights past ~1k keys (run 43a)
 //   kQInRegisters    (an A/B option) Q's A fragments loaded once per tile into registers (ldmatrix),
 //                    S = Q K^T then an RS wgmma: shared memory serves K alone. At d256 the 64-key
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
@@ -159,9 +164,11 @@ struct Tuning {
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kRowSumInPv = kRowSumInPv_;
     static constexpr bool kQInRegisters = kQInRegisters_;
+    // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
+    // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     template <bool kTranspose>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_>;
+                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose>;
     static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
                   "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
@@ -177,15 +184,12 @@ struct Tuning {
 // over two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more
 // registers, and P's two sets alone cost 5-8% at d128); no turns around the GEMM issue (run 40a:
 // +1-2% at d128, +1-2% at d256, +1-6% at d64, at 2k-16k), turns around each softmax at d = 64 only
-// (fp8_softmax_turns; run 41b: +3-7% there).
+// (fp8_softmax_turns; run 41b: +3-7% there); at d = 256 Q in registers for S = Q K^T
+// (q_in_registers; run 43a: +2-3.5%).
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim),
-                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim)>;
-// With one V descale per head (HATTN_FWD_FP8_V_PER_HEAD) at the head dims of row_sums_in_pv: the
-// default with P's row sums as P V's pad columns instead of the 64 x 8 wgmmas.
-template <int kHeadDim>
-using PerHeadVTuning = Tuning<true, false, false, kHeadDim <= 64, kPvRowSumPad, early_exps(kHeadDim),
-                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, true>;
+                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, false,
+                             q_in_registers(kHeadDim)>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -961,9 +965,6 @@ cudaError_t launch_fwd_fp8_tuned(const Fp8FwdArgs& a, cudaStream_t stream, std::
 
 template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
-    if constexpr (row_sums_in_pv(kHeadDim)) {
-        if (a.v_per_head) return launch_fwd_fp8_tuned<kHeadDim, PerHeadVTuning<kHeadDim>>(a, stream, error);
-    }
     return launch_fwd_fp8_tuned<kHeadDim, Opt>(a, stream, error);
 }
 

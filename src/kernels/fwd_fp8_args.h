@@ -29,13 +29,11 @@ constexpr bool early_exps(int head_dim) { return head_dim == 128; }
 // find their row maxima one after the other and so start their exps staggered), not at d128/d256
 // (run 41b: -6 to -9%: there the turn holds the exps too, and the MUFU is not what they wait for).
 constexpr bool fp8_softmax_turns(int head_dim) { return head_dim <= 64; }
-// Head dims whose kernel for per-head V descales (HATTN_FWD_FP8_V_PER_HEAD) takes P's row sums as
-// extra columns of P V (fwd_fp8::Tuning::kRowSumInPv; run 42d: +2-4.5% over the default at d128).
-// d256 has no wgmma wider than its P V; d64's three consumers no registers for 16 more columns.
-constexpr bool row_sums_in_pv(int head_dim) { return head_dim == 128; }
-// The pad rows after V^T that give those columns: wgmma N = head_dim + 16 (16: the narrowest
-// generated step above N = 128).
-constexpr int kPvRowSumPad = 16;
+// Head dims whose default kernel keeps Q's A fragments in registers for S = Q K^T (fwd_fp8::Tuning's
+// kQInRegisters): d256, whose 64-key QK^T reads both operands from shared memory at exactly its
+// bandwidth at the e4m3 rate (run 43a: +2-3.5% at 2k-16k, full and causal); at d128 -2 to -4%
+// without the early exps, and with them it spills.
+constexpr bool q_in_registers(int head_dim) { return head_dim == 256; }
 
 struct Fp8FwdArgs {
     const void* q = nullptr;  // e4m3 [batch, seqlen_q, heads_q, head_dim]
@@ -49,7 +47,6 @@ struct Fp8FwdArgs {
     void* vt = nullptr;       // V^T, e4m3 [batch, heads_kv, head_dim, vt_keys(seqlen_k)]: the workspace
                               // the launcher transposes v into, or (v_transposed) the caller's V^T
     bool v_transposed = false;  // vt already holds V^T (HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass
-    bool v_per_head = false;    // V's descale is v_descale[b, h, 0] for every block (HATTN_FWD_FP8_V_PER_HEAD)
     int batch = 0, heads_q = 0, heads_kv = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
     // Strides in elements (bytes for the e4m3 tensors); head_dim is contiguous.
     int64_t q_batch_stride = 0, q_seq_stride = 0, q_head_stride = 0;

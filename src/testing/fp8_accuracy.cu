@@ -531,10 +531,8 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
             return false;
     }
     if (!quantize(1, HATTN_FP8_PREPASS_V_PER_HEAD)) return false;
-    hattn_fwd_fp8_params fh = f;
-    fh.flags = HATTN_FWD_FP8_V_PER_HEAD;
     HATTN_ACC_CUDA(cudaMemset(o.get(), kPoisonByte, n * 2));
-    HATTN_ACC_CALL(hattn_fwd_fp8(&fh, nullptr));
+    HATTN_ACC_CALL(hattn_fwd_fp8(&f, nullptr));
     if (!measure_o(&result->rmse_block_hadamard_v_head)) return false;
 #undef HATTN_ACC_CUDA
 #undef HATTN_ACC_CALL

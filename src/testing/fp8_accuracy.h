@@ -9,8 +9,7 @@
 //                   the plain FP8 baseline;
 //   block           hattn_fp8_prepass's 128-row block scales, no Hadamard;
 //   block+hadamard  the pre-pass with its random-sign Hadamard on Q and K (incoherent processing);
-//                   and the same with one V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD with
-//                   HATTN_FWD_FP8_V_PER_HEAD: at d128 the kernel with the row sums in its P V).
+//                   and the same with one V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD).
 // The three FP8 variants all run hattn_fwd_fp8; per-tensor fills every block's descale with the
 // one tensor-wide value (hattn_fwd_fp8 takes per-block descales, and equal ones are a per-tensor
 // scale).

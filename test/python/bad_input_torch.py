@@ -649,8 +649,8 @@ def build_fwd_fp8_cases() -> list[Case]:
     for label, value in (("nan", math.nan), ("inf", math.inf), ("minus_1", -1.0)):
         add(f"softmax_scale_{label}", setter(softmax_scale=value), E.HATTN_ERROR_INVALID_SCALE,
             field_word("softmax_scale"))
-    # (bit 0 is HATTN_FWD_FP8_V_TRANSPOSED, bit 1 HATTN_FWD_FP8_V_PER_HEAD)
-    for bits in (1 << 2, 1 << 3, E.HATTN_FWD_FP8_V_PER_HEAD | (1 << 31), 0xFFFFFFFF):
+    # (bit 0 is HATTN_FWD_FP8_V_TRANSPOSED)
+    for bits in (1 << 1, 1 << 3, E.HATTN_FWD_FP8_V_TRANSPOSED | (1 << 31), 0xFFFFFFFF):
         add(f"flags_unknown_{bits:#x}", setter(flags=bits), E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"))
     # V^T given by the caller: 16-byte aligned; its strides are ignored.
     add("vt_input_misaligned_by_8", both(setter(flags=E.HATTN_FWD_FP8_V_TRANSPOSED), offset_field("v", "v_fp8", 8)),

@@ -61,8 +61,8 @@ def test_op_schemas():
         "bool v_per_head=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
     assert str(torch.ops.hattn.fwd_fp8.default._schema) == (
         "hattn::fwd_fp8(Tensor q8, Tensor k8, Tensor v8, Tensor q_descale, Tensor k_descale, Tensor v_descale, "
-        "bool causal=False, float softmax_scale=0., ScalarType out_dtype=15, bool v_transposed=False, "
-        "bool v_per_head=False) -> (Tensor, Tensor)")
+        "bool causal=False, float softmax_scale=0., ScalarType out_dtype=15, bool v_transposed=False) "
+        "-> (Tensor, Tensor)")
 
 
 # ---- fake implementations: what torch.compile sees ----------------------------------------------

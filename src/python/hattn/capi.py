@@ -68,7 +68,6 @@ HATTN_BWD_DETERMINISTIC = 1 << 0
 HATTN_FP8_PREPASS_V_TRANSPOSED = 1 << 0  # the pre-pass writes V^T (the FP8 forward's layout)
 HATTN_FP8_PREPASS_V_PER_HEAD = 1 << 1    # the pre-pass gives V one descale per (batch, KV head)
 HATTN_FWD_FP8_V_TRANSPOSED = 1 << 0      # the FP8 forward reads V^T: no transpose pass, no workspace
-HATTN_FWD_FP8_V_PER_HEAD = 1 << 1        # the caller's V has one descale per (batch, KV head)
 
 # The backward's workspace must be this aligned (include/hattn.h, hattn_bwd_params.workspace).
 BWD_WORKSPACE_ALIGN = 256
@@ -789,8 +788,8 @@ class Hattn:
         tables fp32 [rows, d / 2], contiguous, both or neither (needed unless rope is "none").
         v_transposed: v8 is V^T for the FP8 forward (HATTN_FP8_PREPASS_V_TRANSPOSED), a contiguous
         float8_e4m3fn [b, h_kv, d, vt_keys(s_k)] tensor (fp8_prepass_outputs(..., v_transposed=True)).
-        v_per_head: one V descale per (batch, KV head) (HATTN_FP8_PREPASS_V_PER_HEAD), for
-        fwd_fp8_params_torch(..., v_per_head=True)."""
+        v_per_head: one V descale per (batch, KV head) (HATTN_FP8_PREPASS_V_PER_HEAD), written into
+        every block's entry."""
         import torch
 
         address = address or _data_ptr
@@ -842,13 +841,12 @@ class Hattn:
 
     def fwd_fp8_params_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, *,
                              causal: bool = False, softmax_scale: float = 0.0, v_transposed: bool = False,
-                             v_per_head: bool = False, address=None) -> HattnFwdFp8Params:
+                             address=None) -> HattnFwdFp8Params:
         """hattn_fwd_fp8_params for these tensors: q8, k8, v8 float8_e4m3fn [b, s, h, d]; descales
         fp32 [b, h, ceil(s / 128)], contiguous; o bf16/fp16 of q8's shape; lse fp32 [b, heads_q, s_q]
         or None; workspace a uint8 tensor whose size in bytes becomes workspace_size.
         v_transposed: v8 is V^T from the pre-pass ([b, h_kv, d, vt_keys(s_k)], contiguous;
-        HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass, and workspace may be None.
-        v_per_head: every v_descale entry of a (batch, head) is equal (HATTN_FWD_FP8_V_PER_HEAD)."""
+        HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass, and workspace may be None."""
         address = address or _data_ptr
         b, sq, hq, d = _check_bshd({"q8": q8}, "q8")
         _, sk, hkv, _ = _check_bshd({"k8": k8} if v_transposed else {"k8": k8, "v8": v8}, "k8", batch=b, head_dim=d)
@@ -877,7 +875,7 @@ class Hattn:
         for name, t in (("q", q8), ("k", k8), ("o", o)) + (() if v_transposed else (("v", v8),)):
             _set_strides(p, name, t)
         p.o_dtype, p.softmax_scale, p.causal = o_code, softmax_scale, int(bool(causal))
-        p.flags = (HATTN_FWD_FP8_V_TRANSPOSED if v_transposed else 0) | (HATTN_FWD_FP8_V_PER_HEAD if v_per_head else 0)
+        p.flags = HATTN_FWD_FP8_V_TRANSPOSED if v_transposed else 0
         return p
 
     def check_fp8_prepass(self, params: HattnFp8PrepassParams) -> None:
@@ -908,7 +906,7 @@ class Hattn:
         """(q8, k8, v8, q_descale, k_descale, v_descale): the pre-pass's outputs (contiguous; e4m3 as
         torch.float8_e4m3fn) on the current stream of q's device; with v_transposed, v8 is V^T for
         fwd_fp8_torch(..., v_transposed=True) (no transpose pass there); with v_per_head, V has one
-        descale per (batch, KV head), for fwd_fp8_torch(..., v_per_head=True)."""
+        descale per (batch, KV head) (in every block's entry)."""
         self._need_fp8()
         _check_rank(q=q, k=k, v=v)
         outs = fp8_prepass_outputs(q, k, v, v_transposed=v_transposed)
@@ -924,12 +922,10 @@ class Hattn:
 
     def fwd_fp8_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool = False,
                       softmax_scale: float = 0.0, out_dtype=None, out=None, lse=None, want_lse: bool = True,
-                      workspace=None, v_transposed: bool = False, v_per_head: bool = False,
-                      stream: int | None = None):
+                      workspace=None, v_transposed: bool = False, stream: int | None = None):
         """(o, lse or None) of the FP8 forward on the current stream of q8's device; o is out_dtype
         (bf16 default) and contiguous unless out is given; the workspace is allocated unless given
-        (none is needed with v_transposed: v8 is then V^T from fp8_prepass_torch(..., v_transposed=True)).
-        v_per_head: v_descale holds one value per (batch, KV head) (HATTN_FWD_FP8_V_PER_HEAD)."""
+        (none is needed with v_transposed: v8 is then V^T from fp8_prepass_torch(..., v_transposed=True))."""
         import torch
 
         self._need_fp8()
@@ -941,8 +937,7 @@ class Hattn:
         if workspace is None and not v_transposed:
             workspace = self.fwd_fp8_workspace_torch(k8)
         p = self.fwd_fp8_params_torch(q8, k8, v8, q_descale, k_descale, v_descale, out, lse, workspace,
-                                      causal=causal, softmax_scale=softmax_scale, v_transposed=v_transposed,
-                                      v_per_head=v_per_head)
+                                      causal=causal, softmax_scale=softmax_scale, v_transposed=v_transposed)
         self.check_fwd_fp8(p)
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
                       **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))

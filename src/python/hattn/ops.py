@@ -100,8 +100,8 @@ def fp8_prepass(q: Tensor, k: Tensor, v: Tensor, rope_cos: Tensor | None = None,
     random-sign Hadamard matrix of seed (scores unchanged, outliers spread). v is only quantized;
     with v_transposed, v8 is V^T for hattn::fwd_fp8(..., v_transposed=True): e4m3 [batch, heads_kv,
     head_dim, seqlen_k rounded up to 32] (include/hattn.h, HATTN_FP8_PREPASS_V_TRANSPOSED); with
-    v_per_head, v gets one descale per (batch, KV head), written into every block's entry, for
-    hattn::fwd_fp8(..., v_per_head=True) (HATTN_FP8_PREPASS_V_PER_HEAD)."""
+    v_per_head, v gets one descale per (batch, KV head), written into every block's entry
+    (HATTN_FP8_PREPASS_V_PER_HEAD; hattn::fwd_fp8 reads it as any v_descale)."""
     q, k, v = _aligned(q), _aligned(k), _aligned(v)
     rope_cos = None if rope_cos is None else _aligned(rope_cos)
     rope_sin = None if rope_sin is None else _aligned(rope_sin)
@@ -133,23 +133,21 @@ def _fp8_prepass_fake(q, k, v, rope_cos=None, rope_sin=None, rope="none", hadama
 @torch.library.custom_op("hattn::fwd_fp8", mutates_args=())
 def fwd_fp8(q8: Tensor, k8: Tensor, v8: Tensor, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
             causal: bool = False, softmax_scale: float = 0.0, out_dtype: torch.dtype = torch.bfloat16,
-            v_transposed: bool = False, v_per_head: bool = False) -> tuple[Tensor, Tensor]:
+            v_transposed: bool = False) -> tuple[Tensor, Tensor]:
     """(O, LSE) of FP8 attention on hattn::fp8_prepass's outputs (e4m3 [batch, seqlen, heads,
     head_dim] and their fp32 descales): O of out_dtype (bf16 or fp16), LSE fp32 [batch, heads_q,
     seqlen_q] (natural log), as hattn::fwd computes them on the dequantized inputs (P rounded to
     e4m3 before P V). The V^T workspace is allocated here, on the current stream; with
     v_transposed, v8 is V^T from hattn::fp8_prepass(..., v_transposed=True) and no workspace or
-    transpose pass is needed; v_per_head: v_descale has one value per (batch, KV head), from
-    hattn::fp8_prepass(..., v_per_head=True) (HATTN_FWD_FP8_V_PER_HEAD)."""
+    transpose pass is needed."""
     q8, k8, v8 = _aligned(q8), _aligned(k8), _aligned(v8)
     return library().fwd_fp8_torch(q8, k8, v8, q_descale, k_descale, v_descale, causal=causal,
-                                   softmax_scale=softmax_scale, out_dtype=out_dtype, v_transposed=v_transposed,
-                                   v_per_head=v_per_head)
+                                   softmax_scale=softmax_scale, out_dtype=out_dtype, v_transposed=v_transposed)
 
 
 @fwd_fp8.register_fake
 def _fwd_fp8_fake(q8, k8, v8, q_descale, k_descale, v_descale, causal=False, softmax_scale=0.0,
-                  out_dtype=torch.bfloat16, v_transposed=False, v_per_head=False):
+                  out_dtype=torch.bfloat16, v_transposed=False):
     b, sq, hq, _ = capi._check_rank(q8=q8, k8=k8, v8=v8)
     o, lse = q8.new_empty(q8.shape, dtype=out_dtype), q8.new_empty((b, hq, sq), dtype=torch.float32)
     if _static(q8, k8, v8, q_descale, k_descale, v_descale):  # symbolic sizes are checked when the op runs
@@ -160,7 +158,7 @@ def _fwd_fp8_fake(q8, k8, v8, q_descale, k_descale, v_descale, causal=False, sof
         workspace = None if v_transposed else q8.new_empty(max(size, 1), dtype=torch.uint8)
         p = lib.fwd_fp8_params_torch(q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, causal=causal,
                                      softmax_scale=softmax_scale, v_transposed=v_transposed,
-                                     v_per_head=v_per_head, address=capi.placeholder_address)
+                                     address=capi.placeholder_address)
         p.workspace_size = size
         lib.check_fwd_fp8(p)
     capi.check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
