@@ -54,8 +54,8 @@
 //   * A V block of all zeros has descale 0: it contributes nothing and O keeps its unit. The
 //     ratio of two descales is in fp32; descales come from amax / 448 of real data, so their
 //     ratios stay far from fp32's range limits.
-//   * Grid: one CTA per tile, or for short keys one persistent CTA per SM walking several tiles
-//     (kPersistentMaxSeqlenK). On a walk the schedule runs on across tile boundaries as in the
+//   * Grid: without a mask one persistent CTA per SM walking the tiles; causal, the same for short
+//     keys and one CTA per tile past kPersistentCausalMaxSeqlenK. On a walk the schedule runs on across tile boundaries as in the
 //     16-bit forward: the ping-pong turn passes straight to the next tile, Q is freed after the
 //     last QK^T into one of two slots, and the O store's read wait moves to the next epilogue.
 #pragma once
@@ -815,12 +815,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // Launcher
 // ---------------------------------------------------------------------------------------
 // Problems with at most this many keys run on a persistent grid (one CTA per SM walking the
-// tiles, see launch_fwd_fp8), the causal and non-causal limits separately, as in the 16-bit
-// forward (kernels/fwd_rules.h), whose limits these start from. Each can be overridden at build
-// time (-D...=N) for an A/B; 0 turns the persistent grid off. Fp8FwdArgs::grid_ctas > 0 overrides
-// the rule per call (bench/fwd_fp8_ab's --grids compares the two grids in one process).
+// tiles, see launch_fwd_fp8), the causal and non-causal limits separately. Without a mask every
+// length walks: the walk overlaps a tile's prologue (Q, the first QK^T) with the last one's
+// epilogue, +0.2-2.3% at 8k-16k keys at every head dim (bench/RESULTS.md run 43d; the 16-bit
+// forward's 4096 was where run 6 stopped measuring). Causal tiles differ in length and a static
+// walk balances them worse than the hardware's hand-out: -30 to -40% at d128/d256 16k, so causal
+// keeps the 16-bit forward's limit. Each can be overridden at build time (-D...=N) for an A/B; 0
+// turns the persistent grid off. Fp8FwdArgs::grid_ctas > 0 overrides the rule per call
+// (bench/fwd_fp8_ab's --grids compares the grids in one process).
 #ifndef HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K
-#define HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K 4096
+#define HATTN_FWD_FP8_PERSISTENT_MAX_SEQLEN_K 0x7FFFFFFF  // every length
 #endif
 #ifndef HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K
 #define HATTN_FWD_FP8_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
