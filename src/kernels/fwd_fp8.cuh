@@ -44,8 +44,10 @@
 //     over thousands of keys stops taking the small ones (run 43a: rel L2 0.07 at 4k keys, 0.32
 //     at 16k), and restarting the pad columns each block, a partial write of the accumulator by
 //     ALU or by a narrower wgmma, makes ptxas serialize every wgmma (C7511). O's chain is safe:
-//     the truncations of its signed terms cancel instead of piling up. No
-//     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
+//     the truncations of its signed terms cancel instead of piling up. d = 256 keeps Q's A
+//     fragments in registers (q_in_registers): its 64-key S = Q K^T with both operands from
+//     shared memory needs 64 B per 2 x 64 x 64 x 32 FLOP, shared memory's whole bandwidth at the
+//     e4m3 rate (run 43a: +2-3.5%). No head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
 //     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
 //     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
 //   * Every descale of a KV block is read by all consumer threads from the same address (one
@@ -55,8 +57,8 @@
 //     ratio of two descales is in fp32; descales come from amax / 448 of real data, so their
 //     ratios stay far from fp32's range limits.
 //   * Grid: without a mask one persistent CTA per SM walking the tiles; causal, the same for short
-//     keys and one CTA per tile past kPersistentCausalMaxSeqlenK. On a walk the schedule runs on across tile boundaries as in the
-//     16-bit forward: the ping-pong turn passes straight to the next tile, Q is freed after the
+//     keys and one CTA per tile past kPersistentCausalMaxSeqlenK. On a walk the schedule runs on
+//     across tile boundaries as in the 16-bit forward: the ping-pong turn passes straight to the next tile, Q is freed after the
 //     last QK^T into one of two slots, and the O store's read wait moves to the next epilogue.
 #pragma once
 
