@@ -37,7 +37,8 @@ defs() {
     c2) echo "${D}D64_CONSUMERS=2" ;;  # d64 with two consumer warpgroups (128-row tiles)
     d64n96) echo "${D}D64_BLOCK_N=96" ;;  # d64 with 96-key blocks
     sections) echo "${D}CAUSAL_SECTIONS=1" ;;  # causal tiles in sections of heads, longest first across each
-    persist) echo "${D}PERSISTENT_MAX_SEQLEN_K=1000000000" ;;  # full masks on the persistent walk at every length
+    persist) echo "${D}PERSISTENT_MAX_SEQLEN_K=1000000000" ;;  # d128 full masks on the persistent walk at every length (d64/d256 do by default)
+    persist0) echo "${D}PERSISTENT_MAX_SEQLEN_K_D64_D256=4096" ;;  # d64/d256 full masks persistent only up to 4096 keys (before run 43e)
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }

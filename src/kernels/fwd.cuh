@@ -391,11 +391,11 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         return cudaErrorInvalidValue;
     }
     // Persistent for short keys: +4-15% at seqlen_k <= 2k, +1-2% at 4k, causal +8-14% up to 4k
-    // with the back-and-forth walk, -10-40% at 8k-16k.
+    // with the back-and-forth walk, -10-40% at 8k-16k; without a mask at d64/d256 at any length.
     int ctas = 0;
     const char* what = "querying the SM count";
-    cudaError_t rc =
-        scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
+    const int persistent_max = a.causal ? kPersistentCausalMaxSeqlenK : persistent_max_seqlen_k(Cfg::kHeadDim);
+    cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= persistent_max, &ctas);
     // (After the grid: it settles the tile order the kernel walks.)
     const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
                          a.softmax_scale * kLog2e};

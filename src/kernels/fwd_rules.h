@@ -4,10 +4,15 @@
 #pragma once
 
 // Problems with at most this many keys run on a persistent grid (one CTA per SM, see
-// launch_fwd); the limits for causal and non-causal masks are separate measurements
-// (non-causal 4096: +1-2% at d64/d128 4k over 2048, bench/RESULTS.md run 16).
+// launch_fwd); the limits for causal and non-causal masks are separate measurements. Without a
+// mask, d = 64 and 256 walk at every length (+0.8-2.5% at 8k-16k over one CTA per tile: the walk
+// overlaps a tile's prologue with the last one's epilogue, bench/RESULTS.md run 43e), d = 128 up
+// to 4096 keys (run 16: +1-2% at 4k over 2048; run 43e: -0.4 to -0.7% at 8k-16k).
 #ifndef HATTN_FWD_PERSISTENT_MAX_SEQLEN_K
-#define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 4096
+#define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K 4096  // d = 128
+#endif
+#ifndef HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256
+#define HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256 0x7FFFFFFF  // every length
 #endif
 #ifndef HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K
 #define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
@@ -31,6 +36,11 @@ namespace hattn::fwd {
 
 constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
+constexpr int kPersistentMaxSeqlenKD64D256 = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256;
+// The non-causal limit at head dim `head_dim`.
+constexpr int persistent_max_seqlen_k(int head_dim) {
+    return head_dim == 128 ? kPersistentMaxSeqlenK : kPersistentMaxSeqlenKD64D256;
+}
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
 constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;
 
