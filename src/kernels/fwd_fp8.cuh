@@ -36,18 +36,18 @@
 //     registers (128 + O's 64 + P's 32 per thread): no room under 240.
 //   * Per head dim (DefaultTuning, default_consumers): d = 64 runs three consumer warpgroups
 //     (192-row tiles; its exps take twice its GEMMs' time) with P in two register sets, the one
-//     variant that fits their 160 registers; d = 128 and 256 sum P's rows on the tensor cores (a
-//     64 x 8 wgmma of P against a tile of ones), so their LSE comes from P as rounded to e4m3;
-//     d = 128 also takes the early exps (the block max beside the exps, not ahead of them). The
-//     row sums cannot ride along as pad columns of P V (kRowSumInPv, 2-4% faster): FP8 wgmma
-//     adds in a window of ~13 bits below its largest term, so a sum of positive weights chained
-//     over thousands of keys stops taking the small ones (run 43a: rel L2 0.07 at 4k keys, 0.32
-//     at 16k), and restarting the pad columns each block, a partial write of the accumulator by
-//     ALU or by a narrower wgmma, makes ptxas serialize every wgmma (C7511). O's chain is safe:
-//     the truncations of its signed terms cancel instead of piling up. d = 256 keeps Q's A
-//     fragments in registers (q_in_registers): its 64-key S = Q K^T with both operands from
-//     shared memory needs 64 B per 2 x 64 x 64 x 32 FLOP, shared memory's whole bandwidth at the
-//     e4m3 rate (run 43a: +2-3.5%). No head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
+//     variant that fits their 160 registers; d = 128 and 256 sum P's rows on the tensor cores (an
+//     m64n8 wgmma of P against a tile of ones), so their LSE comes from P as rounded to e4m3; d = 128
+//     also takes the early exps (the block max beside the exps, not ahead of them). The row sums
+//     cannot ride along as pad columns of P V (kRowSumInPv, 2-4% faster): FP8 wgmma adds in a
+//     window of ~13 bits below its largest term, so a sum of positive weights chained over
+//     thousands of keys stops taking the small ones (run 43a: rel L2 0.07 at 4k keys, 0.32 at 16k),
+//     and restarting the pad columns each block, a partial write of the accumulator by ALU or by a
+//     narrower wgmma, makes ptxas serialize every wgmma (C7511). O's chain is safe: the truncations
+//     of its signed terms cancel instead of piling up. d = 256 keeps Q's A fragments in registers
+//     (q_in_registers): its 64-key S = Q K^T with both operands from shared memory needs 64 B per
+//     2*64*64*32 FLOP, shared memory's whole bandwidth at the e4m3 rate (run 43a: +2-3.5%). No
+//     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
 //     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
 //     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
 //   * Every descale of a KV block is read by all consumer threads from the same address (one
@@ -58,8 +58,9 @@
 //     ratios stay far from fp32's range limits.
 //   * Grid: without a mask one persistent CTA per SM walking the tiles; causal, the same for short
 //     keys and one CTA per tile past kPersistentCausalMaxSeqlenK. On a walk the schedule runs on
-//     across tile boundaries as in the 16-bit forward: the ping-pong turn passes straight to the next tile, Q is freed after the
-//     last QK^T into one of two slots, and the O store's read wait moves to the next epilogue.
+//     across tile boundaries as in the 16-bit forward: the ping-pong turn passes straight to the
+//     next tile, Q is freed after the last QK^T into one of two slots, and the O store's read wait
+//     moves to the next epilogue.
 #pragma once
 
 #include <cuda.h>
