@@ -947,16 +947,15 @@ constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 // read and write of V per CTA through shared memory and the transposers' issue slots, 2-6% at
 // d <= 128 and ~30% at d = 256, whose 64-key QK^T reads 1 byte of shared memory per 64 FLOP, its
 // bandwidth at the e4m3 rate (bench/RESULTS.md run 42: at 512 rows +14-28%, at 2048 +0-7% at
-// d <= 128). Overridable
-// at build time (-D...=N for every head dim; 0: always the pass).
+// d <= 128). Overridable at build time (-D...=N for every head dim; 0: always the pass).
 #ifdef HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_ROWS
 constexpr int64_t in_kernel_transpose_max_rows(int) { return HATTN_FWD_FP8_IN_KERNEL_TRANSPOSE_MAX_ROWS; }
 #else
 constexpr int64_t in_kernel_transpose_max_rows(int head_dim) { return head_dim <= 128 ? 2048 : 512; }
 #endif
 
-template <int kHeadDim, class Opt>
-cudaError_t launch_fwd_fp8_tuned(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
+template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
+cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
     constexpr int kConsumers = default_consumers(kHeadDim);
     auto launch = [&](auto transpose) {
@@ -968,11 +967,6 @@ cudaError_t launch_fwd_fp8_tuned(const Fp8FwdArgs& a, cudaStream_t stream, std::
     const int64_t rows_per_kv_head = static_cast<int64_t>(a.seqlen_q) * (a.heads_q / a.heads_kv);
     if (!a.v_transposed && rows_per_kv_head <= in_kernel_transpose_max_rows(kHeadDim)) return launch(std::true_type{});
     return launch(std::false_type{});
-}
-
-template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
-cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
-    return launch_fwd_fp8_tuned<kHeadDim, Opt>(a, stream, error);
 }
 
 }  // namespace hattn::fwd_fp8
