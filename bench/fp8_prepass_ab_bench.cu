@@ -11,8 +11,9 @@
 //             rope_half+hadamard writing V as V^T for the FP8 forward (+vt)
 //   variants  <chunks>x<blocks per CTA> (kernels/fp8_prepass.cuh: Layout, kStagedBlocks): 2x1,
 //             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4, 16x1 (the tensor-core Hadamard,
-//             kFp8MmaChunks: Q and K with the Hadamard, RoPE or not); a variant that is not built (it would
-//             spill at d 256) runs its fallback (fp8_variant_run), marked "*".
+//             kFp8MmaChunks: Q and K with the Hadamard, RoPE or not), 16x1x2 (the same with each block
+//             split over a cluster of two thread blocks, built at d 256); a variant that is not built (it
+//             would spill at d 256) runs its fallback (fp8_variant_run), marked "*".
 // GB/s of the pre-pass counts 2 bytes read and 1 written per element plus the descales (the rotary
 // tables, read from L2 by every head, are not counted), as bench/fp8_prepass_bench.cu does.
 // Prints one table per shape, then a last table of the percentages of the copy (the summary).
@@ -62,7 +63,14 @@ constexpr Mode kModes[] = {{"quant", HATTN_ROPE_NONE, false},
                            {"quant+vt", HATTN_ROPE_NONE, false, true},
                            {"rope_half+hadamard+vt", HATTN_ROPE_HALF, true, true}};
 constexpr int kNumModes = sizeof(kModes) / sizeof(kModes[0]);
-constexpr Fp8PrepassVariant kVariants[] = {{2, 1}, {4, 1}, {8, 1}, {2, 4}, {4, 4}, {8, 4}, {hattn::fp8::kFp8MmaChunks, 1}};
+constexpr Fp8PrepassVariant kVariants[] = {{2, 1},
+                                           {4, 1},
+                                           {8, 1},
+                                           {2, 4},
+                                           {4, 4},
+                                           {8, 4},
+                                           {hattn::fp8::kFp8MmaChunks, 1},
+                                           {hattn::fp8::kFp8MmaChunks, 1, hattn::fp8::kFp8MmaPairCtas}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 Rope rope_of(hattn_rope r) {
@@ -71,8 +79,18 @@ Rope rope_of(hattn_rope r) {
 
 // "*": not built, the fallback ran (fp8_variant_run).
 const char* variant_mark(int d, const Mode& m, const Fp8PrepassVariant& v) {
-    const Fp8PrepassVariant run = hattn::fp8::fp8_variant_run(d, v.chunks, v.blocks_per_cta, rope_of(m.rope), m.hadamard);
-    return run.chunks == v.chunks && run.blocks_per_cta == v.blocks_per_cta ? "" : "*";
+    const Fp8PrepassVariant run =
+        hattn::fp8::fp8_variant_run(d, v.chunks, v.blocks_per_cta, rope_of(m.rope), m.hadamard, v.ctas_per_block);
+    return run.chunks == v.chunks && run.blocks_per_cta == v.blocks_per_cta && run.ctas_per_block == v.ctas_per_block
+               ? ""
+               : "*";
+}
+
+// "<chunks>x<blocks per CTA>[x<CTAs per block>]", as HATTN_FP8_PREPASS_VARIANT spells it.
+std::string variant_name(const Fp8PrepassVariant& v) {
+    std::string name = std::to_string(v.chunks) + "x" + std::to_string(v.blocks_per_cta);
+    if (v.ctas_per_block > 1) name += "x" + std::to_string(v.ctas_per_block);
+    return name;
 }
 
 struct Shape {
@@ -191,8 +209,8 @@ int main(int argc, char** argv) {
             auto prepass = [&](int m, int v) {
                 const hattn_status st = hattn::host::fp8_prepass_variant(&params[m], kVariants[v], stream);
                 if (st != HATTN_SUCCESS) {
-                    std::fprintf(stderr, "fp8_prepass_variant %dx%d %s d%d: %s\n", kVariants[v].chunks,
-                                 kVariants[v].blocks_per_cta, kModes[m].name, d, hattn_status_string(st));
+                    std::fprintf(stderr, "fp8_prepass_variant %s %s d%d: %s\n", variant_name(kVariants[v]).c_str(),
+                                 kModes[m].name, d, hattn_status_string(st));
                     std::exit(EXIT_FAILURE);
                 }
             };
@@ -220,7 +238,7 @@ int main(int argc, char** argv) {
             for (int m = 0; m < kNumModes; ++m) {
                 std::printf("  %-27s", kModes[m].name);
                 for (int v = 0; v < kNumVariants; ++v) {
-                    std::printf("  %dx%d %5.0f%-1s", kVariants[v].chunks, kVariants[v].blocks_per_cta, res.gbps[m][v],
+                    std::printf("  %s %5.0f%-1s", variant_name(kVariants[v]).c_str(), res.gbps[m][v],
                                 variant_mark(d, kModes[m], kVariants[v]));
                 }
                 std::printf("\n");
@@ -234,7 +252,7 @@ int main(int argc, char** argv) {
                 "the C API's default per head dim and mode: fp8_default_variant)\n",
                 rounds, kCalls);
     std::printf("%-8s %-4s %-27s", "tokens", "d", "mode");
-    for (const Fp8PrepassVariant& v : kVariants) std::printf("   %dx%d ", v.chunks, v.blocks_per_cta);
+    for (const Fp8PrepassVariant& v : kVariants) std::printf("  %6s", variant_name(v).c_str());
     std::printf("  best\n");
     for (const Result& res : results) {
         for (int m = 0; m < kNumModes; ++m) {
@@ -245,7 +263,7 @@ int main(int argc, char** argv) {
                             variant_mark(res.head_dim, kModes[m], kVariants[v]));
                 if (res.gbps[m][v] > res.gbps[m][best_v]) best_v = v;
             }
-            std::printf("  %dx%d\n", kVariants[best_v].chunks, kVariants[best_v].blocks_per_cta);
+            std::printf("  %s\n", variant_name(kVariants[best_v]).c_str());
         }
     }
     HATTN_BENCH_CHECK(cudaEventDestroy(start));

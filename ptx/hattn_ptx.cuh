@@ -3,6 +3,7 @@
 
 #include "atomic.cuh"
 #include "barrier.cuh"
+#include "cluster.cuh"
 #include "common.cuh"
 #include "convert.cuh"
 #include "fence.cuh"

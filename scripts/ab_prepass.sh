@@ -37,7 +37,7 @@ STATUS="$LOGS/status.txt"
 : >"$STATUS"
 SECONDS=0
 
-VARIANTS=(default 2x1 4x1 8x1 2x4 4x4 8x4 16x1)
+VARIANTS=(default 2x1 4x1 8x1 2x4 4x4 8x4 16x1 16x1x2)
 SHARDS=2
 SANITIZE_FILTER='*sq17_sk17_d256_bf16_norope_hadamard:*b2_hq2_hkv2_sq1000_sk1000_d64_fp16_norope:*sq1000_sk1_d256_bf16_norope:*sq17_sk1000_d128_*norope*:*b1_hq4_hkv2_sq1000_sk17_d128_bf16_half_hadamard_strided'
 
@@ -56,7 +56,7 @@ grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
 if [ "$BUILD_OK" -eq 1 ]; then
   T="$BUILD_DIR/test"
   # ---- bench first: it is what this run is for ----------------------------------------------
-  run bench 40 "$BUILD_DIR/bench/fp8_prepass_ab_bench" 8
+  run bench 50 "$BUILD_DIR/bench/fp8_prepass_ab_bench" 8
   # ---- tests --------------------------------------------------------------------------------
   run reference_fp8_test 20 "$T/reference_fp8_test"
   run host_fp8_prepass_validation_test 20 "$T/host_fp8_prepass_validation_test"
@@ -96,7 +96,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if [ -x "$SAN" ]; then
-    for v in default 4x4 16x1; do
+    for v in default 4x4 16x1 16x1x2; do
       env_v=$v; [ "$v" = default ] && env_v=
       run "memcheck[$v]" 30 env HATTN_FP8_PREPASS_VARIANT=$env_v "$SAN" --tool memcheck --error-exitcode 1 \
         --leak-check full "$T/fp8_prepass_test" --gtest_filter="$SANITIZE_FILTER"

@@ -6,7 +6,10 @@
 #
 # For each shape of SHAPES (dim:seqlen:mask[:dtype], dtype bf16 by default, e4m3 for the FP8
 # forward) it runs `hattn fwd` once under ncu, profiling only hattn's forward kernel (not the GPU
-# reference that checks it), with the sections that answer "which unit is the limit": the tensor
+# reference that checks it); mask "prepass" profiles the FP8 pre-pass's tensor-core Hadamard kernel
+# instead (Q and K of `hattn fwd --dtype e4m3 --hadamard`, the dtype field then names its RoPE:
+# none, half or interleaved; e.g. 256:16384:prepass:half), with the memory sections too (it is
+# memory-bound). The sections answer "which unit is the limit": the tensor
 # and MUFU (XU) pipes' utilisation (ComputeWorkloadAnalysis, InstructionStats), issue-slot use and
 # eligible warps (SchedulerStats), why warps stall (WarpStateStats) and the SASS lines they stall
 # on (SourceCounters). batch x seqlen = TOKENS, heads = WIDTH / dim, as in compare_torch.py.
@@ -37,6 +40,8 @@ SECTIONS=(ComputeWorkloadAnalysis InstructionStats SchedulerStats WarpStateStats
 # hattn's kernels by mangled name: the forward (not reference_fwd_kernel) and the FP8 forward.
 KERNEL_BF16='regex:^_ZN5hattn3fwd10fwd_kernel'
 KERNEL_E4M3='regex:^_ZN5hattn7fwd_fp814fwd_fp8_kernel'
+KERNEL_PREPASS='regex:^_ZN5hattn3fp86detail23fp8_hadamard_mma_kernel'
+MEMORY_SECTIONS=(SpeedOfLight MemoryWorkloadAnalysis)  # the pre-pass's: DRAM, L1 and L2 throughput
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -67,7 +72,8 @@ summarize() {  # csv label
 import csv, sys
 path, label = sys.argv[1], sys.argv[2]
 keep = ("Duration", "Issue Slots Busy", "Issued Warp Per Scheduler", "No Eligible", "Eligible Warps Per Scheduler",
-        "Warp Cycles Per Issued Instruction", "Executed Ipc Active", "SM Busy")
+        "Warp Cycles Per Issued Instruction", "Executed Ipc Active", "SM Busy", "DRAM Throughput", "Memory Throughput",
+        "L1/TEX Hit Rate", "L2 Hit Rate", "L1/TEX Cache Throughput", "L2 Cache Throughput", "Mem Busy", "Max Bandwidth")
 rows = []
 try:
     with open(path, newline="") as f:
@@ -95,8 +101,15 @@ for shape in $SHAPES; do
   kernel=$KERNEL_BF16; [ "$dtype" = e4m3 ] && kernel=$KERNEL_E4M3
   cli=(--batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim" --dtype "$dtype" --iters 1 --warmup 0)
   [ "$mask" = causal ] && cli+=(--causal)
+  shape_sections=("${section_args[@]}")
+  if [ "$mask" = prepass ]; then
+    kernel=$KERNEL_PREPASS
+    cli=(--batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim" --dtype e4m3 --hadamard --iters 1 --warmup 0)
+    [ "$dtype" = half ] || [ "$dtype" = interleaved ] && cli+=(--rope "$dtype")
+    for s in "${MEMORY_SECTIONS[@]}"; do shape_sections+=(--section "$s"); done
+  fi
   timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 \
-    "${section_args[@]}" --csv --page details "${details_args[@]}" "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
+    "${shape_sections[@]}" --csv --page details "${details_args[@]}" "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
     >"$LOGS/hattn_$label.raw" 2>"$LOGS/hattn_$label.err"
   rc=$?
   # ncu's CSV starts at its first quoted header line; the CLI's own output comes before it.
@@ -114,7 +127,7 @@ for shape in $SHAPES; do
       say "hattn $label: no SASS page (see hattn_$label.rep.out / .sass.err in ncu.tgz)"
   fi
 
-  if [ -n "${FA4_PATH:-}" ] && [ "$dtype" = bf16 ]; then
+  if [ -n "${FA4_PATH:-}" ] && [ "$dtype" = bf16 ] && [ "$mask" != prepass ]; then
     causal_py=False; [ "$mask" = causal ] && causal_py=True
     cat >"$LOGS/fa4_$label.py" <<PY
 import sys

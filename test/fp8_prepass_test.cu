@@ -16,9 +16,9 @@
 //   * the property the transform exists for: scores from the dequantized outputs,
 //     (Q M)(K M)^T, equal the scores of the (rotated) inputs Q K^T within the e4m3 budget.
 //
-// HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA> (e.g. 2x1, 4x4) runs the kernel layout it
-// names (host/fp8_prepass_launch.h: fp8_prepass_variant) instead of the C API's default, so every
-// candidate layout meets the same cases.
+// HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA>[x<CTAs per block>] (e.g. 2x1, 4x4, 16x1x2)
+// runs the kernel layout it names (host/fp8_prepass_launch.h: fp8_prepass_variant) instead of the C
+// API's default, so every candidate layout meets the same cases.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -85,8 +85,10 @@ void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 bool variant_from_env(hattn::fp8::Fp8PrepassVariant& variant) {
     const char* env = std::getenv("HATTN_FP8_PREPASS_VARIANT");
     if (env == nullptr || *env == '\0') return false;
-    if (std::sscanf(env, "%dx%d", &variant.chunks, &variant.blocks_per_cta) != 2) {
-        ADD_FAILURE() << "HATTN_FP8_PREPASS_VARIANT=" << env << ": expected <chunks>x<blocks per CTA>, e.g. 2x1";
+    const int fields = std::sscanf(env, "%dx%dx%d", &variant.chunks, &variant.blocks_per_cta, &variant.ctas_per_block);
+    if (fields != 2 && fields != 3) {
+        ADD_FAILURE() << "HATTN_FP8_PREPASS_VARIANT=" << env
+                      << ": expected <chunks>x<blocks per CTA>[x<CTAs per block>], e.g. 2x1 or 16x1x2";
     }
     return true;
 }
@@ -98,7 +100,8 @@ ht::RopeEval rope_eval_of(const Case& c) {
     const f8::Rope rope = static_cast<f8::Rope>(static_cast<int>(c.rope));
     f8::Fp8PrepassVariant v;
     const f8::Fp8PrepassVariant run = variant_from_env(v)
-                                          ? f8::fp8_variant_run(c.head_dim, v.chunks, v.blocks_per_cta, rope, c.hadamard)
+                                          ? f8::fp8_variant_run(c.head_dim, v.chunks, v.blocks_per_cta, rope, c.hadamard,
+                                                                v.ctas_per_block)
                                           : f8::fp8_default_variant(c.head_dim, rope, c.hadamard);
     return c.hadamard && run.chunks == f8::kFp8MmaChunks ? ht::RopeEval::kRotateBf16 : ht::RopeEval::kFp32;
 }
@@ -401,7 +404,7 @@ TEST_P(Fp8PrepassTest, MatchesFloat64Reference) {
     hattn::fp8::Fp8PrepassVariant variant;
     if (variant_from_env(variant)) {
         ASSERT_EQ(hattn::host::fp8_prepass_variant(&p, variant, nullptr), HATTN_SUCCESS)
-            << "variant " << variant.chunks << "x" << variant.blocks_per_cta;
+            << "variant " << variant.chunks << "x" << variant.blocks_per_cta << "x" << variant.ctas_per_block;
     } else {
         ASSERT_EQ(hattn_fp8_prepass(&p, nullptr), HATTN_SUCCESS);
     }

@@ -50,9 +50,12 @@
 #include "kernels/fp8_prepass_args.h"
 #include "kernels/sm90/launch_setup.h"
 #include "kernels/sm90/vt_e4m3.cuh"  // V^T for the FP8 forward
+#include "ptx/cluster.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/global.cuh"
+#include "ptx/fence.cuh"
 #include "ptx/ldst.cuh"
+#include "ptx/mbarrier.cuh"
 #include "ptx/mma.cuh"
 
 namespace hattn::fp8 {
@@ -367,20 +370,29 @@ constexpr uint16_t kBf16One = 0x3F80u, kF16One = 0x3C00u, kHalfSign = 0x8000u;
 // rows would spread a block's fixed costs (staging addresses, the amax barrier, the descale) over
 // fewer elements; more would cap the resident warps (at d 256 two rows, 128 accumulators, leave one
 // thread block of 8 warps per SM, too few to hide a warp's chain of loads, mma, levels and stores).
-template <int kHeadDim>
+// kCtasPerBlock = 2 (an A/B variant, "16x1x2") splits each 128-row block over the two thread blocks
+// of a cluster, 64 rows each, which exchange their warps' amax through distributed shared memory:
+// at d 256 the block-wide amax barrier then spans 8 warps of each of two SMs, and an SM holds two
+// such thread blocks of different blocks, so one computes while the other waits (d 128's shape:
+// two 8-warp thread blocks per SM), instead of one 16-warp thread block that stops at every barrier.
+template <int kHeadDim, int kCtasPerBlock = 1>
 struct MmaLayout {
     static constexpr int kRowsPerLane = kHeadDim == 64 ? 4 : kHeadDim == 128 ? 2 : 1;
     static constexpr int kWarpRows = kMmaGroupRows * kRowsPerLane;
-    static constexpr int kWarps = kBlockRows / kWarpRows;
+    static constexpr int kCtaRows = kBlockRows / kCtasPerBlock;  // rows of a block per thread block
+    static constexpr int kWarps = kCtaRows / kWarpRows;
+    static constexpr int kBlockWarps = kWarps * kCtasPerBlock;    // warps holding one block
     static constexpr int kThreads = kWarps * kWarpSize;
     static constexpr int kSpans = kHeadDim / kMmaSpanCols;
     static constexpr int kRowBytes = kHeadDim * 2;  // a 16-bit input row
     static constexpr int kRowChunks = kRowBytes / kChunkBytes;
-    static constexpr int kStageBytes = kBlockRows * kRowBytes;
+    static constexpr int kStageBytes = kCtaRows * kRowBytes;
     static constexpr int kBTableBytes = kSpans * kWarpSize * kChunkBytes;  // one B per span and lane
     static constexpr int kRatioBytes = kSpans * kWarpSize * 8;             // two sign-ratio words per span and lane
     static constexpr int kSmemBytes = kMmaStages * kStageBytes + kBTableBytes + kRatioBytes;
     static_assert(kRowChunks >= 2 * kRowParitySwizzle, "the swizzle flips chunk bit 2 inside the row");
+    static_assert(kCtasPerBlock == 1 || kCtasPerBlock == 2, "a block on one thread block or on a pair");
+    static_assert(kCtaRows % kWarpRows == 0, "whole warps per thread block");
 };
 
 // Column (inside a span, first half: bit 1 clear) of mma index k: k = e + 2q + 8h -> 8q + 4h + e.
@@ -451,15 +463,16 @@ __device__ __forceinline__ MmaCursor mma_cursor_at(const Fp8Tensors& tensors, in
 }
 
 // This warp's rows of the cursor's block into stage buffer `buffer` (rows past seqlen: zeros).
-// Lane l copies chunk l % kRowChunks of rows l / kRowChunks + i * kRowStep.
-template <int kHeadDim>
+// Lane l copies chunk l % kRowChunks of rows l / kRowChunks + i * kRowStep. The thread block holds
+// rows cta_row0 .. cta_row0 + kCtaRows - 1 of the block (0 unless a pair shares it).
+template <int kHeadDim, int kCtasPerBlock>
 __device__ __forceinline__ void mma_stage_rows(const Fp8Tensors& tensors, const MmaCursor& at, uint8_t* buffer,
-                                               int warp, int lane) {
-    using L = MmaLayout<kHeadDim>;
+                                               int cta_row0, int warp, int lane) {
+    using L = MmaLayout<kHeadDim, kCtasPerBlock>;
     constexpr int kRowStep = kWarpSize / L::kRowChunks;  // rows per step: 4, 2, 1
     const Fp8Tensor& t = tensors.t[at.which];
     const int row0 = lane / L::kRowChunks, chunk = lane % L::kRowChunks;
-    const int warp_row = at.blk * kBlockRows + warp * L::kWarpRows;
+    const int warp_row = at.blk * kBlockRows + cta_row0 + warp * L::kWarpRows;
     const int valid_rows = t.seqlen - warp_row;  // rows of the warp that exist
     const uint16_t* src = static_cast<const uint16_t*>(t.in) + at.batch * t.in_batch_stride +
                           at.head * t.in_head_stride + static_cast<int64_t>(warp_row + row0) * t.in_seq_stride +
@@ -525,12 +538,16 @@ __device__ __forceinline__ void rope_words_half(uint32_t& lo, uint32_t& hi, floa
 template <int kHeadDim>
 constexpr int mma_min_ctas_per_sm() { return kHeadDim == 64 ? 4 : kHeadDim == 128 ? 2 : 1; }
 
-template <int kHeadDim, bool kIsBf16, Rope kRope>
-__global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_per_sm<kHeadDim>())
+// kCtasPerBlock (MmaLayout): 2 launches it in clusters of two thread blocks (cudaLaunchKernelEx,
+// launch_hadamard_mma_qk_rope), both of which walk the same blocks, 64 rows each.
+template <int kHeadDim, bool kIsBf16, Rope kRope, int kCtasPerBlock = 1>
+__global__ void __launch_bounds__(MmaLayout<kHeadDim, kCtasPerBlock>::kThreads,
+                                  mma_min_ctas_per_sm<kHeadDim>() * kCtasPerBlock)
     fp8_hadamard_mma_kernel(const __grid_constant__ Fp8Tensors tensors, const int64_t q_blocks,
                             const int64_t total_blocks, const int batches, const uint64_t seed,
                             const float* __restrict__ rope_cos, const float* __restrict__ rope_sin) {
-    using L = MmaLayout<kHeadDim>;
+    using L = MmaLayout<kHeadDim, kCtasPerBlock>;
+    constexpr bool kPair = kCtasPerBlock > 1;
     constexpr int kSpans = L::kSpans;
     constexpr int kHalfSpans = kSpans / 2;  // RoPE half-split: span m pairs with m + kHalfSpans
     constexpr int kTableCols = kHeadDim / 2;
@@ -540,17 +557,30 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
     // registers: ptxas would recompute their hashes in the loop rather than hold them).
     extern __shared__ __align__(128) uint8_t mma_smem[];
     constexpr int kRowsPerLane = L::kRowsPerLane;
-    __shared__ float warp_amax[kStageBuffers][L::kWarps];
+    // Every warp's amax of the block, this thread block's and (kPair) its partner's, by block parity.
+    __shared__ float warp_amax[kStageBuffers][L::kBlockWarps];
+    // kPair, by block parity: full once this thread block's warps have written their amax (one
+    // arrival each) and the partner's have landed (their st.async count 4 bytes each).
+    __shared__ uint64_t amax_full[kStageBuffers];
     uint4* b_table = reinterpret_cast<uint4*>(mma_smem + kMmaStages * L::kStageBytes);
     uint2* ratio_table = reinterpret_cast<uint2*>(mma_smem + kMmaStages * L::kStageBytes + L::kBTableBytes);
     const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
     const int g = lane / 4, q = lane % 4;  // the fragment coordinates (ptx/mma.cuh)
+    // A pair: this thread block's rank in its cluster, its partner's, and its rows of each block.
+    const uint32_t rank = kPair ? ptx::cluster_ctarank() : 0u;
+    const uint32_t partner = rank ^ 1u;
+    const int cta_row0 = static_cast<int>(rank) * L::kCtaRows;
+    if (kPair && threadIdx.x == 0) {
+        for (int b = 0; b < kStageBuffers; ++b) ptx::mbarrier_init(&amax_full[b], L::kWarps);
+        ptx::fence_mbarrier_init();  // visible to the partner's st.async (cluster scope)
+    }
 
-    // This thread block's contiguous range of the walk.
-    const int64_t first = total_blocks * blockIdx.x / gridDim.x;
-    const int64_t count = total_blocks * (blockIdx.x + 1) / gridDim.x - first;
+    // This thread block's (or pair's: a 1-D grid's clusters are consecutive) contiguous range of the walk.
+    const int64_t unit = blockIdx.x / kCtasPerBlock, units = gridDim.x / kCtasPerBlock;
+    const int64_t first = total_blocks * unit / units;
+    const int64_t count = total_blocks * (unit + 1) / units - first;
     MmaCursor at = mma_cursor_at(tensors, first, q_blocks);
-    if (count > 0) mma_stage_rows<kHeadDim>(tensors, at, mma_smem, warp, lane);
+    if (count > 0) mma_stage_rows<kHeadDim, kCtasPerBlock>(tensors, at, mma_smem, cta_row0, warp, lane);
     // B = D H over the mma bits, per span m and lane: {tile 0 b0, b1, tile 1 b0, b1}.
     for (int e = static_cast<int>(threadIdx.x); e < kSpans * kWarpSize; e += L::kThreads) {
         const int m = e / kWarpSize, bg = (e % kWarpSize) / 4, bq = e % 4;
@@ -567,7 +597,14 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
         b_table[e] = make_uint4(w[0], w[1], w[2], w[3]);
         ratio_table[e] = make_uint2(sign_ratio_mask(seed, m, bq, 1), sign_ratio_mask(seed, m, bq, 3));
     }
-    __syncthreads();  // B is in place
+    // B is in place (kPair: and both thread blocks have started, their barriers initialized, so each
+    // may store into the other; the one cluster barrier with release / acquire semantics).
+    if constexpr (kPair) {
+        ptx::barrier_cluster_arrive_release();
+        ptx::barrier_cluster_wait_acquire();
+    } else {
+        __syncthreads();
+    }
 
     constexpr float kNorm = inv_sqrt_head_dim<kHeadDim>();
     // Lane (g, q)'s 16-byte chunk of span m in row r is chunk 4m + q XOR 4 (r & 1) (rows g + 8r
@@ -584,14 +621,15 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
         const uint8_t* a_base = buffer + lane_row * L::kRowBytes + q * kChunkBytes;
         next.advance(tensors, batches);
         if (i + 1 < count) {
-            mma_stage_rows<kHeadDim>(tensors, next, mma_smem + ((i + 1) % kMmaStages) * L::kStageBytes, warp, lane);
+            mma_stage_rows<kHeadDim, kCtasPerBlock>(tensors, next, mma_smem + ((i + 1) % kMmaStages) * L::kStageBytes,
+                                                    cta_row0, warp, lane);
         } else {
             ptx::cp_async_commit_group();  // an empty group: the wait below counts the same
         }
         ptx::cp_async_wait_group<1>();  // this block's copies (the next block's may be in flight)
         __syncwarp();                   // ... and the other lanes' copies of the warp's rows
 
-        const int row0 = at.blk * kBlockRows + lane_row;  // rows row0 + 8r of the tensor
+        const int row0 = at.blk * kBlockRows + cta_row0 + lane_row;  // rows row0 + 8r of the tensor
         float acc[kSpans][kRowsPerLane][kMmaTilesN][4];
         // Span m's words of rows g + 8r: x[r].
         auto load_span = [&](int m, uint4 (&x)[kRowsPerLane]) {
@@ -722,12 +760,34 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
         for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
             amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
         }
-        if (lane == 0) warp_amax[i % kStageBuffers][warp] = amax;  // by parity, as in fp8_prepass_kernel
-        __syncthreads();
+        // By parity, as in fp8_prepass_kernel: a slot is written again only after the barrier that
+        // every reader of its last value has passed. kPair: the partner's warps store their amax
+        // into our slots (st.async, counted on our amax_full), ours into theirs; one mbarrier
+        // phase per block and parity. A partner is at most one block ahead (it needs our amax to
+        // finish a block), so it writes a slot of parity p again only once we have read it.
+        const int parity = static_cast<int>(i % kStageBuffers);
+        float* amax_slot = &warp_amax[parity][static_cast<int>(rank) * L::kWarps + warp];
+        if constexpr (kPair) {
+            if (lane == 0) {
+                *amax_slot = amax;
+                ptx::st_async_b32(ptx::mapa_shared_cluster(ptx::smem_u32(amax_slot), partner), __float_as_uint(amax),
+                                  ptx::mapa_shared_cluster(ptx::smem_u32(&amax_full[parity]), partner));
+                // This warp's arrival, and the 4 bytes of one partner warp's store (kWarps in all).
+                ptx::mbarrier_arrive_expect_tx(&amax_full[parity], sizeof(float));
+            }
+            // The CTA-scope wait suffices for the partner's bytes: they land in this SM's shared
+            // memory before their transaction count completes the phase (as a TMA load's do), and
+            // shared memory is not cached; a cluster-scope acquire would also invalidate the L1,
+            // which holds RoPE's table rows for the next head.
+            ptx::mbarrier_wait(&amax_full[parity], static_cast<uint32_t>((i / kStageBuffers) & 1));
+        } else {
+            if (lane == 0) *amax_slot = amax;
+            __syncthreads();
+        }
 #pragma unroll
-        for (int v = 0; v < L::kWarps; ++v) amax = fmaxf(amax, warp_amax[i % kStageBuffers][v]);
+        for (int v = 0; v < L::kBlockWarps; ++v) amax = fmaxf(amax, warp_amax[parity][v]);
         const int descale_index = (at.batch * tensor.heads + at.head) * seq_blocks(tensor) + at.blk;
-        const float scale = block_scale(amax, kNorm, threadIdx.x == 0, tensor.descale + descale_index);
+        const float scale = block_scale(amax, kNorm, threadIdx.x == 0 && rank == 0, tensor.descale + descale_index);
         // The last span level with the scale: acc[m], acc[m + kLastStride] <- (x +- y) * scale.
 #pragma unroll
         for (int m = 0; m < kLastStride; ++m)
@@ -766,37 +826,70 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim>::kThreads, mma_min_ctas_pe
         at = next;
     }
     ptx::cp_async_wait_all();  // nothing outstanding at exit
+    if constexpr (kPair) {
+        // Every st.async into this thread block has landed (we waited for each), but ours into
+        // the partner may still be in flight: neither exits before both are done.
+        ptx::barrier_cluster_arrive_relaxed();
+        ptx::barrier_cluster_wait_acquire();
+    }
 }
 
 // Q's and K's blocks by the tensor-core Hadamard, one contiguous range of the walk per thread block
-// (as many thread blocks as fit on the GPU at once).
-template <int kHeadDim, bool kIsBf16, Rope kRope>
+// (as many thread blocks as fit on the GPU at once); kCtasPerBlock = 2: per cluster of two.
+template <int kHeadDim, bool kIsBf16, Rope kRope, int kCtasPerBlock>
 cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t stream) {
-    constexpr int kSmem = MmaLayout<kHeadDim>::kSmemBytes;
-    constexpr int kThreads = MmaLayout<kHeadDim>::kThreads;
-    constexpr auto kKernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope>;
+    using L = MmaLayout<kHeadDim, kCtasPerBlock>;
+    constexpr int kSmem = L::kSmemBytes;
+    constexpr int kThreads = L::kThreads;
+    constexpr auto kKernel = fp8_hadamard_mma_kernel<kHeadDim, kIsBf16, kRope, kCtasPerBlock>;
     int device = 0, sms = 0, per_sm = 0;
     cudaError_t rc = cudaGetDevice(&device);
     if (rc != cudaSuccess) return rc;
     if ((rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return rc;
     if ((rc = max_active_ctas_per_sm<kKernel, kThreads, kSmem>(&per_sm)) != cudaSuccess) return rc;
-    const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+    const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1) / kCtasPerBlock;  // walkers
     const int64_t nq = tensor_blocks(a.q, a.batch), total = nq + tensor_blocks(a.k, a.batch);
     if (total == 0) return cudaSuccess;
-    const int64_t grid = std::min(total, resident);
+    const int64_t walkers = std::max<int64_t>(std::min(total, resident), 1);
+    const unsigned grid = static_cast<unsigned>(walkers * kCtasPerBlock);
+    const Fp8Tensors tensors{{a.q, a.k, a.v}};
     return launch_with_dynamic_smem<kKernel>(kSmem, [&] {
-        kKernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(Fp8Tensors{{a.q, a.k, a.v}}, nq, total, a.batch,
-                                                                          a.hadamard_seed, a.rope_cos, a.rope_sin);
-        return cudaGetLastError();
+        if constexpr (kCtasPerBlock == 1) {
+            kKernel<<<grid, kThreads, kSmem, stream>>>(tensors, nq, total, a.batch, a.hadamard_seed, a.rope_cos,
+                                                       a.rope_sin);
+            return cudaGetLastError();
+        } else {
+            cudaLaunchConfig_t config{};
+            config.gridDim = dim3(grid);
+            config.blockDim = dim3(kThreads);
+            config.dynamicSmemBytes = kSmem;
+            config.stream = stream;
+            cudaLaunchAttribute attribute[1] = {sm90::cluster_dimension_attribute(kCtasPerBlock)};
+            config.attrs = attribute;
+            config.numAttrs = 1;
+            return cudaLaunchKernelEx(&config, kKernel, tensors, nq, total, a.batch, a.hadamard_seed, a.rope_cos,
+                                      a.rope_sin);
+        }
     });
 }
 
 template <int kHeadDim, bool kIsBf16>
 cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
+    if constexpr (fp8_mma_pair_built(kHeadDim)) {
+        if (a.variant.ctas_per_block == kFp8MmaPairCtas) {
+            switch (a.rope) {
+                case Rope::kNone: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kNone, kFp8MmaPairCtas>(a, stream);
+                case Rope::kInterleaved:
+                    return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kInterleaved, kFp8MmaPairCtas>(a, stream);
+                case Rope::kHalf: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kHalf, kFp8MmaPairCtas>(a, stream);
+            }
+            return cudaErrorInvalidValue;
+        }
+    }
     switch (a.rope) {
-        case Rope::kNone: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kNone>(a, stream);
-        case Rope::kInterleaved: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kInterleaved>(a, stream);
-        case Rope::kHalf: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kHalf>(a, stream);
+        case Rope::kNone: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kNone, 1>(a, stream);
+        case Rope::kInterleaved: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kInterleaved, 1>(a, stream);
+        case Rope::kHalf: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kHalf, 1>(a, stream);
     }
     return cudaErrorInvalidValue;
 }
@@ -1215,6 +1308,11 @@ cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t st
     int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta
                  : chunks == kFp8MmaChunks        ? 1  // its walk is one range per thread block
                                                   : build_blocks;
+    if (a.variant.ctas_per_block != 0 && a.variant.ctas_per_block != 1 &&
+        !(chunks == kFp8MmaChunks && a.variant.ctas_per_block == kFp8MmaPairCtas)) {
+        if (error != nullptr) *error = "fp8 pre-pass: thread blocks per block are 1, or 2 for the tensor-core variant (16x1x2)";
+        return cudaErrorInvalidValue;
+    }
     if (chunks == kFp8MmaChunks) {
         if (blocks != 1) {
             if (error != nullptr) *error = "fp8 pre-pass: the tensor-core variant takes 1 block per CTA (16x1)";

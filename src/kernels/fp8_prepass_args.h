@@ -43,6 +43,9 @@ struct Fp8Tensor {
 struct Fp8PrepassVariant {
     int chunks = 0;
     int blocks_per_cta = 0;
+    // The tensor-core kernel only: thread blocks sharing one 128-row block (0 or 1: one; 2: a
+    // cluster of two, 64 rows each, "16x1x2"; built at d = 256, elsewhere it runs the single kind).
+    int ctas_per_block = 0;
 };
 
 // chunks = kFp8MmaChunks names the tensor-core Hadamard (kernels/fp8_prepass.cuh:
@@ -50,6 +53,10 @@ struct Fp8PrepassVariant {
 // the Hadamard (with or without RoPE), and blocks per thread block do not apply to it (its walk is
 // one contiguous range per thread block).
 constexpr int kFp8MmaChunks = 16;
+constexpr int kFp8MmaPairCtas = 2;  // Fp8PrepassVariant::ctas_per_block of the paired variant
+// Head dims whose tensor-core kernel is also built in pairs (the A/B variant "16x1x2"): d = 256, the
+// one whose single thread block of 16 warps is the whole SM (kernels/fp8_prepass.cuh: MmaLayout).
+constexpr bool fp8_mma_pair_built(int head_dim) { return head_dim == 256; }
 
 constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged variants
 // The layout a call gets unless it names one: the fastest per head dim and transform in the A/B of
@@ -82,9 +89,14 @@ constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, R
     if (chunks == 2 || chunks == 8) return blocks_per_cta == 1 || rope == Rope::kNone;  // 4-88 bytes
     return true;
 }
-// What a call for (chunks, blocks_per_cta) runs: {chunks, blocks} of the fallback above.
-constexpr Fp8PrepassVariant fp8_variant_run(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard) {
-    if (fp8_variant_built(head_dim, chunks, blocks_per_cta, rope, hadamard)) return {chunks, blocks_per_cta};
+// What a call for (chunks, blocks_per_cta[, ctas_per_block]) runs: {chunks, blocks} of the fallback
+// above (a pair where it is built, else one thread block per block).
+constexpr Fp8PrepassVariant fp8_variant_run(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard,
+                                            int ctas_per_block = 0) {
+    if (fp8_variant_built(head_dim, chunks, blocks_per_cta, rope, hadamard)) {
+        const bool pair = chunks == kFp8MmaChunks && ctas_per_block == kFp8MmaPairCtas && fp8_mma_pair_built(head_dim);
+        return {chunks, blocks_per_cta, pair ? kFp8MmaPairCtas : 0};
+    }
     if (chunks == kFp8MmaChunks) return fp8_default_variant(head_dim, rope, hadamard);
     if (fp8_variant_built(head_dim, chunks, 1, rope, hadamard)) return {chunks, 1};
     return {8, 1};

@@ -99,4 +99,15 @@ cudaError_t max_active_ctas_per_sm(int* ctas) {
     return rc;
 }
 
+// The launch attribute (cudaLaunchKernelEx) that groups a 1-D grid's thread blocks into clusters
+// of `ctas` consecutive ones.
+inline cudaLaunchAttribute cluster_dimension_attribute(unsigned ctas) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = ctas;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    return attribute;
+}
+
 }  // namespace hattn::sm90
