@@ -13,14 +13,19 @@
 # and MUFU (XU) pipes' utilisation (ComputeWorkloadAnalysis, InstructionStats), issue-slot use and
 # eligible warps (SchedulerStats), why warps stall (WarpStateStats) and the SASS lines they stall
 # on (SourceCounters). batch x seqlen = TOKENS, heads = WIDTH / dim, as in compare_torch.py.
-# With FA4_PATH=<a folder where flash-attn-4 is pip-installed --target>, FlashAttention-4's
-# Hopper forward is profiled on the same shapes beside it (bf16 only).
+# PEERS profiles the peers' kernels on the same shapes beside hattn's (scripts/profile_peer.py runs
+# each): "cudnn" (PyTorch SDPA's cuDNN backend) and "fa4" (FlashAttention-4, from FA4_PATH, a folder
+# where flash-attn-4 is pip-installed --target) on the bf16 shapes, "cudnn_fp8" (cuDNN's FP8
+# attention through cudnn-frontend, from CUDNN_FRONTEND_PATH or the environment) on the e4m3 ones.
+# LaunchStats and Occupancy are among the sections: a peer's grid, block, registers and shared
+# memory say its tile shape and warp layout.
 # Writes $OUT/summary.txt (the key figures per shape, printed last) and $OUT/ncu.tgz (the CSV of
 # every section per shape).
 #
 # Environment: OUT (profile_fwd_out), BUILD_DIR (build), JOBS (nproc), TOKENS (16384), WIDTH (2048),
 #   SHAPES ("64:8192:full 64:8192:causal 128:8192:full 128:16384:full"), NCU (ncu), PYTHON (python3),
-#   FA4_PATH (unset: hattn only), TIMEOUT_S (120 per profiled run), NCU_DETAILS (0; 1: ncu
+#   PEERS (unset: "fa4" when FA4_PATH is set, else none), FA4_PATH, CUDNN_FRONTEND_PATH,
+#   TIMEOUT_S (120 per profiled run), NCU_DETAILS (0; 1: ncu
 #   --print-details all, the sections' bodies as well), SASS_PAGE (0; 1: also each hattn shape's
 #   per-instruction SASS page -- warp-state samples per stall reason for every instruction -- as
 #   $OUT/sass_<shape>.csv, from a second ncu pass that keeps its report in ncu.tgz).
@@ -36,7 +41,11 @@ SHAPES=${SHAPES:-"64:8192:full 64:8192:causal 128:8192:full 128:16384:full"}
 NCU=${NCU:-ncu}
 PYTHON=${PYTHON:-python3}
 TIMEOUT_S=${TIMEOUT_S:-120}
-SECTIONS=(ComputeWorkloadAnalysis InstructionStats SchedulerStats WarpStateStats SourceCounters)
+SECTIONS=(LaunchStats Occupancy ComputeWorkloadAnalysis InstructionStats SchedulerStats WarpStateStats SourceCounters)
+PEERS=${PEERS-${FA4_PATH:+fa4}}
+# The peers' forward kernels by demangled name (each run's second launch is the profiled one).
+KERNEL_PEER_FA4='regex:(?i)flash.*fwd|FlashAttentionForward'
+KERNEL_PEER_CUDNN='regex:(?i)sdpa|fmha|fprop|flash'  # cuDNN's generated attention kernels
 # hattn's kernels by mangled name: the forward (not reference_fwd_kernel) and the FP8 forward.
 KERNEL_BF16='regex:^_ZN5hattn3fwd10fwd_kernel'
 KERNEL_E4M3='regex:^_ZN5hattn7fwd_fp814fwd_fp8_kernel'
@@ -73,11 +82,14 @@ import csv, sys
 path, label = sys.argv[1], sys.argv[2]
 keep = ("Duration", "Issue Slots Busy", "Issued Warp Per Scheduler", "No Eligible", "Eligible Warps Per Scheduler",
         "Warp Cycles Per Issued Instruction", "Executed Ipc Active", "SM Busy", "DRAM Throughput", "Memory Throughput",
-        "L1/TEX Hit Rate", "L2 Hit Rate", "L1/TEX Cache Throughput", "L2 Cache Throughput", "Mem Busy", "Max Bandwidth")
-rows = []
+        "L1/TEX Hit Rate", "L2 Hit Rate", "L1/TEX Cache Throughput", "L2 Cache Throughput", "Mem Busy", "Max Bandwidth",
+        "Grid Size", "Block Size", "Registers Per Thread", "Dynamic Shared Memory Per Block", "Static Shared Memory Per Block",
+        "Theoretical Occupancy", "Achieved Occupancy", "Waves Per SM")
+rows, kernel = [], None
 try:
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
+            kernel = kernel or r.get("Kernel Name")  # which kernel the name filter caught
             name = r.get("Metric Name", "")
             # --print-details all adds the sections' bodies: pipe utilisation and stall reasons.
             if (any(name.startswith(k) for k in keep) or "Pipe" in r.get("Section Name", "") or "pipe" in name.lower()
@@ -86,7 +98,7 @@ try:
 except (OSError, csv.Error) as e:
     print(f"{label}: no CSV ({e})")
     sys.exit(0)
-print(f"== {label}")
+print(f"== {label}" + (f"  [{kernel[:140]}]" if kernel else ""))
 for sec, name, value, unit in rows:
     print(f"  {sec:28.28} {name:60.60} {value} {unit}")
 PY
@@ -127,27 +139,28 @@ for shape in $SHAPES; do
       say "hattn $label: no SASS page (see hattn_$label.rep.out / .sass.err in ncu.tgz)"
   fi
 
-  if [ -n "${FA4_PATH:-}" ] && [ "$dtype" = bf16 ] && [ "$mask" != prepass ]; then
-    causal_py=False; [ "$mask" = causal ] && causal_py=True
-    cat >"$LOGS/fa4_$label.py" <<PY
-import sys
-sys.path.insert(0, "$FA4_PATH")
-import torch
-from flash_attn.cute.interface import flash_attn_func
-q, k, v = (torch.randn($batch, $seqlen, $heads, $dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-for _ in range(2):  # the first call compiles; the profiled launch is the last one
-    flash_attn_func(q, k, v, causal=$causal_py)
-torch.cuda.synchronize()
-PY
-    # Profile FA4's last forward launch only (the earlier ones include its compilation's warm-up).
-    timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base demangled --kernel-name 'regex:(?i)flash.*fwd|FlashAttentionForward' \
-      --launch-skip 1 --launch-count 1 "${section_args[@]}" --csv --page details "${details_args[@]}" "$PYTHON" "$LOGS/fa4_$label.py" \
-      >"$LOGS/fa4_$label.raw" 2>"$LOGS/fa4_$label.err"
+  [ "$mask" = prepass ] && continue
+  for peer in $PEERS; do
+    case "$peer:$dtype" in
+      fa4:bf16) peer_kernel=$KERNEL_PEER_FA4 ;;
+      cudnn:bf16 | cudnn_fp8:e4m3) peer_kernel=$KERNEL_PEER_CUDNN ;;
+      *) continue ;;  # a peer of the other dtype
+    esac
+    peer_args=(--peer "$peer" --batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim")
+    [ "$mask" = causal ] && peer_args+=(--causal)
+    [ -n "${FA4_PATH:-}" ] && peer_args+=(--fa4-path "$FA4_PATH")
+    [ -n "${CUDNN_FRONTEND_PATH:-}" ] && peer_args+=(--cudnn-frontend-path "$CUDNN_FRONTEND_PATH")
+    # The peer's second forward launch only (the first includes its compilation or graph build).
+    timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base demangled --kernel-name "$peer_kernel" \
+      --launch-skip 1 --launch-count 1 "${section_args[@]}" --csv --page details "${details_args[@]}" \
+      "$PYTHON" scripts/profile_peer.py "${peer_args[@]}" >"$LOGS/${peer}_$label.raw" 2>"$LOGS/${peer}_$label.err"
     rc=$?
-    sed -n '/^"ID"/,$p' "$LOGS/fa4_$label.raw" >"$LOGS/fa4_$label.csv"
-    [ $rc -eq 0 ] || say "FA4 $label: ncu exit $rc (see its .err in ncu.tgz)"
-    summarize "$LOGS/fa4_$label.csv" "FA4 $label"
-  fi
+    sed -n '/^"ID"/,$p' "$LOGS/${peer}_$label.raw" >"$LOGS/${peer}_$label.csv"
+    if [ $rc -ne 0 ]; then
+      say "$peer $label: exit $rc ($(grep -m1 'profile_peer.py' "$LOGS/${peer}_$label.err" || echo "see its .err in ncu.tgz"))"
+    fi
+    summarize "$LOGS/${peer}_$label.csv" "$peer $label"
+  done
 done
 
 tar -czf "$OUT/ncu.tgz" -C "$LOGS" . 2>/dev/null
