@@ -226,6 +226,9 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=2048, help="heads * head_dim")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--burst", type=int, default=1,
+                    help="calls between two events, the time divided by it (default 1: each call timed alone); > 1 "
+                         "measures calls back to back, where a launch may overlap the previous kernel's tail (PDL)")
     ap.add_argument("--kernel-split", action="store_true",
                     help="after the table: the first build's GPU time per kernel (torch.profiler)")
     ap.add_argument("--json", type=Path)
@@ -265,10 +268,11 @@ def main() -> int:
         torch.cuda._sleep(int(20e6))  # queue every call behind a sleep: no host time inside the events
         for r, (a, b) in enumerate(ev):
             a.record()
-            fn(r % 2)
+            for i in range(args.burst):
+                fn((r + i) % 2)
             b.record()
         torch.cuda.synchronize()
-        return statistics.median(a.elapsed_time(b) for a, b in ev)
+        return statistics.median(a.elapsed_time(b) for a, b in ev) / args.burst
 
     # Correctness first: each build against cuDNN on the first input set.
     bad = []

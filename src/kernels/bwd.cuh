@@ -904,8 +904,7 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     cudaLaunchAttribute attribute[1];
     if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) {
         // The dV kernel before this one lets it start as its CTAs retire (scheduling, above).
-        attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attribute[0].val.programmaticStreamSerializationAllowed = 1;
+        attribute[0] = programmatic_launch_attribute();
         config.attrs = attribute;
         config.numAttrs = 1;
     }

@@ -55,6 +55,7 @@
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/fence.cuh"
+#include "ptx/griddep.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
 #include "ptx/warp.cuh"
@@ -156,6 +157,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
     });
+    if constexpr (kProgrammaticLaunch) {  // (fwd_rules.h) nothing above touched global memory
+        ptx::griddepcontrol_wait();
+        ptx::griddepcontrol_launch_dependents();
+    }
 
     // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
     // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
@@ -405,7 +410,14 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     if (rc == cudaSuccess) {
         what = "kernel launch";
         rc = launch_with_dynamic_smem<fwd_kernel<Cfg>>(kSmem, [&] {
-            fwd_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
+            if constexpr (kProgrammaticLaunch) {
+                cudaLaunchAttribute attribute[1] = {programmatic_launch_attribute()};
+                cudaLaunchConfig_t config{dim3(ctas), dim3(Cfg::kThreads), kSmem, stream, attribute, 1};
+                const cudaError_t launch_rc = cudaLaunchKernelEx(&config, fwd_kernel<Cfg>, tq, tk, tv, to, p);
+                if (launch_rc != cudaSuccess) return launch_rc;
+            } else {
+                fwd_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
+            }
             return cudaGetLastError();
         });
     }

@@ -32,8 +32,19 @@
 #define HATTN_FWD_CAUSAL_SECTIONS 1
 #endif
 
+// 1: the forward launches with programmatic stream serialization (PDL, an A/B option: off until
+// measured). Its CTAs may then start while the previous kernel of the stream retires and run their
+// prologue (barrier set-up, tensor-map prefetch); griddepcontrol.wait holds every thread before
+// its first global-memory access until that kernel's writes are visible. Every CTA lets the next
+// such launch go ahead as soon as it has started: once all of ours have, none of them still needs
+// an SM the next grid's CTAs could take.
+#ifndef HATTN_FWD_PDL
+#define HATTN_FWD_PDL 0
+#endif
+
 namespace hattn::fwd {
 
+constexpr bool kProgrammaticLaunch = HATTN_FWD_PDL != 0;
 constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenKD64D256 = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256;

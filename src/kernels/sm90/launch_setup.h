@@ -99,6 +99,16 @@ cudaError_t max_active_ctas_per_sm(int* ctas) {
     return rc;
 }
 
+// The launch attribute (cudaLaunchKernelEx) of programmatic dependent launch: the kernel may start
+// before the previous one in its stream has finished (it must griddepcontrol.wait before reading
+// or writing what that kernel touches).
+inline cudaLaunchAttribute programmatic_launch_attribute() {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    return attribute;
+}
+
 // The launch attribute (cudaLaunchKernelEx) that groups a 1-D grid's thread blocks into clusters
 // of `ctas` consecutive ones.
 inline cudaLaunchAttribute cluster_dimension_attribute(unsigned ctas) {
