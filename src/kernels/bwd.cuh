@@ -896,24 +896,15 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
             break;
         }
     }
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(Cfg::kThreads);
-    config.dynamicSmemBytes = kSmem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq) {
-        // The dV kernel before this one lets it start as its CTAs retire (scheduling, above).
-        attribute[0] = programmatic_launch_attribute();
-        config.attrs = attribute;
-        config.numAttrs = 1;
-    }
+    // The dV kernel before the d256 dK/dQ kernel lets it start as its CTAs retire (scheduling, above).
+    cudaLaunchAttribute pdl[1] = {programmatic_launch_attribute()};
+    constexpr unsigned kPdlAttributes = Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq ? 1u : 0u;
     // One of four instantiations (grid order x determinism), each with its own launch set-up.
     using Kernel = void (*)(TensorMaps, KernelParams);
     auto launch = [&](auto kernel) {
         return launch_with_dynamic_smem<decltype(kernel)::value>(kSmem, [&] {
-            const cudaError_t launch_rc = cudaLaunchKernelEx(&config, decltype(kernel)::value, maps, p);
-            return launch_rc != cudaSuccess ? launch_rc : cudaGetLastError();
+            return launch_kernel_ex(decltype(kernel)::value, grid, dim3(Cfg::kThreads), kSmem, stream, pdl, kPdlAttributes,
+                                    maps, p);
         });
     };
     const cudaError_t rc =

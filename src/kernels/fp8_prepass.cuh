@@ -853,23 +853,11 @@ cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t st
     const int64_t walkers = std::max<int64_t>(std::min(total, resident), 1);
     const unsigned grid = static_cast<unsigned>(walkers * kCtasPerBlock);
     const Fp8Tensors tensors{{a.q, a.k, a.v}};
+    cudaLaunchAttribute cluster[1] = {sm90::cluster_dimension_attribute(kCtasPerBlock)};  // pairs only
     return launch_with_dynamic_smem<kKernel>(kSmem, [&] {
-        if constexpr (kCtasPerBlock == 1) {
-            kKernel<<<grid, kThreads, kSmem, stream>>>(tensors, nq, total, a.batch, a.hadamard_seed, a.rope_cos,
-                                                       a.rope_sin);
-            return cudaGetLastError();
-        } else {
-            cudaLaunchConfig_t config{};
-            config.gridDim = dim3(grid);
-            config.blockDim = dim3(kThreads);
-            config.dynamicSmemBytes = kSmem;
-            config.stream = stream;
-            cudaLaunchAttribute attribute[1] = {sm90::cluster_dimension_attribute(kCtasPerBlock)};
-            config.attrs = attribute;
-            config.numAttrs = 1;
-            return cudaLaunchKernelEx(&config, kKernel, tensors, nq, total, a.batch, a.hadamard_seed, a.rope_cos,
-                                      a.rope_sin);
-        }
+        return sm90::launch_kernel_ex(kKernel, dim3(grid), dim3(kThreads), kSmem, stream, cluster,
+                                      kCtasPerBlock > 1 ? 1u : 0u, tensors, nq, total, a.batch, a.hadamard_seed,
+                                      a.rope_cos, a.rope_sin);
     });
 }
 

@@ -409,16 +409,10 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
     if (rc == cudaSuccess) {
         what = "kernel launch";
+        cudaLaunchAttribute pdl[1] = {programmatic_launch_attribute()};  // with kProgrammaticLaunch only
         rc = launch_with_dynamic_smem<fwd_kernel<Cfg>>(kSmem, [&] {
-            if constexpr (kProgrammaticLaunch) {
-                cudaLaunchAttribute attribute[1] = {programmatic_launch_attribute()};
-                cudaLaunchConfig_t config{dim3(ctas), dim3(Cfg::kThreads), kSmem, stream, attribute, 1};
-                const cudaError_t launch_rc = cudaLaunchKernelEx(&config, fwd_kernel<Cfg>, tq, tk, tv, to, p);
-                if (launch_rc != cudaSuccess) return launch_rc;
-            } else {
-                fwd_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
-            }
-            return cudaGetLastError();
+            return launch_kernel_ex(fwd_kernel<Cfg>, dim3(ctas), dim3(Cfg::kThreads), kSmem, stream, pdl,
+                                    kProgrammaticLaunch ? 1u : 0u, tq, tk, tv, to, p);
         });
     }
     if (rc != cudaSuccess && error) *error = std::string("forward ") + what + ": " + cudaGetErrorString(rc);

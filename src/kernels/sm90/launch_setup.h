@@ -99,6 +99,16 @@ cudaError_t max_active_ctas_per_sm(int* ctas) {
     return rc;
 }
 
+// kernel<<<grid, block, smem_bytes, stream>>>(args...) through cudaLaunchKernelEx with the first
+// num_attributes of `attributes` (0: a plain launch), then the launch's error state.
+template <class... Params, class... Args>
+cudaError_t launch_kernel_ex(void (*kernel)(Params...), dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
+                             cudaLaunchAttribute* attributes, unsigned num_attributes, Args&&... args) {
+    cudaLaunchConfig_t config{grid, block, static_cast<size_t>(smem_bytes), stream, attributes, num_attributes};
+    const cudaError_t rc = cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...);
+    return rc != cudaSuccess ? rc : cudaGetLastError();
+}
+
 // The launch attribute (cudaLaunchKernelEx) of programmatic dependent launch: the kernel may start
 // before the previous one in its stream has finished (it must griddepcontrol.wait before reading
 // or writing what that kernel touches).
