@@ -37,9 +37,12 @@ def main() -> int:
     ap.add_argument("--cudnn-frontend-path", type=Path, action="append", default=[])
     args = ap.parse_args()
 
-    import torch
-    import torch.nn.functional as F
-
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError as error:
+        print(f"profile_peer.py: PyTorch does not import ({error})", file=sys.stderr)
+        return NOT_AVAILABLE
     if not torch.cuda.is_available():
         print("profile_peer.py: no CUDA device visible to PyTorch", file=sys.stderr)
         return NOT_AVAILABLE
