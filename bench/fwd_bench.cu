@@ -50,6 +50,7 @@ public:
     const void* k(int set) const { return k_[set]; }
     const void* v(int set) const { return v_[set]; }
     void* o() const { return o_; }
+    void* counters() const { return counters_; }
     cudaStream_t stream() const { return arena_.stream(); }
 
 private:
@@ -60,13 +61,19 @@ private:
                 if (std::string e = arena.random_tensor(slot, seed++); !e.empty()) return e;
             }
         }
-        return arena.allocate(&o_, size_t(hattn::bench::kTensorElements) * sizeof(__nv_bfloat16));
+        if (std::string e = arena.allocate(&o_, size_t(hattn::bench::kTensorElements) * sizeof(__nv_bfloat16)); !e.empty())
+            return e;
+        // The forward's workspace (causal problems take the dynamic tile walk), zero-filled once.
+        if (std::string e = arena.allocate(&counters_, hattn_fwd_workspace_size()); !e.empty()) return e;
+        const cudaError_t rc = cudaMemset(counters_, 0, hattn_fwd_workspace_size());
+        return rc == cudaSuccess ? std::string() : cuda_error("cudaMemset", rc);
     }
 
     void* q_[kInputSets] = {};
     void* k_[kInputSets] = {};
     void* v_[kInputSets] = {};
     void* o_ = nullptr;
+    void* counters_ = nullptr;
     hattn::bench::DeviceArena arena_{[this](hattn::bench::DeviceArena& a) { return fill(a); }};
 };
 
@@ -82,6 +89,8 @@ void bench_forward(benchmark::State& state, Workspace& workspace, Shape shape) {
                                                   shape.seqlen, shape.seqlen, shape.head_dim, HATTN_DTYPE_BF16);
         params[set].causal = shape.causal ? 1 : 0;
         params[set].flags = shape.flags;
+        params[set].workspace = workspace.counters();
+        params[set].workspace_size = hattn_fwd_workspace_size();
     }
     cudaStream_t stream = workspace.stream();
     int next_set = 0;

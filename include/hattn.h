@@ -51,7 +51,7 @@ typedef enum hattn_status {
     HATTN_ERROR_INVALID_FLAGS,         /* unknown flag bits, or a variant not built for this shape */
     HATTN_ERROR_UNSUPPORTED_DEVICE,    /* the current device is not compute capability 9.0 */
     HATTN_ERROR_CUDA,                  /* a CUDA runtime/driver call failed */
-    HATTN_ERROR_WORKSPACE              /* the backward's workspace is NULL, misaligned or too small */
+    HATTN_ERROR_WORKSPACE              /* a workspace is NULL where required, misaligned or too small */
 } hattn_status;
 
 typedef enum hattn_dtype {
@@ -89,7 +89,20 @@ typedef struct hattn_fwd_params {
     float softmax_scale; /* 0 selects the default 1/sqrt(head_dim) */
     int causal;          /* non-zero: key j is visible to query i iff j <= i + seqlen_k - seqlen_q (bottom-right) */
     unsigned flags;      /* HATTN_FWD_* variant bits, 0 by default */
+
+    /* Optional (NULL: none): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned,
+     * zero-filled once before its first use (cudaMemset); every call leaves it zero-filled again.
+     * With it, causal problems run on one thread block per SM that take their tiles from a
+     * counter in the workspace, longest first, at every length (faster: bench/RESULTS.md run 46);
+     * without it they keep a fixed tile order. Two calls in flight at once (on different streams)
+     * need separate workspaces (not checked). workspace_size is its size in bytes. */
+    void* workspace;
+    size_t workspace_size;
 } hattn_fwd_params;
+
+/* Bytes of the forward's optional workspace (hattn_fwd_params.workspace); call it rather than
+ * hard-coding the value, which may grow in a later version. */
+HATTN_API size_t hattn_fwd_workspace_size(void);
 
 /* Fill params for contiguous [b, s, h, d] tensors (strides derived from the sizes), the
  * default scale, no causal mask and no LSE. Returns params with everything else zeroed. */

@@ -3,6 +3,8 @@
 // The backward pass adds every KV block's share of dQ into one fp32 buffer (red: no value comes
 // back, so the issuing thread does not wait), and its deterministic mode orders those additions
 // with a per-query-block counter (a release increment by the writer, acquire loads by the next).
+// The forward's dynamic tile scheduler hands out work tiles from a counter (atom: the old value
+// comes back) and the last CTA to finish zeroes it for the next launch.
 // Debug-build timeouts reuse the mbarrier wait's budget (kMbarrierTimeoutNs in mbarrier.cuh).
 #pragma once
 
@@ -25,6 +27,27 @@ __device__ __forceinline__ void red_global_add_v4_f32(float* addr, float a, floa
 // after a CTA barrier, what the CTA wrote) before the counter moves.
 __device__ __forceinline__ void red_release_gpu_global_add_s32(int32_t* addr, int32_t value) {
     asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(addr), "r"(value) : "memory");
+}
+
+// PTX ISA 9.7.13.5 atom.global.add.s32 (relaxed, gpu scope): a ticket from a shared counter;
+// returns the value before the addition.
+__device__ __forceinline__ int32_t atom_global_add_s32(int32_t* addr, int32_t value) {
+    int32_t old;
+    asm volatile("atom.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(addr), "r"(value) : "memory");
+    return old;
+}
+
+// PTX ISA 9.7.13.5 atom.acq_rel.gpu.global.add.s32: as above, and orders this thread's earlier
+// memory operations before the addition and its later ones after it (a count of finished CTAs).
+__device__ __forceinline__ int32_t atom_acq_rel_gpu_global_add_s32(int32_t* addr, int32_t value) {
+    int32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(addr), "r"(value) : "memory");
+    return old;
+}
+
+// PTX ISA 9.7.9.10 st.relaxed.gpu.global.s32: a plain store other CTAs' atomics may race with.
+__device__ __forceinline__ void st_relaxed_gpu_global_s32(int32_t* addr, int32_t value) {
+    asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(addr), "r"(value) : "memory");
 }
 
 // PTX ISA 9.7.9.8 ld.acquire.gpu in a PTX loop: blocks until *addr == value. With a non-zero

@@ -6,7 +6,7 @@
 # kernel's tail, "pdl", can win). Logs go to $OUT; a short table is printed last.
 #   OUT=/some/dir bash scripts/ab_fwd.sh
 #   (overrides: ROUNDS=4, JOBS=16, BUDGET_S=290, SEQLENS=512,1024,2048,4096, VARIANTS="base narrow0",
-#    HEAD_DIMS=64,128,256, REF_TREE=<dir> for the variant "ref")
+#    HEAD_DIMS=64,128,256, MASKS=full,causal, REF_TREE=<dir> for the variant "ref")
 # Variants are compile-time definitions (-D..., e.g. the limits in kernels/fwd_rules.h), one
 # case each in defs() below; "base" is the default build. The tile-boundary schedule A/B'd with
 # this script (early Q release, turns carried across tiles, deferred O-store wait, two Q slots:
@@ -40,6 +40,7 @@ defs() {
     sections) echo "${D}CAUSAL_SECTIONS=1" ;;  # causal tiles in sections of heads, longest first across each
     persist) echo "${D}PERSISTENT_MAX_SEQLEN_K=1000000000" ;;  # d128 full masks on the persistent walk at every length (d64/d256 do by default)
     persist0) echo "${D}PERSISTENT_MAX_SEQLEN_K_D64_D256=4096" ;;  # d64/d256 full masks persistent only up to 4096 keys (before run 43e)
+    dyn0) echo "${D}DYNAMIC_CAUSAL=0" ;;  # causal problems ignore the workspace: fixed tile order (before run 46)
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
@@ -94,7 +95,7 @@ echo "smoke runs: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/summary.txt"
 
 if [ ${#libs[@]} -gt 0 ]; then
   left=$(( ${BUDGET_S:-290} - ($(date +%s) - T0) ))  # the whole script stays inside its budget
-  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --seqlens "$SEQLENS" --head-dims "${HEAD_DIMS:-64,128,256}" --burst "${BURST:-1}" --json "$OUT/ab.json" \
+  timeout "$left" python3 scripts/ab_fwd.py "${libs[@]}" --rounds "$ROUNDS" --seqlens "$SEQLENS" --head-dims "${HEAD_DIMS:-64,128,256}" --masks "${MASKS:-full,causal}" --burst "${BURST:-1}" --json "$OUT/ab.json" \
     >"$OUT/ab.txt" 2>"$LOGDIR/ab.err"
   echo "ab_fwd.py exit $?" | tee -a "$OUT/summary.txt"
   tail -5 "$LOGDIR/ab.err" >>"$OUT/summary.txt"

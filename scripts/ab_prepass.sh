@@ -19,7 +19,9 @@
 # and $OUT/logs.tgz (every log).
 #
 # Environment: OUT (default ./ab_prepass_out), BUILD_DIR (build-prepass), JOBS (16),
-#   BUDGET_S (180: the whole run; each step's timeout is clipped to what is left).
+#   BUDGET_S (180: the whole run; each step's timeout is clipped to what is left),
+#   STEPS ("bench tests sanitize": the steps to run), VARIANTS (default: every layout below, e.g.
+#   "default 16x1x2" for the tests and sanitizers of one candidate beside the default).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -37,7 +39,9 @@ STATUS="$LOGS/status.txt"
 : >"$STATUS"
 SECONDS=0
 
-VARIANTS=(default 2x1 4x1 8x1 2x4 4x4 8x4 16x1 16x1x2)
+read -r -a VARIANTS <<<"${VARIANTS:-default 2x1 4x1 8x1 2x4 4x4 8x4 16x1 16x1x2}"
+STEPS=${STEPS:-bench tests sanitize}
+step() { [[ " $STEPS " == *" $1 "* ]]; }
 SHARDS=2
 SANITIZE_FILTER='*sq17_sk17_d256_bf16_norope_hadamard:*b2_hq2_hkv2_sq1000_sk1000_d64_fp16_norope:*sq1000_sk1_d256_bf16_norope:*sq17_sk1000_d128_*norope*:*b1_hq4_hkv2_sq1000_sk17_d128_bf16_half_hadamard_strided'
 
@@ -56,14 +60,17 @@ grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
 if [ "$BUILD_OK" -eq 1 ]; then
   T="$BUILD_DIR/test"
   # ---- bench first: it is what this run is for ----------------------------------------------
-  run bench 50 "$BUILD_DIR/bench/fp8_prepass_ab_bench" 8
+  step bench && run bench 50 "$BUILD_DIR/bench/fp8_prepass_ab_bench" 8
   # ---- tests --------------------------------------------------------------------------------
+  if step tests; then
   run reference_fp8_test 20 "$T/reference_fp8_test"
   run host_fp8_prepass_validation_test 20 "$T/host_fp8_prepass_validation_test"
   run ptx_fp8_prepass_wrappers_test 20 "$T/ptx_fp8_prepass_wrappers_test"
+  fi
   lim=$(limit 70)
   t0=$SECONDS
-  if [ "$lim" -ge 5 ]; then
+  if ! step tests; then :
+  elif [ "$lim" -ge 5 ]; then
     pids=()
     for v in "${VARIANTS[@]}"; do
       for ((s = 0; s < SHARDS; ++s)); do
@@ -95,8 +102,10 @@ if [ "$BUILD_OK" -eq 1 ]; then
   fi
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if [ -x "$SAN" ]; then
+  if ! step sanitize; then :
+  elif [ -x "$SAN" ]; then
     for v in default 4x4 16x1 16x1x2; do
+      [[ " ${VARIANTS[*]} " == *" $v "* ]] || continue
       env_v=$v; [ "$v" = default ] && env_v=
       run "memcheck[$v]" 30 env HATTN_FP8_PREPASS_VARIANT=$env_v "$SAN" --tool memcheck --error-exitcode 1 \
         --leak-check full "$T/fp8_prepass_test" --gtest_filter="$SANITIZE_FILTER"

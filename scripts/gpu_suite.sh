@@ -365,7 +365,8 @@ cli_args() {  # head_dim dtype causal(0/1) [extra flags]
 # SMs for every head dim and both masks (one CTA per SM walks several tiles, 320-480 of them; the
 # ping-pong turn, two Q slots and the O store's deferred read wait carry over from tile to tile;
 # d64/d128 stage O in its own buffer, d256 in Q's; once more without the intra-warpgroup overlap),
-# and causal with seqlen_q > seqlen_k (rows that see no key). The large persistent shapes skip the reference check (the tools slow its kernel most).
+# and causal with seqlen_q > seqlen_k (rows that see no key). The CLI passes the forward's
+# workspace, so causal runs take the dynamic tile walk; one persistent causal run without it. The large persistent shapes skip the reference check (the tools slow its kernel most).
 # The backward (`hattn bwd`): every head dim and mask in bf16, fp16 once, the deterministic mode
 # (ordered dQ adds) per head dim, GQA, and causal with seqlen_q > seqlen_k.
 sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
@@ -383,6 +384,7 @@ sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
     for causal in 0 1; do echo "fwd $d bf16 $causal --batch 4 --heads 40 --no-verify"; done
   done
   echo "fwd 128 bf16 1 --batch 4 --heads 40 --no-intra-wg-overlap --no-verify"
+  echo "fwd 64 bf16 1 --batch 4 --heads 40 --no-workspace --no-verify"
   echo "fwd 64 fp16 1 --seqlen-q 333 --seqlen-k 200"
   for d in 64 128 256; do
     for causal in 0 1; do echo "bwd $d bf16 $causal"; done

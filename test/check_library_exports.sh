@@ -23,7 +23,7 @@ if [ -n "$foreign" ]; then
 fi
 
 # 2. The whole C API is there.
-for fn in hattn_fwd hattn_fwd_validate hattn_fwd_params_contiguous hattn_fwd_fp8 hattn_fwd_fp8_validate \
+for fn in hattn_fwd hattn_fwd_validate hattn_fwd_params_contiguous hattn_fwd_workspace_size hattn_fwd_fp8 hattn_fwd_fp8_validate \
           hattn_fwd_fp8_params_contiguous hattn_fwd_fp8_workspace_size hattn_bwd hattn_bwd_validate \
           hattn_bwd_params_contiguous hattn_bwd_workspace_size hattn_status_string hattn_version; do
   if ! printf '%s\n' "$exported" | grep -qx "$fn"; then

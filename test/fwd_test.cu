@@ -66,6 +66,9 @@ struct Case {
     // the kernel, which visits KV blocks last to first, sees each row's max grow block by block:
     // small steps keep the lazy softmax's reference max (P grows up to 2^8), large ones move it.
     float rise_log2_per_block = 0.f;
+    // Pass the forward's workspace (zero-filled): causal problems then take the dynamic tile walk,
+    // and the workspace must be zero-filled again after the call (the next call's counter).
+    bool workspace = false;
     uint64_t seed = 1;
 };
 
@@ -253,6 +256,7 @@ struct DeviceProblem {
     std::vector<std::unique_ptr<DeviceMemory>> mem;
     std::vector<void*> dev;
     std::unique_ptr<DeviceMemory> lse;
+    std::unique_ptr<DeviceMemory> workspace;
     size_t lse_elems = 0;
     hattn_fwd_params params{};
 };
@@ -271,6 +275,13 @@ void upload(const Problem& pb, DeviceProblem* d) {
     constexpr int kPoisonByte = 0xFF;  // NaN in fp32, as in 16 bits
     HATTN_CUDA_CHECK(cudaMemset(d->lse->ptr, kPoisonByte, d->lse_elems * sizeof(float)));
     d->params = pb.params(d->dev, c.with_lse ? static_cast<float*>(d->lse->ptr) : nullptr);
+    if (c.workspace) {
+        d->workspace = std::make_unique<DeviceMemory>(hattn_fwd_workspace_size());
+        ASSERT_NE(d->workspace->ptr, nullptr);
+        HATTN_CUDA_CHECK(cudaMemset(d->workspace->ptr, 0, hattn_fwd_workspace_size()));
+        d->params.workspace = d->workspace->ptr;
+        d->params.workspace_size = hattn_fwd_workspace_size();
+    }
 }
 
 // Runs hattn_fwd on the uploaded problem and downloads O's whole buffer and LSE.
@@ -281,6 +292,12 @@ void run_kernel(const Problem& pb, const DeviceProblem& d, RunResult* out) {
     ASSERT_EQ(st, HATTN_SUCCESS) << hattn_status_string(st);
     HATTN_CUDA_CHECK(cudaGetLastError());
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    if (d.workspace) {  // the last thread block to finish zeroes the counters for the next call
+        std::vector<uint8_t> ws(hattn_fwd_workspace_size(), 0xAB);
+        HATTN_CUDA_CHECK(cudaMemcpy(ws.data(), d.workspace->ptr, ws.size(), cudaMemcpyDeviceToHost));
+        EXPECT_TRUE(std::all_of(ws.begin(), ws.end(), [](uint8_t b) { return b == 0; }))
+            << "the workspace is not zero-filled after the call";
+    }
     const int ob = pb.layouts.o.buffer;
     out->o_buffer.resize(pb.host[ob].size());
     HATTN_CUDA_CHECK(cudaMemcpy(out->o_buffer.data(), d.dev[ob], out->o_buffer.size() * sizeof(uint16_t),
@@ -445,6 +462,7 @@ std::vector<Case> finish(std::vector<Case> cases, uint64_t seed_base) {
                  std::to_string(c.batch) + "_h" + std::to_string(c.heads_q) + "x" + std::to_string(c.heads_kv) + "_q" +
                  std::to_string(c.seqlen_q) + "_k" + std::to_string(c.seqlen_k) + "_" + layout_name(c.layout) +
                  flags_name(c.flags) + (c.with_lse ? "" : "_nolse") + (c.scale != 0.f ? "_scaled" : "") +
+                 (c.workspace ? "_ws" : "") +
                  (c.rise_log2_per_block > 0.f ? "_rise" + std::to_string(static_cast<int>(c.rise_log2_per_block)) : "") + "_" +
                  std::to_string(i);
     }
@@ -575,6 +593,28 @@ std::vector<Case> rising_max_cases() {
     return finish(cases, 7);
 }
 
+// With the workspace: causal problems on the dynamic walk (a persistent grid whose thread blocks
+// take tiles from a counter), each head dim and dtype, odd lengths, rows with no key, GQA, the
+// d64 128-row tile, the causal sections (several heads' tiles longest first), and many tiles per
+// thread block; full masks ignore the workspace (and must leave it zero-filled too).
+std::vector<Case> workspace_cases() {
+    std::vector<Case> cases;
+    for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(197, 211))
+        cases.push_back(make_case(2, 3, 3, g.seqlen_q, g.seqlen_k, g.head_dim, g.dtype, g.causal));
+    cases.push_back(make_case(1, 2, 1, 1, 1, 128, HATTN_DTYPE_BF16, true));
+    cases.push_back(make_case(1, 2, 1, 17, 4097, 64, HATTN_DTYPE_FP16, true));
+    cases.push_back(make_case(1, 2, 1, 4097, 1000, 256, HATTN_DTYPE_BF16, true));  // rows with no key
+    cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, true));    // d64 128-row tiles
+    cases.push_back(make_case(2, 24, 8, 1100, 1300, 64, HATTN_DTYPE_FP16, true));  // d64 192-row tiles
+    cases.push_back(make_case(4, 24, 24, 517, 300, 128, HATTN_DTYPE_BF16, true));
+    cases.push_back(make_case(2, 16, 2, 2049, 2049, 128, HATTN_DTYPE_BF16, true));  // 176-wide blocks, many tiles
+    cases.push_back(make_case(2, 3, 1, 300, 4097, 256, HATTN_DTYPE_BF16, true));    // sections of 4 and 2 pairs
+    cases.push_back(make_case(1, 4, 4, 8192, 8192, 64, HATTN_DTYPE_BF16, true));
+    cases.push_back(make_case(2, 4, 2, 190, 260, 128, HATTN_DTYPE_FP16, true, Layout::kHeadMajorPadded));
+    for (Case& c : cases) c.workspace = true;
+    return finish(cases, 8);
+}
+
 class FwdTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FwdTest, MatchesReference) {
@@ -590,6 +630,7 @@ INSTANTIATE_TEST_SUITE_P(Features, FwdTest, ::testing::ValuesIn(feature_cases())
 INSTANTIATE_TEST_SUITE_P(Ablation, FwdTest, ::testing::ValuesIn(ablation_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Sweep, FwdTest, ::testing::ValuesIn(sweep_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(RisingMax, FwdTest, ::testing::ValuesIn(rising_max_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Workspace, FwdTest, ::testing::ValuesIn(workspace_cases()), case_name);
 
 // FA3's accuracy test: Q, K, V ~ N(0,1) + N(0,100) * Bernoulli(0.001), fp16, RMSE of O against
 // float64. FA3 reports 1.9e-4 for its fp16 kernel; we require <= 3e-4.
@@ -621,6 +662,26 @@ TEST(FwdDeterminism, RepeatedRunsAreBitIdentical) {
     EXPECT_TRUE(std::equal(first.lse.begin(), first.lse.end(), second.lse.begin(), [](float a, float b) {
         return std::memcmp(&a, &b, sizeof(float)) == 0;
     })) << "LSE differs between two runs";
+}
+
+// The dynamic walk hands tiles to whichever thread block frees up first, but each tile's result
+// does not depend on which one computes it: bit-identical too, and the same as the fixed walk's.
+TEST(FwdDeterminism, DynamicWalkMatchesFixedWalkBitForBit) {
+    HATTN_REQUIRE_HOPPER();
+    Case c = make_case(2, 8, 2, 3001, 3001, 64, HATTN_DTYPE_BF16, true);
+    c.seed = 78;
+    const Problem fixed_pb(c);
+    c.workspace = true;
+    const Problem dynamic_pb(c);
+    RunResult fixed, first, second;
+    run_on_device(fixed_pb, &fixed);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    run_on_device(dynamic_pb, &first);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    run_on_device(dynamic_pb, &second);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    EXPECT_TRUE(first.o_buffer == second.o_buffer) << "O differs between two dynamic runs";
+    EXPECT_TRUE(first.o_buffer == fixed.o_buffer) << "O differs between the dynamic and the fixed walk";
 }
 
 // The GPU reference judges the large cases: check it against float64 first (independent of the

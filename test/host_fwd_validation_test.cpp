@@ -164,6 +164,31 @@ std::vector<RejectCase> reject_cases() {
              p.softmax_scale = -1.f;  // ... so the first error is the scale, checked before flags
          },
          HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
+        // The optional workspace (checked last): aligned, large enough, inside the address space.
+        {"WorkspaceMisaligned",
+         [](hattn_fwd_params& p, const Problem&) {
+             p.workspace = fake_pointer<void>(kFakeDeviceBase + (uintptr_t{1} << 41) + 8);
+             p.workspace_size = hattn_fwd_workspace_size();
+         },
+         HATTN_ERROR_WORKSPACE, {"workspace", "16-byte aligned"}},
+        {"WorkspaceTooSmall",
+         [](hattn_fwd_params& p, const Problem&) {
+             p.workspace = fake_pointer<void>(kFakeDeviceBase + (uintptr_t{1} << 41));
+             p.workspace_size = hattn_fwd_workspace_size() - 1;
+         },
+         HATTN_ERROR_WORKSPACE, {"workspace_size", "hattn_fwd_workspace_size()"}},
+        {"WorkspaceAddressWraps",
+         [](hattn_fwd_params& p, const Problem&) {
+             p.workspace = fake_pointer<void>(kTopOfAddressSpace + 0xF0);
+             p.workspace_size = hattn_fwd_workspace_size();
+         },
+         HATTN_ERROR_SIZE_OVERFLOW, {"workspace"}},
+        {"OrderScaleBeforeWorkspace",
+         [](hattn_fwd_params& p, const Problem&) {
+             p.softmax_scale = -1.f;
+             p.workspace = fake_pointer<void>(kFakeDeviceBase + 3);
+         },
+         HATTN_ERROR_INVALID_SCALE, {"softmax_scale"}},
         // Order: with several problems, the most basic one is reported.
         {"OrderNullBeforeDtype", [](hattn_fwd_params& p, const Problem&) { p.o = nullptr; p.dtype = hattn::test::enum_from_int<hattn_dtype>(9); },
          HATTN_ERROR_NULL_POINTER, {"o is NULL"}},
@@ -277,6 +302,23 @@ TEST(Validation, AcceptsScalesLseAndAblationFlags) {
                            unsigned{HATTN_FWD_NO_PINGPONG | HATTN_FWD_NO_INTRA_WG_OVERLAP}}) {
         p.flags = flags;
         SCOPED_TRACE("flags = " + std::to_string(flags));
+        expect_accepted(p);
+    }
+}
+
+TEST(Validation, AcceptsTheOptionalWorkspace) {
+    EXPECT_GE(hattn_fwd_workspace_size(), size_t{8});  // two int counters at least
+    EXPECT_EQ(hattn_fwd_workspace_size() % 16, size_t{0});
+    hattn_fwd_params p = fake_contiguous(2, 16, 16, 1000, 1000, 128, HATTN_DTYPE_BF16);
+    EXPECT_EQ(p.workspace, nullptr);  // the contiguous helper leaves none
+    EXPECT_EQ(p.workspace_size, size_t{0});
+    p.workspace_size = 1;  // ignored without a workspace
+    expect_accepted(p);
+    for (int causal : {0, 1}) {
+        p.causal = causal;
+        p.workspace = fake_pointer<void>(kFakeDeviceBase + (uintptr_t{1} << 41) + 16);
+        p.workspace_size = hattn_fwd_workspace_size() + 100;  // larger is fine
+        SCOPED_TRACE("causal = " + std::to_string(causal));
         expect_accepted(p);
     }
 }

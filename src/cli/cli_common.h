@@ -56,6 +56,7 @@ struct Options {
     bool causal = false;
     bool verify = true;
     bool with_lse = true;
+    bool with_workspace = true;  // fwd: pass the forward's workspace (the dynamic causal walk)
     float scale = 0.f;
     unsigned flags = 0;      // HATTN_FWD_*
     bool deterministic = false;  // HATTN_BWD_DETERMINISTIC

@@ -68,6 +68,7 @@ void print_help(FILE* out) {
                  "  --causal               bottom-right causal mask\n"
                  "  --scale X              softmax scale (default 1/sqrt(dim))\n"
                  "  --no-lse               fwd: do not request LSE\n"
+                 "  --no-workspace         fwd: no forward workspace (causal tiles then keep a fixed order)\n"
                  "  --no-pingpong          ablation: HATTN_FWD_NO_PINGPONG (dim 128, bf16; bwd: its forward run)\n"
                  "  --no-intra-wg-overlap  ablation: HATTN_FWD_NO_INTRA_WG_OVERLAP (dim 128, bf16; bwd: its forward run)\n"
                  "  --deterministic        bwd: HATTN_BWD_DETERMINISTIC (bit-identical dQ from run to run)\n"
@@ -161,6 +162,8 @@ Options parse(int argc, char** argv) {
             if (end == t.c_str() || *end != '\0') usage_error("--scale expects a number, got '" + t + "'");
         } else if (arg == "--no-lse") {
             o.with_lse = false;
+        } else if (arg == "--no-workspace") {
+            o.with_workspace = false;
         } else if (arg == "--no-pingpong") {
             o.flags |= HATTN_FWD_NO_PINGPONG;
         } else if (arg == "--no-intra-wg-overlap") {
@@ -178,7 +181,7 @@ Options parse(int argc, char** argv) {
         } else {
             usage_error("unknown argument '" + arg + "'");
         }
-        if (flag_arg.has_inline_value() && (arg == "--causal" || arg == "--no-verify" || arg == "--no-lse" ||
+        if (flag_arg.has_inline_value() && (arg == "--causal" || arg == "--no-verify" || arg == "--no-lse" || arg == "--no-workspace" ||
                                  arg == "--no-pingpong" || arg == "--no-intra-wg-overlap" || arg == "--deterministic" ||
                                  arg == "--hadamard")) {
             usage_error(arg + " takes no value");
@@ -377,6 +380,14 @@ int main(int argc, char** argv) {
     params.v = v.get();
     params.o = out.get();
     params.lse = o.with_lse ? static_cast<float*>(lse.get()) : nullptr;
+    // The forward's optional workspace, zero-filled once (every call leaves it so): causal
+    // problems then take their tiles from its counter, the fastest schedule.
+    DeviceBuffer fwd_workspace(o.with_workspace ? hattn_fwd_workspace_size() : 0, "alloc forward workspace");
+    if (o.with_workspace) {
+        check_cuda(cudaMemset(fwd_workspace.get(), 0, fwd_workspace.bytes()), "zero forward workspace");
+        params.workspace = fwd_workspace.get();
+        params.workspace_size = fwd_workspace.bytes();
+    }
 
     const hattn_status st = hattn_fwd(&params, nullptr);
     if (st != HATTN_SUCCESS) return call_failed("hattn_fwd", st, validate_fwd, &params);

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -50,6 +51,20 @@ Failure check_ablation_flags(unsigned flags, const Shape& s) {
     return {};
 }
 
+// The optional workspace: NULL, or aligned and large enough (its contents are not read here).
+Failure check_fwd_workspace(const hattn_fwd_params& p) {
+    if (p.workspace == nullptr) return {};
+    if (reinterpret_cast<uintptr_t>(p.workspace) % hattn::fwd::kWorkspaceAlign != 0) {
+        return fail(HATTN_ERROR_WORKSPACE,
+                    format("workspace = %p is not %zu-byte aligned", p.workspace, hattn::fwd::kWorkspaceAlign));
+    }
+    if (p.workspace_size < hattn::fwd::kWorkspaceBytes) {
+        return fail(HATTN_ERROR_WORKSPACE, format("workspace_size = %zu bytes is less than hattn_fwd_workspace_size() = %zu",
+                                                  p.workspace_size, hattn::fwd::kWorkspaceBytes));
+    }
+    return check_byte_extent("workspace", p.workspace, static_cast<Int128>(hattn::fwd::kWorkspaceBytes));
+}
+
 Failure validate(const hattn_fwd_params* params) {
     if (params == nullptr) return fail(HATTN_ERROR_NULL_PARAMS, "params is NULL");
     const hattn_fwd_params& p = *params;
@@ -68,7 +83,8 @@ Failure validate(const hattn_fwd_params* params) {
                          [&] { return check_rows_do_not_overlap(s, views[3]); },
                          [&] { return check_scale(p.softmax_scale); },
                          [&] { return check_unknown_flags(p.flags, kKnownFlags); },
-                         [&] { return check_ablation_flags(p.flags, s); });
+                         [&] { return check_ablation_flags(p.flags, s); },
+                         [&] { return check_fwd_workspace(p); });
 }
 
 hattn::fwd::FwdArgs make_args(const hattn_fwd_params& p) {
@@ -77,6 +93,7 @@ hattn::fwd::FwdArgs make_args(const hattn_fwd_params& p) {
     a.lse = p.lse;
     a.pingpong = (p.flags & HATTN_FWD_NO_PINGPONG) == 0;
     a.intra_wg_overlap = (p.flags & HATTN_FWD_NO_INTRA_WG_OVERLAP) == 0;
+    a.workspace = p.workspace;
     return a;
 }
 
@@ -92,6 +109,8 @@ hattn_fwd_params hattn_fwd_params_contiguous(const void* q, const void* k, const
     set_contiguous_qkvo(p, q, k, v, o, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype);
     return p;
 }
+
+size_t hattn_fwd_workspace_size(void) { return hattn::fwd::kWorkspaceBytes; }
 
 hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_t msg_len) {
     return reported(validate(params), msg, msg_len);
@@ -132,7 +151,7 @@ const char* hattn_status_string(hattn_status status) {
         case HATTN_ERROR_UNSUPPORTED_DEVICE: return "the current device is not compute capability 9.0 (Hopper)";
         case HATTN_ERROR_CUDA: return "a CUDA call or kernel launch failed (set HATTN_LOG_ERRORS=1 for details)";
         case HATTN_ERROR_WORKSPACE:
-            return "the backward's workspace is NULL, not 256-byte aligned or smaller than hattn_bwd_workspace_size()";
+            return "a workspace is NULL where required, misaligned, or smaller than its hattn_*_workspace_size()";
     }
     return "unknown hattn_status value";
 }

@@ -113,6 +113,7 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
+    int tile_index[Cfg::kQStages];  // the tile each Q slot's Q belongs to (produce_forward_tiles)
 };
 
 template <class Cfg>  // + slack to align the base
@@ -162,8 +163,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         ptx::griddepcontrol_launch_dependents();
     }
 
-    // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
-    // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
+    // The producer walks the tiles (TileScheduler: fixed passes or a dynamic counter) and sends
+    // each tile's index with its Q; the consumers count K/V blocks and Q tiles as it does, which
+    // keeps every phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
@@ -171,7 +173,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             produce_forward_tiles<kBlockM, kBlockN, Cfg::KvTile::kTxBytes>(
                 p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_ring, [&](int stage, uint64_t* full, const Tile& t, int key0) {
                     smem.v[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);
-                });
+                }, smem.tile_index);
         }
     } else {
         // ================================ consumers ===============================
@@ -232,8 +234,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // that arrival after the walk so every barrier is left balanced.
         if (Cfg::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
 
-        for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
-             ++pass) {
+        for (;;) {
+            smem.q_ring.consumer_wait(q_state);  // Q, and which tile it is (past the last: done)
+            if (!p.scheduler.template tile_of<kBlockM, kBlockN>(smem.tile_index[q_state.stage], p.mask, t, m0, n_blocks))
+                break;
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
@@ -259,7 +263,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             zero_fill(o);
             softmax.init();
-            smem.q_ring.consumer_wait(q_state);
 
             if (n_blocks > 0) {
                 if constexpr (Cfg::kIntraWgOverlap) {
@@ -367,7 +370,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 inline bool check_args(FwdArgs& a, std::string* error) {
     const char* what = !a.q || !a.k || !a.v || !a.o ? "q, k, v and o must be non-NULL"
                        : a.grid_ctas < 0              ? "grid_ctas must be >= 0 (0: automatic)"
-                                                      : fwd::check_shape_dtype_scale(a);
+                       : reinterpret_cast<uintptr_t>(a.workspace) % kWorkspaceAlign != 0
+                           ? "workspace must be 16-byte aligned"
+                           : fwd::check_shape_dtype_scale(a);
     if (what != nullptr && error) *error = what;
     return what == nullptr;  // base alignment, strides and sizes are checked by encode_tensor_map below
 }
@@ -396,11 +401,14 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
         return cudaErrorInvalidValue;
     }
     // Persistent for short keys: +4-15% at seqlen_k <= 2k, +1-2% at 4k, causal +8-14% up to 4k
-    // with the back-and-forth walk, -10-40% at 8k-16k; without a mask at d64/d256 at any length.
+    // with the back-and-forth walk, -10-40% at 8k-16k; without a mask at d64/d256 at any length;
+    // causal with the dynamic walk (a workspace) at any length.
+    const bool dynamic = a.causal && kDynamicCausal && a.workspace != nullptr;
+    if (dynamic) scheduler.tile_counter = static_cast<int32_t*>(a.workspace);
     int ctas = 0;
     const char* what = "querying the SM count";
     const int persistent_max = a.causal ? kPersistentCausalMaxSeqlenK : persistent_max_seqlen_k(Cfg::kHeadDim);
-    cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= persistent_max, &ctas);
+    cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, dynamic || a.seqlen_k <= persistent_max, &ctas);
     // (After the grid: it settles the tile order the kernel walks.)
     const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
                          a.softmax_scale * kLog2e};

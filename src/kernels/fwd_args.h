@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 // For the small functions both a launcher (host) and its kernel (device) call. Compiled as plain
@@ -39,7 +40,14 @@ struct FwdArgs {
                                    // when tiles are short); N > 0 = at most N, walking the tiles
     int section_heads = 0;         // (head, batch) pairs per tile-order section (sm90::TileScheduler):
                                    // 0 = the launcher's rule (kCausalSections), N > 0 = N
+    void* workspace = nullptr;     // optional: kWorkspaceBytes of zero-filled device memory (aligned to
+                                   // kWorkspaceAlign), left zero-filled by every call; with it causal
+                                   // problems take their tiles from a counter (kernels/fwd_rules.h)
 };
+
+// The forward's optional workspace: the dynamic tile scheduler's counters.
+constexpr size_t kWorkspaceBytes = 16;
+constexpr size_t kWorkspaceAlign = 16;
 
 // The shape, dtype and scale checks both launchers make for a vendoring user (who has no C API in
 // front of them); resolves softmax_scale 0 to 1/sqrt(head_dim). Returns nullptr or what is wrong.

@@ -32,6 +32,13 @@
 #define HATTN_FWD_CAUSAL_SECTIONS 1
 #endif
 
+// 1: a causal problem given a workspace runs on a persistent grid at every length and takes its
+// tiles, in the causal sections' longest-first order, from a counter (sm90::TileScheduler's
+// dynamic walk); 0: the workspace is ignored (bench/RESULTS.md run 46).
+#ifndef HATTN_FWD_DYNAMIC_CAUSAL
+#define HATTN_FWD_DYNAMIC_CAUSAL 1
+#endif
+
 // 1: the forward launches with programmatic stream serialization (PDL, an A/B option: off until
 // measured). Its CTAs may then start while the previous kernel of the stream retires and run their
 // prologue (barrier set-up, tensor-map prefetch); griddepcontrol.wait holds every thread before
@@ -46,6 +53,7 @@ namespace hattn::fwd {
 
 constexpr bool kProgrammaticLaunch = HATTN_FWD_PDL != 0;
 constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
+constexpr bool kDynamicCausal = HATTN_FWD_DYNAMIC_CAUSAL != 0;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenKD64D256 = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256;
 // The non-causal limit at head dim `head_dim`.

@@ -315,6 +315,15 @@ def build_cases() -> list[Case]:
     add("ablation_on_d256_bf16", setter(flags=E.HATTN_FWD_NO_PINGPONG | E.HATTN_FWD_NO_INTRA_WG_OVERLAP),
         E.HATTN_ERROR_INVALID_FLAGS, field_word("flags"), Shape(head_dim=256))
 
+    # ---- the optional workspace (placeholders; never dereferenced) ----
+    ws_size = lambda lib: lib.fwd_workspace_size()  # noqa: E731
+    add("workspace_not_16_bytes", lambda lib, p, b, s: setter(workspace=b.o + 8, workspace_size=ws_size(lib))(lib, p, b, s),
+        E.HATTN_ERROR_WORKSPACE, field_word("workspace"))
+    add("workspace_too_small", lambda lib, p, b, s: setter(workspace=b.o, workspace_size=ws_size(lib) - 1)(lib, p, b, s),
+        E.HATTN_ERROR_WORKSPACE, field_word("workspace_size"))
+    add("workspace_past_address_space", setter(workspace=2**64 - 16, workspace_size=16), E.HATTN_ERROR_SIZE_OVERFLOW,
+        r"^workspace:")
+
     # ---- hattn_fwd_params_contiguous misused ----
     add("contiguous_null_q", contiguous(q=None), E.HATTN_ERROR_NULL_POINTER, field_word("q"))
     add("contiguous_head_dim_96", contiguous(head_dim=96), E.HATTN_ERROR_UNSUPPORTED_HEAD_DIM, field_word("head_dim"))

@@ -62,6 +62,17 @@ struct Ring {
         return &full[st.stage];
     }
 
+    // As producer_acquire, writing `value` to `word` (which travels with the slot) once the slot
+    // is free: the arrival releases it to every consumer that then waits for the slot (mbarrier
+    // arrive and try_wait order at CTA scope). With tx_bytes 0 the phase completes with the word
+    // alone.
+    __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, int* word, int value) {
+        ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u);
+        *word = value;
+        ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes);
+        return &full[st.stage];
+    }
+
     // A producer that writes the slot with its own threads: wait until it is empty, write it, then
     // (after the writes are fenced for their readers) one arrival per writing warp.
     __device__ __forceinline__ void producer_wait_empty(const State& st) { ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u); }

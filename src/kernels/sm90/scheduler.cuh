@@ -17,6 +17,15 @@
 // (G = number of SMs) the alternation balances causal costs: were the tile order to repeat with
 // a period dividing G, a plain stride would hand a CTA the same query-block position, and so the
 // same cost, on every pass; the back-and-forth pairs a long position with a short one.
+//
+// A dynamic walk (tile_counter set) replaces the fixed passes: CTA b starts on tile b and then
+// takes the next unclaimed tile from a counter in global memory, so tiles are handed out in their
+// numbered order to whichever CTA frees up first -- list scheduling, which in the causal sections'
+// longest-first order balances a persistent grid to within ~1% of the ideal, where the fixed
+// passes leave 3-6% (in the sections' order 6-60%: a model of n_blocks per tile, bench/RESULTS.md
+// run 46). The producer thread claims; the tile index travels to the consumers with Q (the Q
+// ring's slot carries it, producer_announce below). The CTA that finishes last zeroes the counter,
+// so the next launch on the stream finds it as the first one did.
 #pragma once
 
 #include <climits>
@@ -28,6 +37,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/sm90/pipeline.cuh"
+#include "ptx/atomic.cuh"
 
 namespace hattn::sm90 {
 
@@ -43,6 +53,10 @@ struct TileScheduler {
     bool longest_first;
     int section_heads = 1;  // (head, batch) pairs per section, >= 1
     bool sections_by_rule = false;  // make()'s causal rule chose section_heads (grid_ctas may undo it)
+    // Dynamic walk: kCounterWords ints of zero-filled global memory (tickets, finished CTAs), or
+    // nullptr for the fixed passes.
+    int32_t* tile_counter = nullptr;
+    static constexpr int kCounterWords = 2;
 
     __host__ __device__ Tile tile_at(int index) const {
         Tile t;
@@ -61,22 +75,40 @@ struct TileScheduler {
         return t;
     }
 
-    // This CTA's tile on pass `pass` of its walk; false once the walk is over.
-    __device__ bool tile_for_pass(int pass, Tile& t) const {
-        const int index = walk(pass, blockIdx.x, gridDim.x);
+    // Tile `index`, its first query row m0 and how many kBlockN-wide KV blocks its rows see under
+    // `mask` (a Mask: n_blocks(m0, rows, block_n)); false for an index past the last tile.
+    template <int kBlockM, int kBlockN, class MaskT>
+    __device__ __forceinline__ bool tile_of(int index, const MaskT& mask, Tile& t, int& m0, int& n_blocks) const {
         if (index >= num_tiles) return false;
         t = tile_at(index);
-        return true;
-    }
-
-    // As above, with the tile's first query row m0 and how many kBlockN-wide KV blocks its rows
-    // see under `mask` (a Mask: n_blocks(m0, rows, block_n)).
-    template <int kBlockM, int kBlockN, class MaskT>
-    __device__ __forceinline__ bool tile_for_pass(int pass, const MaskT& mask, Tile& t, int& m0, int& n_blocks) const {
-        if (!tile_for_pass(pass, t)) return false;
         m0 = t.m_block * kBlockM;
         n_blocks = mask.n_blocks(m0, kBlockM, kBlockN);
         return true;
+    }
+
+    // This CTA's tile on pass `pass` of a fixed walk; false once the walk is over.
+    template <int kBlockM, int kBlockN, class MaskT>
+    __device__ __forceinline__ bool tile_for_pass(int pass, const MaskT& mask, Tile& t, int& m0, int& n_blocks) const {
+        return tile_of<kBlockM, kBlockN>(walk(pass, blockIdx.x, gridDim.x), mask, t, m0, n_blocks);
+    }
+
+    // The walk as its one claiming thread sees it: the first tile, then the one after pass
+    // `pass`. A claim's ticket comes back from L2 while the caller issues the tile's loads: it is
+    // needed only when the next tile starts.
+    __device__ __forceinline__ int first_index() const { return static_cast<int>(blockIdx.x); }
+    __device__ __forceinline__ int next_index(int pass) const {
+        return tile_counter != nullptr ? ptx::atom_global_add_s32(tile_counter, 1) + static_cast<int>(gridDim.x)
+                                       : walk(pass + 1, blockIdx.x, gridDim.x);
+    }
+    // The claiming thread, after its last claim (the one past the last tile). Every CTA counts
+    // itself finished with acq_rel, so the last to do so sees every other CTA's claims before it
+    // zeroes the counter for the next launch.
+    __device__ __forceinline__ void finish_walk() const {
+        if (tile_counter == nullptr) return;
+        if (ptx::atom_acq_rel_gpu_global_add_s32(tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+            ptx::st_relaxed_gpu_global_s32(tile_counter, 0);
+            ptx::st_relaxed_gpu_global_s32(tile_counter + 1, 0);
+        }
     }
 
     // Causal sections: as many (head, batch) pairs as keep their K and V (kv_bytes_per_head each)
@@ -115,7 +147,8 @@ struct TileScheduler {
     // CTA overlaps that with its previous tile), else one per tile.
     // A grid of fewer CTAs than tiles walks them (walk() above), and its back-and-forth balances
     // the head-by-head order; in the sections' order it measured 15-32% slower (causal 2k-4k,
-    // bench/RESULTS.md run 40d). So on such a grid the causal rule's sections go back to one head.
+    // bench/RESULTS.md run 40d). So on such a grid the causal rule's sections go back to one head,
+    // unless the walk is dynamic (tile_counter), which takes the tiles in order.
     cudaError_t grid_ctas(int requested, bool persistent, int* ctas) {
         *ctas = requested > 0 ? (requested < num_tiles ? requested : num_tiles) : num_tiles;
         cudaError_t rc = cudaSuccess;
@@ -125,7 +158,7 @@ struct TileScheduler {
             if (rc == cudaSuccess) rc = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
             if (rc == cudaSuccess && sms < num_tiles) *ctas = sms;
         }
-        if (sections_by_rule && *ctas < num_tiles) section_heads = 1;
+        if (sections_by_rule && *ctas < num_tiles && tile_counter == nullptr) section_heads = 1;
         return rc;
     }
 };
@@ -135,11 +168,14 @@ struct TileScheduler {
 // the first (load_kv_blocks: K one block ahead of V). smem holds q[] / q_ring and k[] / k_ring;
 // the V tile differs per kernel (V, V^T, or the FP8 forward's V rows staged for its in-kernel
 // transpose), so v_ring is the ring its slots belong to and load_v(slot, full barrier, tile, key0)
-// issues it, kVTxBytes being its size. Returns v_ring's state after the last V load (the next slot).
+// issues it, kVTxBytes being its size. tile_slots (one int per Q slot, or nullptr when the
+// consumers walk the same fixed passes themselves) receives each tile's index with its Q, and
+// after the last tile an index past the end with no data: the consumers' signal to stop. Returns
+// v_ring's state after the last V load (the next slot).
 template <int kBlockM, int kBlockN, uint32_t kVTxBytes, class MaskT, class Smem, class VRing, class LoadV>
 __device__ __forceinline__ typename VRing::State produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
                                                       const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
-                                                      VRing& v_ring, LoadV&& load_v) {
+                                                      VRing& v_ring, LoadV&& load_v, int* tile_slots = nullptr) {
     using QTile = std::remove_reference_t<decltype(smem.q[0])>;
     using KTile = std::remove_reference_t<decltype(smem.k[0])>;
     typename decltype(smem.q_ring)::State q_state;
@@ -147,9 +183,14 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
     typename VRing::State v_state;
     Tile t;
     int m0, n_blocks;
-    for (int pass = 0; scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, mask, t, m0, n_blocks); ++pass) {
-        smem.q[q_state.stage].load(tmap_q, smem.q_ring.producer_acquire(q_state, QTile::kTxBytes), m0, t.head, t.batch);
+    int index = scheduler.first_index();
+    for (int pass = 0; scheduler.template tile_of<kBlockM, kBlockN>(index, mask, t, m0, n_blocks); ++pass) {
+        uint64_t* q_full = tile_slots != nullptr
+                               ? smem.q_ring.producer_acquire_with(q_state, QTile::kTxBytes, &tile_slots[q_state.stage], index)
+                               : smem.q_ring.producer_acquire(q_state, QTile::kTxBytes);
+        smem.q[q_state.stage].load(tmap_q, q_full, m0, t.head, t.batch);
         q_state.advance();
+        index = scheduler.next_index(pass);
         auto load_k = [&](int it) {
             uint64_t* full = smem.k_ring.producer_acquire(k_state, KTile::kTxBytes);
             smem.k[k_state.stage].load(tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -161,6 +202,8 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
         };
         load_kv_blocks(n_blocks, load_k, load_v_block);
     }
+    if (tile_slots != nullptr) smem.q_ring.producer_acquire_with(q_state, 0, &tile_slots[q_state.stage], index);
+    scheduler.finish_walk();
     return v_state;
 }
 

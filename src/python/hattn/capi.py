@@ -113,6 +113,8 @@ class HattnFwdParams(ctypes.Structure):
         *_SHAPE_FIELDS,
         *_stride_fields("q", "k", "v", "o"),
         *_TAIL_FIELDS,
+        ("workspace", ctypes.c_void_p),  # optional: the dynamic causal scheduler's counters
+        ("workspace_size", ctypes.c_size_t),
     ]
 
 
@@ -129,13 +131,14 @@ def _shape_and_stride_offsets(shape_at: int, *tensors: str) -> dict:
 
 # x86-64 (LP64, System V) layout, worked out by hand: five 8-byte pointers (0..39), six ints
 # (40..63; 64 is 8-aligned, so no padding before the strides), twelve int64 strides (64..159),
-# then dtype/scale/causal/flags, 4 bytes each (160..175). Size 176 = a multiple of the 8-byte
-# alignment, so no tail padding. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
-EXPECTED_SIZE = 176
+# then dtype/scale/causal/flags, 4 bytes each (160..175), the workspace pointer (176..183) and
+# size_t workspace_size (184..191). Size 192 = a multiple of the 8-byte alignment, so no tail
+# padding. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
+EXPECTED_SIZE = 192
 EXPECTED_OFFSETS = {
     "q": 0, "k": 8, "v": 16, "o": 24, "lse": 32,
     **_shape_and_stride_offsets(40, "q", "k", "v", "o"),
-    "dtype": 160, "softmax_scale": 164, "causal": 168, "flags": 172,
+    "dtype": 160, "softmax_scale": 164, "causal": 168, "flags": 172, "workspace": 176, "workspace_size": 184,
 }
 
 
@@ -423,6 +426,10 @@ class Hattn:
         self.lib.hattn_version.restype = ctypes.c_char_p
         self.lib.hattn_fwd_params_contiguous.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 7
         self.lib.hattn_fwd_params_contiguous.restype = HattnFwdParams
+        self.has_fwd_workspace = hasattr(self.lib, "hattn_fwd_workspace_size")
+        if self.has_fwd_workspace:
+            self.lib.hattn_fwd_workspace_size.argtypes = []
+            self.lib.hattn_fwd_workspace_size.restype = ctypes.c_size_t
 
         self.has_bwd = all(hasattr(self.lib, name) for name in self.BWD_SYMBOLS)
         if self.has_bwd:
@@ -462,6 +469,11 @@ class Hattn:
         buf = ctypes.create_string_buffer(msg_len)
         status = self.lib.hattn_fwd_validate(None if params is None else ctypes.byref(params), buf, msg_len)
         return status, buf.value.decode(errors="replace")
+
+    def fwd_workspace_size(self) -> int:
+        """hattn_fwd_workspace_size(): bytes of the forward's optional workspace (0 for a library
+        built before it existed)."""
+        return self.lib.hattn_fwd_workspace_size() if self.has_fwd_workspace else 0
 
     def version(self) -> str:
         """hattn_version(): the loaded library's "MAJOR.MINOR.PATCH"."""
@@ -574,7 +586,7 @@ class Hattn:
                     k_batch_stride=sk * hkv * d, k_seq_stride=hkv * d, k_head_stride=d,
                     v_batch_stride=sk * hkv * d, v_seq_stride=hkv * d, v_head_stride=d,
                     o_batch_stride=sq * hq * d, o_seq_stride=hq * d, o_head_stride=d,
-                    dtype=HATTN_DTYPE_BF16, causal=0, flags=0)
+                    dtype=HATTN_DTYPE_BF16, causal=0, flags=0, workspace=None, workspace_size=0)
         bad = [f"{k}: {getattr(p, k)} != {v}" for k, v in want.items() if getattr(p, k) != v]
         # "the default scale": 0 (resolved later) or 1/sqrt(head_dim) spelled out are both fine.
         if not (p.softmax_scale == 0.0 or math.isclose(p.softmax_scale, 1 / math.sqrt(d), rel_tol=1e-6)):
@@ -659,11 +671,11 @@ class Hattn:
     # (ValueError), and only then launches. Nothing but the device check needs a GPU, so the first
     # two run on any machine, on CPU tensors too.
     def fwd_params_torch(self, q, k, v, o, lse=None, *, causal: bool = False, softmax_scale: float = 0.0,
-                         flags: int = 0, address=None) -> HattnFwdParams:
+                         flags: int = 0, address=None, workspace=None) -> HattnFwdParams:
         """hattn_fwd_params for these tensors. Checks what the C API cannot see: shapes that agree,
         a contiguous head dim, one dtype, a contiguous fp32 LSE of [batch, heads_q, seqlen_q].
         address(t) gives the address to pass for t (default t.data_ptr(); tracing with fake tensors
-        passes placeholder_address)."""
+        passes placeholder_address). workspace: None or a zero-filled uint8 tensor (fwd_workspace_torch)."""
         address = address or _data_ptr
         b, sq, hq, d = _check_bshd({"q": q, "o": o}, "q")
         _, sk, hkv, _ = _check_bshd({"k": k, "v": v}, "k", batch=b, head_dim=d)
@@ -677,7 +689,24 @@ class Hattn:
         for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
             _set_strides(p, name, t)
         p.dtype, p.softmax_scale, p.causal, p.flags = dtype_code(q), softmax_scale, int(bool(causal)), flags
+        if workspace is not None:
+            p.workspace, p.workspace_size = address(workspace), workspace.numel() * workspace.element_size()
         return p
+
+    def fwd_workspace_torch(self, device, stream: int):
+        """The forward's workspace for (device, stream): zero-filled once, kept for later calls (each
+        call leaves it zero-filled, and calls on one stream run one after the other); None for a
+        library without it, or while the stream is being captured into a CUDA graph and none exists yet."""
+        import torch
+
+        key = (torch.device(device), stream)
+        cache = self.__dict__.setdefault("_fwd_workspaces", {})
+        if key not in cache:
+            size = self.fwd_workspace_size()
+            if size == 0 or torch.cuda.is_current_stream_capturing():
+                return None
+            cache[key] = torch.zeros(size, dtype=torch.uint8, device=device)  # 512-byte-aligned blocks
+        return cache[key]
 
     def bwd_params_torch(self, q, k, v, o, lse, dout, dq, dk, dv, workspace, *, causal: bool = False,
                          softmax_scale: float = 0.0, flags: int = 0, address=None) -> HattnBwdParams:
@@ -746,6 +775,9 @@ class Hattn:
         check_devices(q=q, k=k, v=v, out=out, **({} if lse is None else {"lse": lse}))
         with torch.cuda.device(q.device):
             s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+            workspace = self.fwd_workspace_torch(q.device, s) if causal else None  # the dynamic causal walk
+            if workspace is not None:
+                p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
             status = self.lib.hattn_fwd(ctypes.byref(p), ctypes.c_void_p(s or None))
         if status != HATTN_SUCCESS:
             raise error_for(status, self.describe(status, p))
