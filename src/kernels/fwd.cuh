@@ -236,8 +236,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
         for (;;) {
             smem.q_ring.consumer_wait(q_state);  // Q, and which tile it is (past the last: done)
-            if (!p.scheduler.template tile_of<kBlockM, kBlockN>(smem.tile_index[q_state.stage], p.mask, t, m0, n_blocks))
-                break;
+            // Lane 0 reads the tile index, the lane that later releases the slot (so the read is
+            // ordered before the producer's next write), and hands it to its warp.
+            const int index = __shfl_sync(0xffffffffu, me.lane == 0 ? smem.tile_index[q_state.stage] : 0, 0);
+            if (!p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, t, m0, n_blocks)) break;
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));

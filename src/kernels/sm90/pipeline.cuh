@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "ptx/barrier.cuh"
+#include "ptx/cluster.cuh"
 #include "ptx/fence.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
@@ -62,14 +63,17 @@ struct Ring {
         return &full[st.stage];
     }
 
-    // As producer_acquire, writing `value` to `word` (which travels with the slot) once the slot
-    // is free: the arrival releases it to every consumer that then waits for the slot (mbarrier
-    // arrive and try_wait order at CTA scope). With tx_bytes 0 the phase completes with the word
-    // alone.
+    // As producer_acquire, and delivers `value` into `word` (an int that travels with the slot)
+    // with st.async on the slot's full barrier: its 4 bytes are one more transaction of the phase,
+    // so a consumer's wait covers the word exactly as it covers the TMA's bytes, and the word is
+    // written only after every consumer released the slot (the empty wait). A plain store would
+    // need the arrival's release to order it, which a lane that reads the word but is not the one
+    // releasing the slot does not take part in. With tx_bytes 0 the phase carries the word alone.
     __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, int* word, int value) {
         ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u);
-        *word = value;
-        ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes);
+        ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes + static_cast<uint32_t>(sizeof(int)));
+        // A CTA's own shared::cta address is a valid shared::cluster address (every CTA is a cluster of one at least).
+        ptx::st_async_b32(ptx::smem_u32(word), static_cast<uint32_t>(value), ptx::smem_u32(&full[st.stage]));
         return &full[st.stage];
     }
 

@@ -39,7 +39,16 @@
 #include "kernels/sm90/pipeline.cuh"
 #include "ptx/atomic.cuh"
 
+// When the dynamic walk's producer claims its next tile: 0 right after the current tile's Q load
+// (the ticket's round trip to L2 hides behind the K/V loads), 1 after its last K/V load, a few
+// blocks before the tile ends, so tiles go to the CTA that frees up first (an A/B option).
+#ifndef HATTN_SCHED_CLAIM_AFTER_LOADS
+#define HATTN_SCHED_CLAIM_AFTER_LOADS 0
+#endif
+
 namespace hattn::sm90 {
+
+constexpr bool kClaimAfterLoads = HATTN_SCHED_CLAIM_AFTER_LOADS != 0;
 
 struct Tile {
     int m_block, head, batch, kv_head;
@@ -190,7 +199,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
                                : smem.q_ring.producer_acquire(q_state, QTile::kTxBytes);
         smem.q[q_state.stage].load(tmap_q, q_full, m0, t.head, t.batch);
         q_state.advance();
-        index = scheduler.next_index(pass);
+        if constexpr (!kClaimAfterLoads) index = scheduler.next_index(pass);
         auto load_k = [&](int it) {
             uint64_t* full = smem.k_ring.producer_acquire(k_state, KTile::kTxBytes);
             smem.k[k_state.stage].load(tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -201,6 +210,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
             v_state.advance();
         };
         load_kv_blocks(n_blocks, load_k, load_v_block);
+        if constexpr (kClaimAfterLoads) index = scheduler.next_index(pass);
     }
     if (tile_slots != nullptr) smem.q_ring.producer_acquire_with(q_state, 0, &tile_slots[q_state.stage], index);
     scheduler.finish_walk();
