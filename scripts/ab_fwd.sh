@@ -41,7 +41,7 @@ defs() {
     persist) echo "${D}PERSISTENT_MAX_SEQLEN_K=1000000000" ;;  # d128 full masks on the persistent walk at every length (d64/d256 do by default)
     persist0) echo "${D}PERSISTENT_MAX_SEQLEN_K_D64_D256=4096" ;;  # d64/d256 full masks persistent only up to 4096 keys (before run 43e)
     dyn0) echo "${D}DYNAMIC_CAUSAL=0" ;;  # causal problems ignore the workspace: fixed tile order (before run 46)
-    late) echo "-DHATTN_SCHED_CLAIM_AFTER_LOADS=1" ;;  # the dynamic walk claims the next tile after the current tile's last K/V load
+    early) echo "-DHATTN_SCHED_CLAIM_AFTER_LOADS=0" ;;  # the dynamic walk claims the next tile right after the current tile's Q load (run 46a)
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
-            produce_forward_tiles<kBlockM, kBlockN, Cfg::KvTile::kTxBytes>(
+            produce_forward_tiles<kBlockM, kBlockN, Cfg::KvTile::kTxBytes, kClaimAfterLoads>(
                 p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_ring, [&](int stage, uint64_t* full, const Tile& t, int key0) {
                     smem.v[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);
                 }, smem.tile_index);

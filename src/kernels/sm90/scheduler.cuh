@@ -21,11 +21,12 @@
 // A dynamic walk (tile_counter set) replaces the fixed passes: CTA b starts on tile b and then
 // takes the next unclaimed tile from a counter in global memory, so tiles are handed out in their
 // numbered order to whichever CTA frees up first -- list scheduling, which in the causal sections'
-// longest-first order balances a persistent grid to within ~1% of the ideal, where the fixed
+// longest-first order brings a persistent grid within 0-3% of the ideal finish, where the fixed
 // passes leave 3-6% (in the sections' order 6-60%: a model of n_blocks per tile, bench/RESULTS.md
-// run 46). The producer thread claims; the tile index travels to the consumers with Q (the Q
-// ring's slot carries it, producer_announce below). The CTA that finishes last zeroes the counter,
-// so the next launch on the stream finds it as the first one did.
+// run 46). That needs the claim late in the current tile (kClaimAfterLoads). The producer thread
+// claims; the tile index travels to the consumers with Q (produce_forward_tiles below puts it in
+// the Q slot with Ring::producer_acquire_with). The CTA that finishes last zeroes the counter, so
+// the next launch on the stream finds it as the first one did.
 #pragma once
 
 #include <climits>
@@ -39,11 +40,15 @@
 #include "kernels/sm90/pipeline.cuh"
 #include "ptx/atomic.cuh"
 
-// When the dynamic walk's producer claims its next tile: 0 right after the current tile's Q load
-// (the ticket's round trip to L2 hides behind the K/V loads), 1 after its last K/V load, a few
-// blocks before the tile ends, so tiles go to the CTA that frees up first (an A/B option).
+// When the dynamic walk's producer claims its next tile: 1 (default) after the current tile's
+// last K/V load, a few KV blocks before the tile ends, so the next tile goes to the CTA that
+// frees up first; 0 right after the current tile's Q load, which decides each CTA's next tile by
+// when it *started* its current one: in the longest-first order a CTA on a long tile then draws
+// the next long one as readily as one on a short tile, and a model of the grid puts the finish
+// 2-4% (d64, d128) and 10-19% (d256) above the ideal, against 0-3% for claims at the end
+// (bench/RESULTS.md run 46).
 #ifndef HATTN_SCHED_CLAIM_AFTER_LOADS
-#define HATTN_SCHED_CLAIM_AFTER_LOADS 0
+#define HATTN_SCHED_CLAIM_AFTER_LOADS 1
 #endif
 
 namespace hattn::sm90 {
@@ -102,8 +107,8 @@ struct TileScheduler {
     }
 
     // The walk as its one claiming thread sees it: the first tile, then the one after pass
-    // `pass`. A claim's ticket comes back from L2 while the caller issues the tile's loads: it is
-    // needed only when the next tile starts.
+    // `pass` (a claim: its ticket's round trip to L2 is the one wait it adds, a few KV blocks
+    // before the next tile is due).
     __device__ __forceinline__ int first_index() const { return static_cast<int>(blockIdx.x); }
     __device__ __forceinline__ int next_index(int pass) const {
         return tile_counter != nullptr ? ptx::atom_global_add_s32(tile_counter, 1) + static_cast<int>(gridDim.x)
@@ -180,8 +185,9 @@ struct TileScheduler {
 // issues it, kVTxBytes being its size. tile_slots (one int per Q slot, or nullptr when the
 // consumers walk the same fixed passes themselves) receives each tile's index with its Q, and
 // after the last tile an index past the end with no data: the consumers' signal to stop. Returns
-// v_ring's state after the last V load (the next slot).
-template <int kBlockM, int kBlockN, uint32_t kVTxBytes, class MaskT, class Smem, class VRing, class LoadV>
+// v_ring's state after the last V load (the next slot). kClaimLate: take the next tile after the
+// current one's loads (kClaimAfterLoads; a kernel with a dynamic walk), not before them.
+template <int kBlockM, int kBlockN, uint32_t kVTxBytes, bool kClaimLate = false, class MaskT, class Smem, class VRing, class LoadV>
 __device__ __forceinline__ typename VRing::State produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
                                                       const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
                                                       VRing& v_ring, LoadV&& load_v, int* tile_slots = nullptr) {
@@ -199,7 +205,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
                                : smem.q_ring.producer_acquire(q_state, QTile::kTxBytes);
         smem.q[q_state.stage].load(tmap_q, q_full, m0, t.head, t.batch);
         q_state.advance();
-        if constexpr (!kClaimAfterLoads) index = scheduler.next_index(pass);
+        if constexpr (!kClaimLate) index = scheduler.next_index(pass);
         auto load_k = [&](int it) {
             uint64_t* full = smem.k_ring.producer_acquire(k_state, KTile::kTxBytes);
             smem.k[k_state.stage].load(tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -210,7 +216,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
             v_state.advance();
         };
         load_kv_blocks(n_blocks, load_k, load_v_block);
-        if constexpr (kClaimAfterLoads) index = scheduler.next_index(pass);
+        if constexpr (kClaimLate) index = scheduler.next_index(pass);
     }
     if (tile_slots != nullptr) smem.q_ring.producer_acquire_with(q_state, 0, &tile_slots[q_state.stage], index);
     scheduler.finish_walk();
