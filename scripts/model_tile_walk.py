@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""How evenly each tile walk of hattn's causal forward spreads its work over a persistent grid.
+
+A model, not a measurement: a tile costs its KV blocks (the causal mask's n_blocks for its query
+block) plus a fixed start-up cost in blocks (--overhead), and every CTA runs at the same speed. For
+each walk it prints the grid's finish time over the ideal one (total work / CTAs): 1.00 = perfect.
+
+  fixed      sm90::TileScheduler::walk: pass p takes tile p*G + b, back and forth (head by head)
+  dyn-early  the dynamic walk claiming its next tile when it starts the current one
+             (HATTN_SCHED_CLAIM_AFTER_LOADS=0)
+  dyn-late   the dynamic walk claiming once its producer has issued the current tile's last K/V
+             block, --ahead blocks before the tile ends (the default)
+  list       the ideal list schedule: the next tile goes to the CTA that frees up first (what a
+             grid of one CTA per tile gets from the hardware's block dispatch)
+
+The dynamic walks and the list schedule take the tiles in TileScheduler::tile_at's order (causal
+sections of heads, longest first across each); fixed takes the head-by-head order, as
+TileScheduler::grid_ctas gives a fixed walk. Shapes as scripts/compare_torch.py's grid: batch x
+seqlen = --tokens, heads = --width / head_dim, the forward's tile per head dim and length
+(kernels/fwd_rules.h).
+
+  python3 scripts/model_tile_walk.py [--sms 132] [--overhead 2] [--ahead 2]
+"""
+import argparse
+import heapq
+import math
+
+SECTION_L2_BYTES = 16 << 20  # TileScheduler::kSectionL2Bytes
+ELEM_BYTES = 2  # bf16 / fp16
+
+
+def tile_shape(head_dim: int, seqlen: int) -> tuple[int, int]:
+    """(block_m, block_n) of the 16-bit forward's causal tile (kernels/fwd_rules.h, fwd.cuh)."""
+    if head_dim == 64:
+        return (128, 128) if seqlen <= 1024 else (192, 128)
+    if head_dim == 128:
+        return (128, 176) if seqlen >= 4096 else (128, 128)
+    return (128, 80)
+
+
+def tile_costs(head_dim: int, seqlen: int, tokens: int, width: int, sections: bool) -> list[int]:
+    """Each tile's KV blocks, in walk order: longest first across sections of (head, batch) pairs."""
+    block_m, block_n = tile_shape(head_dim, seqlen)
+    pairs = (width // head_dim) * max(1, tokens // seqlen)
+    kv_bytes = 2 * seqlen * head_dim * ELEM_BYTES
+    section = max(1, min(pairs, SECTION_L2_BYTES // kv_bytes)) if sections else 1
+    m_blocks = math.ceil(seqlen / block_m)
+    costs = []
+    for first in range(0, pairs, section):
+        n_pairs = min(section, pairs - first)
+        for m in reversed(range(m_blocks)):
+            costs += [math.ceil(min(seqlen, (m + 1) * block_m) / block_n)] * n_pairs
+    return costs
+
+
+def fixed_walk(costs: list[int], ctas: int, overhead: float) -> float:
+    finish = [0.0] * ctas
+    for b in range(ctas):
+        p = 0
+        while (i := p * ctas + (b if p % 2 == 0 else ctas - 1 - b)) < len(costs):
+            finish[b] += costs[i] + overhead
+            p += 1
+    return max(finish)
+
+
+def dynamic_walk(costs: list[int], ctas: int, overhead: float, ahead: float | None) -> float:
+    """ahead None: claim at the tile's start; else claim `ahead` blocks before it ends."""
+    queue = [[costs[b]] if b < len(costs) else [] for b in range(ctas)]
+    events = [(0.0, 0, b) for b in range(ctas) if queue[b]]  # (time, kind 0 start / 1 claim, cta)
+    heapq.heapify(events)
+    next_tile, end = ctas, 0.0
+    while events:
+        now, kind, b = heapq.heappop(events)
+        if kind == 0:
+            done = now + queue[b].pop(0) + overhead
+            heapq.heappush(events, (now if ahead is None else max(now, done - ahead), 1, b))
+            heapq.heappush(events, (done, 2, b))
+        elif kind == 1:
+            if next_tile < len(costs):
+                queue[b].append(costs[next_tile])
+                next_tile += 1
+        else:
+            end = max(end, now)
+            if queue[b]:
+                heapq.heappush(events, (now, 0, b))
+    return end
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sms", type=int, default=132, help="CTAs of the persistent grid (H100 / H200: 132)")
+    ap.add_argument("--overhead", type=float, default=2.0, help="a tile's start-up cost, in KV blocks")
+    ap.add_argument("--ahead", type=float, default=2.0, help="dyn-late: blocks between the claim and the tile's end")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--width", type=int, default=2048)
+    a = ap.parse_args()
+    print(f"finish / ideal on {a.sms} CTAs (tile start-up {a.overhead} blocks)")
+    print("| d | seqlen | tiles | fixed | dyn-early | dyn-late | list |")
+    print("|---|---|---|---|---|---|---|")
+    for d in (64, 128, 256):
+        for s in (512, 1024, 2048, 4096, 8192, 16384):
+            by_head = tile_costs(d, s, a.tokens, a.width, sections=False)
+            costs = tile_costs(d, s, a.tokens, a.width, sections=True)
+            ideal = (sum(costs) + a.overhead * len(costs)) / a.sms
+            row = [fixed_walk(by_head, a.sms, a.overhead), dynamic_walk(costs, a.sms, a.overhead, None),
+                   dynamic_walk(costs, a.sms, a.overhead, a.ahead), dynamic_walk(costs, a.sms, a.overhead, 0.0)]
+            print(f"| {d} | {s} | {len(costs)} | " + " | ".join(f"{x / ideal:.3f}" for x in row) + " |")
+
+
+if __name__ == "__main__":
+    main()
