@@ -150,11 +150,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Barrier setup by one thread, published to the async proxy (TMA completes on these
     // barriers) and to every thread before anyone touches them. Every consumer warp releases a
     // K or V slot (one lane each) once its last wgmma on it is done. Q is free again right after
-    // the consumers' last QK^T when O has its own staging buffer (one lane per warp), else once
-    // the O store that reuses Q's buffer has been read out (one thread per consumer).
+    // the consumers' last QK^T when O has its own staging buffer, else once the O store that
+    // reuses Q's buffer has been read out (by the thread that issued it; its warpgroup's other
+    // warps arrive after the epilogue). One lane per warp either way: the lane that read the slot's
+    // tile index, so that read is ordered before the producer rewrites it.
     init_barriers([&] {
         prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_v, &tmap_o);
-        smem.q_ring.init(Cfg::kSeparateO ? kConsumerWarps : Cfg::kConsumers);
+        smem.q_ring.init(kConsumerWarps);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
     });
@@ -355,6 +357,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     ptx::bulk_wait_group_read<0>();
                     smem.q_ring.consumer_release(q_state);
                 }
+            } else if (!Cfg::kSeparateO && me.lane == 0) {
+                smem.q_ring.consumer_release(q_state);  // (the slot stays held until thread 0's arrival)
             }
             q_state.advance();
         }

@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "ptx/barrier.cuh"
-#include "ptx/cluster.cuh"
 #include "ptx/fence.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/tma.cuh"
@@ -63,17 +62,16 @@ struct Ring {
         return &full[st.stage];
     }
 
-    // As producer_acquire, and delivers `value` into `word` (an int that travels with the slot)
-    // with st.async on the slot's full barrier: its 4 bytes are one more transaction of the phase,
-    // so a consumer's wait covers the word exactly as it covers the TMA's bytes, and the word is
-    // written only after every consumer released the slot (the empty wait). A plain store would
-    // need the arrival's release to order it, which a lane that reads the word but is not the one
-    // releasing the slot does not take part in. With tx_bytes 0 the phase carries the word alone.
+    // As producer_acquire, writing `value` to `word` (an int that travels with the slot) once the
+    // slot is free: the arrival's release makes it visible to every consumer thread whose wait
+    // observes the phase. Each consumer warp must read the word with the lane that releases the
+    // slot, so the read is ordered before the next write. With tx_bytes 0 the phase carries the
+    // word alone. (st.async would put the word on the barrier's transaction count instead, but it
+    // needs a cluster launch: in a plain one it is an illegal instruction.)
     __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, int* word, int value) {
         ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u);
-        ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes + static_cast<uint32_t>(sizeof(int)));
-        // A CTA's own shared::cta address is a valid shared::cluster address (every CTA is a cluster of one at least).
-        ptx::st_async_b32(ptx::smem_u32(word), static_cast<uint32_t>(value), ptx::smem_u32(&full[st.stage]));
+        *word = value;
+        ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes);
         return &full[st.stage];
     }
 
