@@ -20,7 +20,7 @@ OUT=${OUT:-gpu_fwd_check_out}
 JOBS=${JOBS:-$(nproc)}
 BUDGET_S=${BUDGET_S:-300}
 STEPS=${STEPS:-tests sanitize}
-SANITIZE_FILTER=${SANITIZE_FILTER:-'Workspace/*_q197_k211_*:Workspace/*_q211_k197_*:Workspace/*q2049_k2049*'}
+SANITIZE_FILTER=${SANITIZE_FILTER:-'Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*'}
 RESERVE_S=5
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -66,7 +66,7 @@ if grep -q '^build .*PASS' "$STATUS"; then
         >"$LOGS/san_fwd_test_$tool.log" 2>&1 & pids+=("$!:fwd_test_$tool")
       for ws in "" --no-workspace; do
         timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 build/bin/hattn fwd --batch 4 --heads 40 \
-          --seqlen 1000 --dim 64 --causal --no-verify --iters 0 --warmup 0 $ws \
+          --seqlen 1100 --dim 64 --causal --no-verify --iters 0 --warmup 0 $ws \
           >"$LOGS/san_cli_${tool}${ws:+_nows}.log" 2>&1 & pids+=("$!:cli_${tool}${ws:+_nows}")
       done
     done

@@ -593,13 +593,14 @@ std::vector<Case> rising_max_cases() {
     return finish(cases, 7);
 }
 
-// With the workspace: causal problems on the dynamic walk (a persistent grid whose thread blocks
-// take tiles from a counter), each head dim and dtype, odd lengths, rows with no key, GQA, the
-// d64 128-row tile, the causal sections (several heads' tiles longest first), and many tiles per
-// thread block; full masks ignore the workspace (and must leave it zero-filled too).
+// With the workspace: causal problems of at least 1k keys (fwd_rules.h) on the dynamic walk (a
+// persistent grid whose thread blocks take tiles from a counter), each head dim and dtype, odd
+// lengths, rows with no key, GQA, the causal sections (several heads' tiles longest first), and
+// many tiles per thread block; shorter causal problems (the d64 128-row tile among them) and full
+// masks ignore the workspace (and must leave it zero-filled too).
 std::vector<Case> workspace_cases() {
     std::vector<Case> cases;
-    for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(197, 211))
+    for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(1031, 1100))
         cases.push_back(make_case(2, 3, 3, g.seqlen_q, g.seqlen_k, g.head_dim, g.dtype, g.causal));
     cases.push_back(make_case(1, 2, 1, 1, 1, 128, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(1, 2, 1, 17, 4097, 64, HATTN_DTYPE_FP16, true));

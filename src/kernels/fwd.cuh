@@ -408,8 +408,8 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     }
     // Persistent for short keys: +4-15% at seqlen_k <= 2k, +1-2% at 4k, causal +8-14% up to 4k
     // with the back-and-forth walk, -10-40% at 8k-16k; without a mask at d64/d256 at any length;
-    // causal with the dynamic walk (a workspace) at any length.
-    const bool dynamic = a.causal && kDynamicCausal && a.workspace != nullptr;
+    // causal with the dynamic walk (a workspace) from 1k keys.
+    const bool dynamic = a.causal && kDynamicCausal && a.workspace != nullptr && a.seqlen_k >= kDynamicCausalMinSeqlenK;
     if (dynamic) scheduler.tile_counter = static_cast<int32_t*>(a.workspace);
     int ctas = 0;
     const char* what = "querying the SM count";

@@ -32,11 +32,16 @@
 #define HATTN_FWD_CAUSAL_SECTIONS 1
 #endif
 
-// 1: a causal problem given a workspace runs on a persistent grid at every length and takes its
-// tiles, in the causal sections' longest-first order, from a counter (sm90::TileScheduler's
-// dynamic walk); 0: the workspace is ignored (bench/RESULTS.md run 46).
+// 1: a causal problem given a workspace, with at least HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K
+// keys, runs on a persistent grid and takes its tiles, in the causal sections' longest-first
+// order, from a counter (sm90::TileScheduler's dynamic walk): +1-6% at 2k-16k over the fixed
+// walk / one CTA per tile (bench/RESULTS.md run 46c, H100). Below 1k keys a tile is a few KV
+// blocks and the claim's round trip to L2 shows (-2 to -6% at 512). 0: the workspace is ignored.
 #ifndef HATTN_FWD_DYNAMIC_CAUSAL
 #define HATTN_FWD_DYNAMIC_CAUSAL 1
+#endif
+#ifndef HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K
+#define HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K 1024
 #endif
 
 // 1: the forward launches with programmatic stream serialization (PDL, an A/B option: off until
@@ -54,6 +59,7 @@ namespace hattn::fwd {
 constexpr bool kProgrammaticLaunch = HATTN_FWD_PDL != 0;
 constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr bool kDynamicCausal = HATTN_FWD_DYNAMIC_CAUSAL != 0;
+constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenKD64D256 = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256;
 // The non-causal limit at head dim `head_dim`.
