@@ -42,6 +42,7 @@ defs() {
     persist0) echo "${D}PERSISTENT_MAX_SEQLEN_K_D64_D256=4096" ;;  # d64/d256 full masks persistent only up to 4096 keys (before run 43e)
     dyn0) echo "${D}DYNAMIC_CAUSAL=0" ;;  # causal problems ignore the workspace: fixed tile order (before run 46)
     early) echo "-DHATTN_SCHED_CLAIM_AFTER_LOADS=0" ;;  # the dynamic walk claims the next tile right after the current tile's Q load (run 46a)
+    announce) echo "${D}TILE_ANNOUNCE=1" ;;  # the tile index on its own mbarrier, ahead of Q: the tile's set-up overlaps Q's load
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac

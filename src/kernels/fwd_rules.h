@@ -44,6 +44,15 @@
 #define HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K 1024
 #endif
 
+// 1: the producer announces each tile's index on an mbarrier of its own as soon as it holds the
+// tile's Q slot, before Q's TMA lands, so the consumers set the tile up (its rows, mask bounds,
+// zeroed O, softmax state) while Q loads; 0: the index arrives with Q and the set-up waits for it
+// (short shapes -1 to -5% against the tree before the index hand-off, bench/RESULTS.md run 46d).
+// An A/B option until measured.
+#ifndef HATTN_FWD_TILE_ANNOUNCE
+#define HATTN_FWD_TILE_ANNOUNCE 0
+#endif
+
 // 1: the forward launches with programmatic stream serialization (PDL, an A/B option: off until
 // measured). Its CTAs may then start while the previous kernel of the stream retires and run their
 // prologue (barrier set-up, tensor-map prefetch); griddepcontrol.wait holds every thread before
@@ -59,6 +68,7 @@ namespace hattn::fwd {
 constexpr bool kProgrammaticLaunch = HATTN_FWD_PDL != 0;
 constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr bool kDynamicCausal = HATTN_FWD_DYNAMIC_CAUSAL != 0;
+constexpr bool kTileAnnounce = HATTN_FWD_TILE_ANNOUNCE != 0;
 constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenKD64D256 = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256;

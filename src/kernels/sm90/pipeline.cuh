@@ -66,11 +66,16 @@ struct Ring {
     // slot is free: the arrival's release makes it visible to every consumer thread whose wait
     // observes the phase. Each consumer warp must read the word with the lane that releases the
     // slot, so the read is ordered before the next write. With tx_bytes 0 the phase carries the
-    // word alone. (st.async would put the word on the barrier's transaction count instead, but it
-    // needs a cluster launch: in a plain one it is an illegal instruction.)
-    __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, int* word, int value) {
+    // word alone. `announce` (optional: an mbarrier of one arrival per use of the slot, phases in
+    // step with the slot's) gets its own arrival right after the write, so consumers may read the
+    // word there without waiting for the slot's bytes. (st.async would put the word on the
+    // barrier's transaction count instead, but it needs a cluster launch: in a plain one it is an
+    // illegal instruction.)
+    __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, int* word, int value,
+                                                               uint64_t* announce = nullptr) {
         ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u);
         *word = value;
+        if (announce != nullptr) ptx::mbarrier_arrive(announce);
         ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes);
         return &full[st.stage];
     }

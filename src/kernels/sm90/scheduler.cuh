@@ -184,13 +184,15 @@ struct TileScheduler {
 // transpose), so v_ring is the ring its slots belong to and load_v(slot, full barrier, tile, key0)
 // issues it, kVTxBytes being its size. tile_slots (one int per Q slot, or nullptr when the
 // consumers walk the same fixed passes themselves) receives each tile's index with its Q, and
-// after the last tile an index past the end with no data: the consumers' signal to stop. Returns
+// after the last tile an index past the end with no data: the consumers' signal to stop.
+// tile_announce (optional, one mbarrier per Q slot) is also arrived on as each index is written. Returns
 // v_ring's state after the last V load (the next slot). kClaimLate: take the next tile after the
 // current one's loads (kClaimAfterLoads; a kernel with a dynamic walk), not before them.
 template <int kBlockM, int kBlockN, uint32_t kVTxBytes, bool kClaimLate = false, class MaskT, class Smem, class VRing, class LoadV>
 __device__ __forceinline__ typename VRing::State produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
                                                       const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
-                                                      VRing& v_ring, LoadV&& load_v, int* tile_slots = nullptr) {
+                                                      VRing& v_ring, LoadV&& load_v, int* tile_slots = nullptr,
+                                                      uint64_t* tile_announce = nullptr) {
     using QTile = std::remove_reference_t<decltype(smem.q[0])>;
     using KTile = std::remove_reference_t<decltype(smem.k[0])>;
     typename decltype(smem.q_ring)::State q_state;
@@ -198,10 +200,12 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
     typename VRing::State v_state;
     Tile t;
     int m0, n_blocks;
+    auto announce_bar = [&](int stage) { return tile_announce != nullptr ? &tile_announce[stage] : nullptr; };
     int index = scheduler.first_index();
     for (int pass = 0; scheduler.template tile_of<kBlockM, kBlockN>(index, mask, t, m0, n_blocks); ++pass) {
         uint64_t* q_full = tile_slots != nullptr
-                               ? smem.q_ring.producer_acquire_with(q_state, QTile::kTxBytes, &tile_slots[q_state.stage], index)
+                               ? smem.q_ring.producer_acquire_with(q_state, QTile::kTxBytes, &tile_slots[q_state.stage], index,
+                                                                   announce_bar(q_state.stage))
                                : smem.q_ring.producer_acquire(q_state, QTile::kTxBytes);
         smem.q[q_state.stage].load(tmap_q, q_full, m0, t.head, t.batch);
         q_state.advance();
@@ -218,7 +222,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
         load_kv_blocks(n_blocks, load_k, load_v_block);
         if constexpr (kClaimLate) index = scheduler.next_index(pass);
     }
-    if (tile_slots != nullptr) smem.q_ring.producer_acquire_with(q_state, 0, &tile_slots[q_state.stage], index);
+    if (tile_slots != nullptr) smem.q_ring.producer_acquire_with(q_state, 0, &tile_slots[q_state.stage], index, announce_bar(q_state.stage));
     scheduler.finish_walk();
     return v_state;
 }
