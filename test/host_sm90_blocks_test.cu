@@ -138,6 +138,11 @@ TEST(Sm90Scheduler, MakeSizesCausalSectionsToTheL2ShareAndKeepsFullMasksHeadByHe
     ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr, 3));
     ASSERT_EQ(s.grid_ctas(s.num_tiles - 1, false, &ctas), cudaSuccess);
     EXPECT_EQ(s.section_heads, 3) << "an override holds on any grid";
+    int32_t counter_words[TileScheduler::kCounterWords] = {};
+    ASSERT_TRUE(TileScheduler::make(128, 8192, 8, 8, 2, true, four_mb, s, nullptr));
+    s.tile_counter = counter_words;  // a dynamic walk takes the tiles in order: the sections stay
+    ASSERT_EQ(s.grid_ctas(s.num_tiles - 1, false, &ctas), cudaSuccess);
+    EXPECT_EQ(s.section_heads, 4) << "a dynamic walk keeps the sections";
 }
 
 TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {
