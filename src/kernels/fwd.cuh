@@ -416,6 +416,7 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     // with the back-and-forth walk, -10-40% at 8k-16k; without a mask at d64/d256 at any length;
     // causal with the dynamic walk (a workspace) from 1k keys.
     const bool dynamic = a.causal && kDynamicCausal && a.workspace != nullptr && a.seqlen_k >= kDynamicCausalMinSeqlenK;
+    static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) scheduler.tile_counter = static_cast<int32_t*>(a.workspace);
     int ctas = 0;
     const char* what = "querying the SM count";

@@ -73,7 +73,7 @@ struct Ring {
     // illegal instruction.)
     __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, int* word, int value,
                                                                uint64_t* announce = nullptr) {
-        ptx::mbarrier_wait(&empty[st.stage], st.phase ^ 1u);
+        producer_wait_empty(st);
         *word = value;
         if (announce != nullptr) ptx::mbarrier_arrive(announce);
         ptx::mbarrier_arrive_expect_tx(&full[st.stage], tx_bytes);

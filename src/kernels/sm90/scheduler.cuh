@@ -182,12 +182,13 @@ struct TileScheduler {
 // the first (load_kv_blocks: K one block ahead of V). smem holds q[] / q_ring and k[] / k_ring;
 // the V tile differs per kernel (V, V^T, or the FP8 forward's V rows staged for its in-kernel
 // transpose), so v_ring is the ring its slots belong to and load_v(slot, full barrier, tile, key0)
-// issues it, kVTxBytes being its size. tile_slots (one int per Q slot, or nullptr when the
-// consumers walk the same fixed passes themselves) receives each tile's index with its Q, and
-// after the last tile an index past the end with no data: the consumers' signal to stop.
-// tile_announce (optional, one mbarrier per Q slot) is also arrived on as each index is written. Returns
-// v_ring's state after the last V load (the next slot). kClaimLate: take the next tile after the
-// current one's loads (kClaimAfterLoads; a kernel with a dynamic walk), not before them.
+// issues it, kVTxBytes being its size. Returns v_ring's state after the last V load (the next slot).
+//   tile_slots     one int per Q slot, or nullptr when the consumers walk the same fixed passes
+//                  themselves: receives each tile's index with its Q, and after the last tile an
+//                  index past the end with no data (the consumers' signal to stop)
+//   tile_announce  optional, one mbarrier per Q slot: arrived on as each index is written
+//   kClaimLate     take the next tile after the current one's loads (kClaimAfterLoads; a kernel
+//                  with a dynamic walk), not before them
 template <int kBlockM, int kBlockN, uint32_t kVTxBytes, bool kClaimLate = false, class MaskT, class Smem, class VRing, class LoadV>
 __device__ __forceinline__ typename VRing::State produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
                                                       const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
