@@ -3,14 +3,15 @@
 // shape before round r + 1 starts; the variant order rotates per round), each variant's best
 // round kept, so clock and power drift hit every variant alike.
 //
-//   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms,h1] [--v-layouts rows,vt] [--head-dims 64,128,256]
+//   fwd_fp8_ab [--variants base,lazy,...] [--grids auto,tiles,sms,h1,dyn] [--v-layouts rows,vt] [--head-dims 64,128,256]
 //              [--seqlens 2048,8192,16384] [--masks full,causal] [--rounds 3] [--reps 10]
 //              [--tokens 16384] [--width 2048] [--check-only] [--v-per-head]
 //
 // --grids runs each variant on each grid (Fp8FwdArgs::grid_ctas): auto (the launcher's rule: one
 // persistent CTA per SM up to fwd_fp8's kPersistentMaxSeqlenK keys, else one CTA per tile), tiles
 // (one CTA per tile), sms (one CTA per SM at any length), h1 (auto, tiles head by head instead
-// of the causal sections, see sm90::TileScheduler). Columns are then named variant@grid,
+// of the causal sections, see sm90::TileScheduler), dyn (auto with a schedule workspace: causal
+// problems take the dynamic walk). Columns are then named variant@grid,
 // and with two grids or more a last table gives each grid's ratio to the first grid, per variant.
 // --v-layouts: rows (V as the pre-pass writes it by default: the call transposes it into its
 // workspace first) and vt (V^T from the pre-pass, HATTN_FP8_PREPASS_V_TRANSPOSED, passed with
@@ -78,17 +79,19 @@ __global__ void spin_kernel(long long cycles) {
 
 // The grids --grids names; kOneCtaPerTile is more CTAs than any problem has tiles (the launcher
 // takes min(grid_ctas, tiles)). h1: the automatic grid with the tiles in head-by-head order
-// (Fp8FwdArgs::section_heads = 1, the order before causal sections).
-enum class Grid { kAuto, kTiles, kSms, kAutoHeadByHead };
+// (Fp8FwdArgs::section_heads = 1, the order before causal sections). dyn: the automatic grid given
+// a schedule workspace (hattn_fwd_fp8_params.schedule_workspace: causal problems take the dynamic
+// walk); the other grids run without one.
+enum class Grid { kAuto, kTiles, kSms, kAutoHeadByHead, kDynamic };
 constexpr int kOneCtaPerTile = INT_MAX;
 const char* grid_name(Grid g) {
-    return g == Grid::kAuto ? "auto" : g == Grid::kTiles ? "tiles" : g == Grid::kSms ? "sms" : "h1";
+    return g == Grid::kAuto ? "auto" : g == Grid::kTiles ? "tiles" : g == Grid::kSms ? "sms" : g == Grid::kDynamic ? "dyn" : "h1";
 }
 
 Grid grid_of(const std::string& name) {
-    for (Grid g : {Grid::kAuto, Grid::kTiles, Grid::kSms, Grid::kAutoHeadByHead})
+    for (Grid g : {Grid::kAuto, Grid::kTiles, Grid::kSms, Grid::kAutoHeadByHead, Grid::kDynamic})
         if (name == grid_name(g)) return g;
-    std::fprintf(stderr, "unknown grid %s (known: auto tiles sms h1)\n", name.c_str());
+    std::fprintf(stderr, "unknown grid %s (known: auto tiles sms h1 dyn)\n", name.c_str());
     std::exit(1);
 }
 
@@ -243,6 +246,7 @@ struct ShapeData {
     void* o;
     void* ws;
     size_t ws_bytes;
+    void* schedule;  // the scheduler's workspace (zero-filled; every call leaves it so)
 
     void* alloc(size_t bytes) {
         owned.push_back(new DeviceBuffer(bytes));
@@ -282,12 +286,14 @@ struct ShapeData {
         }
         o = alloc(elems * 2);
         ws = alloc(ws_bytes);
+        schedule = alloc(hattn_fwd_workspace_size());
+        AB_CHECK(cudaMemset(schedule, 0, hattn_fwd_workspace_size()));
         AB_CHECK(cudaDeviceSynchronize());
     }
     ~ShapeData() {
         for (DeviceBuffer* b : owned) delete b;
     }
-    hattn_fwd_fp8_params params(int set, bool v_transposed) const {
+    hattn_fwd_fp8_params params(int set, bool v_transposed, bool dynamic) const {
         hattn_fwd_fp8_params p = hattn_fwd_fp8_params_contiguous(
             fp8[set][0], fp8[set][1], fp8[set][2], o, descale[set][0], descale[set][1], descale[set][2], shape.b,
             shape.h, shape.h, shape.s, shape.s, shape.d, HATTN_DTYPE_BF16);
@@ -299,6 +305,10 @@ struct ShapeData {
             p.flags |= HATTN_FWD_FP8_V_TRANSPOSED;
             p.workspace = nullptr;
             p.workspace_size = 0;
+        }
+        if (dynamic) {
+            p.schedule_workspace = schedule;
+            p.schedule_workspace_size = hattn_fwd_workspace_size();
         }
         return p;
     }
@@ -330,7 +340,7 @@ double rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 // Median milliseconds of `reps` calls (sets rotated), after warm-up calls.
 double time_ms(const Entry& entry, const ShapeData& data, int reps, bool* failed) {
     hattn_fwd_fp8_params p[kInputSets];
-    for (int set = 0; set < kInputSets; ++set) p[set] = data.params(set, entry.vt);
+    for (int set = 0; set < kInputSets; ++set) p[set] = data.params(set, entry.vt, entry.grid == Grid::kDynamic);
     for (int i = 0; i < kWarmupCalls; ++i)
         if (run(entry, p[i % kInputSets]) != HATTN_SUCCESS) *failed = true;
     std::vector<cudaEvent_t> start(reps), stop(reps);
@@ -391,7 +401,7 @@ int main(int argc, char** argv) {
                         continue;
                     }
                     AB_CHECK(cudaMemset(data.o, 0xFF, data.elems * 2));  // NaN poison
-                    const hattn_status st = run(e, data.params(0, e.vt));
+                    const hattn_status st = run(e, data.params(0, e.vt, e.grid == Grid::kDynamic));
                     AB_CHECK(cudaDeviceSynchronize());
                     if (st != HATTN_SUCCESS) {
                         failures.push_back(e.name + " " + shapes[si].label() + ": " + hattn_status_string(st));

@@ -349,6 +349,14 @@ typedef struct hattn_fwd_fp8_params {
     float softmax_scale;      /* 0 selects the default 1/sqrt(head_dim) */
     int causal;               /* as in hattn_fwd_params (bottom-right) */
     unsigned flags;           /* 0 or HATTN_FWD_FP8_V_TRANSPOSED */
+
+    /* Optional (NULL: none), as hattn_fwd_params.workspace (one buffer may serve both forwards on
+     * a stream): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned, zero-filled
+     * before the first call and left zero-filled by every call. With it causal problems of >= 1k
+     * keys run on one thread block per SM that takes its tiles from a counter there, longest first
+     * (faster: bench/RESULTS.md run 47). schedule_workspace_size is its size in bytes. */
+    void* schedule_workspace;
+    size_t schedule_workspace_size;
 } hattn_fwd_fp8_params;
 
 /* hattn_fwd_fp8_params.flags: v is already V^T in the kernel's own layout, as

@@ -673,6 +673,9 @@ class Fp8Row:
     hattn_bf16_tflops: float | None = None
     hattn_e4m3_ms: float | None = None  # hattn_fwd_fp8 on inputs already in e4m3 (its V^T kernel included)
     hattn_e4m3_tflops: float | None = None
+    # --fp8-fixed-walk: the same call without the schedule workspace (causal shapes: the fixed tile walk)
+    hattn_e4m3_fixed_ms: float | None = None
+    hattn_e4m3_fixed_tflops: float | None = None
     prepass_ms: float | None = None  # hattn_fp8_prepass of q, k, v (bf16 -> e4m3 + block descales), alone
     prepass_gbps: float | None = None  # bytes read + written by the pre-pass / its time
     hattn_e4m3_e2e_tflops: float | None = None  # FLOPs / (pre-pass + FP8 forward)
@@ -948,8 +951,9 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
 
         # --- hattn bf16 ---
         out_bf16 = torch.empty_like(sets[0][0])
+        # The dynamic causal walk's counters (include/hattn.h), for both forwards on this stream.
+        ws = hattn.fwd_workspace_torch(device, torch.cuda.current_stream().cuda_stream) if case.causal else None
         try:
-            ws = hattn.fwd_workspace_torch(device, torch.cuda.current_stream().cuda_stream) if case.causal else None
             params = [hattn.fwd_params_torch(q, k, v, out_bf16, causal=case.causal, workspace=ws) for q, k, v in sets]
             run_bf16 = launcher(hattn.lib.hattn_fwd, params, "hattn_fwd")
             out_bf16.fill_(float("nan"))  # poison: a tile the kernel skips shows up in the check
@@ -978,11 +982,18 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
                 fwd_params = []
                 for outs in quantized:
                     p = hattn.fwd_fp8_params_torch(*outs, out_e4m3, None, workspace, causal=case.causal,
-                                                   v_transposed=vt)
+                                                   v_transposed=vt, schedule_workspace=ws)
                     hattn.check_fwd_fp8(p)
                     fwd_params.append(p)
                 run_prepass = launcher(hattn.lib.hattn_fp8_prepass, pre_params, "hattn_fp8_prepass")
                 run_e4m3 = launcher(hattn.lib.hattn_fwd_fp8, fwd_params, "hattn_fwd_fp8")
+                if args.fp8_fixed_walk and ws is not None:  # the A/B of the dynamic causal walk
+                    fixed_params = []
+                    for p in fwd_params:
+                        fixed = type(p).from_buffer_copy(p)
+                        fixed.schedule_workspace, fixed.schedule_workspace_size = None, 0
+                        fixed_params.append(fixed)
+                    runners["hattn_e4m3_fixed"] = launcher(hattn.lib.hattn_fwd_fp8, fixed_params, "hattn_fwd_fp8")
                 for i in range(len(sets)):
                     run_prepass(i)  # every set's e4m3 inputs (the timed pre-pass rewrites the same bytes)
                 out_e4m3.fill_(float("nan"))
@@ -1063,12 +1074,14 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
                 row.notes.append(f"{name}: host-bound ({host[name]:.0f} us/call to enqueue, GPU {1e3 * ms:.0f} us/call)")
         row.hattn_bf16_ms, row.hattn_e4m3_ms = best.get("hattn_bf16"), best.get("hattn_e4m3")
         row.prepass_ms, row.cudnn_fp8_ms = best.get("prepass"), best.get("cudnn_fp8")
+        row.hattn_e4m3_fixed_ms = best.get("hattn_e4m3_fixed")
         row.cudnn_host_us = host.get("cudnn_fp8")
 
         def tflops(ms):
             return None if ms is None else case.flops / (ms * 1e-3) / 1e12
         row.hattn_bf16_tflops, row.hattn_e4m3_tflops = tflops(row.hattn_bf16_ms), tflops(row.hattn_e4m3_ms)
         row.cudnn_fp8_tflops = tflops(row.cudnn_fp8_ms)
+        row.hattn_e4m3_fixed_tflops = tflops(row.hattn_e4m3_fixed_ms)
         if row.prepass_ms is not None:
             elements = b * s * h * d
             descale_bytes = 3 * b * h * -(-s // HATTN_FP8_BLOCK_ROWS) * 4
@@ -1085,7 +1098,8 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "compare_fp8.json").write_text(json.dumps(
             {"meta": {**meta, "partial": True}, "rows": [asdict(r) for r in fp8_table_order(rows)]}, indent=1))
-        print(f"    hattn bf16 {fmt(row.hattn_bf16_tflops)} e4m3 {fmt(row.hattn_e4m3_tflops)} (pre-pass "
+        fixed = f" (fixed walk {fmt(row.hattn_e4m3_fixed_tflops)})" if row.hattn_e4m3_fixed_tflops else ""
+        print(f"    hattn bf16 {fmt(row.hattn_bf16_tflops)} e4m3 {fmt(row.hattn_e4m3_tflops)}{fixed} (pre-pass "
               f"{fmt(row.prepass_ms, '.3f')} ms) cuDNN FP8 {fmt(row.cudnn_fp8_tflops)} TFLOPS; rel L2 vs SDPA: bf16 "
               f"{fmt(row.rel_l2_bf16, '.1e')} e4m3 {fmt(row.rel_l2_e4m3, '.1e')} cuDNN FP8 "
               f"{fmt(row.rel_l2_cudnn_fp8, '.1e')}; checks {row.check}/{row.peer_check}; cuDNN build "
@@ -1454,6 +1468,9 @@ def main() -> int:
     parser.add_argument("--fp8-v-rows", action="store_true",
                         help="fp8: the pre-pass writes V's rows and hattn_fwd_fp8 transposes them itself (its "
                              "V^T kernel timed in); default: the pre-pass writes V^T")
+    parser.add_argument("--fp8-fixed-walk", action="store_true",
+                        help="fp8: also time hattn_fwd_fp8 without its schedule workspace on causal shapes (the "
+                             "fixed tile walk; the A/B of the dynamic walk), column hattn_e4m3_fixed")
     parser.add_argument("--no-hadamard", dest="fp8_hadamard", action="store_false",
                         help="fp8: hattn's pre-pass without the random-sign Hadamard (quantization only)")
     parser.add_argument("--budget-s", type=float, default=0.0,

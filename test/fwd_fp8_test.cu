@@ -87,7 +87,14 @@ struct Case {
     int k_jump_log2 = 0;
     int section_heads = 0;  // > 0: tiles in sections of this many (head, batch) pairs (Fp8FwdArgs::section_heads)
     bool v_per_head = false;  // V quantized with one descale per (batch, head), as HATTN_FP8_PREPASS_V_PER_HEAD does
+    bool schedule = false;  // with a schedule workspace (causal >= 1k keys: the dynamic walk)
 };
+
+// c with a schedule workspace.
+Case scheduled(Case c) {
+    c.schedule = true;
+    return c;
+}
 
 // c with one V descale per head.
 Case v_per_head(Case c) {
@@ -124,6 +131,7 @@ std::string case_name(const Case& c) {
     if (c.k_jump_log2 > 0) name += "_kjump" + std::to_string(c.k_jump_log2);
     if (c.section_heads > 0) name += "_sections" + std::to_string(c.section_heads);
     if (c.v_per_head) name += "_vhead";
+    if (c.schedule) name += "_sched";
 #ifdef HATTN_FP8_VARIANTS
     if (c.variant > 0) name += std::string("_") + hattn::host::kFp8Variants[c.variant].name;
 #endif
@@ -218,10 +226,10 @@ struct Result {
     hattn_status status;
 };
 
-// Uploads, runs hattn_fwd_fp8 (or a variant, or either on at most grid_ctas CTAs) and downloads
-// O and LSE.
+// Uploads, runs hattn_fwd_fp8 (or a variant, or either on at most grid_ctas CTAs; with a
+// zero-filled schedule workspace, which it must leave zero-filled) and downloads O and LSE.
 void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const Fp8Host& v, const Layout& o_layout,
-             Result& r, int variant = 0, int grid_ctas = 0, int section_heads = 0) {
+             Result& r, int variant = 0, int grid_ctas = 0, int section_heads = 0, bool schedule = false) {
     auto upload = [](const void* src, size_t bytes, DeviceMemory& dst) {
         return cudaMemcpy(dst.ptr, src, bytes, cudaMemcpyHostToDevice);
     };
@@ -250,6 +258,13 @@ void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const F
     p.v_descale = static_cast<const float*>(dvs.ptr);
     p.workspace = dws.ptr;
     p.workspace_size = ws;
+    DeviceMemory dschedule(schedule ? hattn_fwd_workspace_size() : 0);
+    if (schedule) {
+        ASSERT_TRUE(dschedule.ptr);
+        HATTN_CUDA_CHECK(cudaMemset(dschedule.ptr, 0, hattn_fwd_workspace_size()));
+        p.schedule_workspace = dschedule.ptr;
+        p.schedule_workspace_size = hattn_fwd_workspace_size();
+    }
 #ifdef HATTN_FP8_VARIANTS
     if (variant > 0) r.status = hattn::host::fwd_fp8_variant(variant, &p, nullptr, grid_ctas);
 #else
@@ -267,6 +282,12 @@ void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const F
     r.lse.resize(lse_elems);
     HATTN_CUDA_CHECK(cudaMemcpy(r.o.data(), dout.ptr, o_elems * 2, cudaMemcpyDeviceToHost));
     HATTN_CUDA_CHECK(cudaMemcpy(r.lse.data(), dlse.ptr, lse_elems * 4, cudaMemcpyDeviceToHost));
+    if (schedule) {  // left zero-filled for the next call
+        std::vector<uint8_t> left(hattn_fwd_workspace_size());
+        HATTN_CUDA_CHECK(cudaMemcpy(left.data(), dschedule.ptr, left.size(), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(std::count(left.begin(), left.end(), uint8_t{0}), static_cast<std::ptrdiff_t>(left.size()))
+            << "the schedule workspace is not zero-filled after the call";
+    }
 }
 
 hattn_fwd_fp8_params params_for(const Case& c, const Layout& ql, const Layout& kl, const Layout& vl, const Layout& ol) {
@@ -342,7 +363,7 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     const Layout ol = layout_of(c.seqlen_q, c.heads_q, c.head_dim, c.strided, kOutSeqPad, kFp8BatchPad);
     hattn_fwd_fp8_params p = params_for(c, q.layout, k.layout, v.layout, ol);
     Result r;
-    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant, c.grid_ctas, c.section_heads));
+    ASSERT_NO_FATAL_FAILURE(run_fp8(p, q, k, v, ol, r, c.variant, c.grid_ctas, c.section_heads, c.schedule));
     const hattn::test::ReferenceResult ref = hattn::test::reference_attention_fp64(p, q.deq.data(), k.deq.data(), v.deq.data());
     double max_abs_v = 0;
     for (float x : v.deq) max_abs_v = std::max(max_abs_v, static_cast<double>(std::fabs(x)));
@@ -402,6 +423,20 @@ std::vector<Case> kernel_cases() {
         // accumulation stops taking the small ones (run 43a: rel L2 0.32 for the row sums chained
         // through P V's pad columns), so every sum the kernel chains across blocks must hold here.
         all.push_back({1, 1, 1, 64, 16384, false, false, HATTN_DTYPE_BF16, d});
+        // With a schedule workspace: causal problems of >= 1k keys on the dynamic walk (d256
+        // keeps the fixed walk, Config::kTileHandOff), tiles longest first across the causal
+        // sections, handed out to whichever CTA frees up: odd lengths, rows with no key, GQA,
+        // fp16 O and strides, the in-kernel V transpose (few query rows per KV head) and the
+        // transpose pass (many), many tiles per CTA; shorter causal problems and full masks
+        // ignore it. Each must leave the workspace zero-filled.
+        all.push_back(scheduled({2, 3, 3, 1031, 1100, true, false, HATTN_DTYPE_BF16, d}));
+        all.push_back(scheduled({2, 3, 3, 1100, 1031, true, true, HATTN_DTYPE_FP16, d}));
+        all.push_back(scheduled({1, 2, 1, 4097, 1000, true, false, HATTN_DTYPE_BF16, d}));   // rows with no key
+        all.push_back(scheduled({1, 2, 1, 17, 4097, true, false, HATTN_DTYPE_BF16, d}));
+        all.push_back(scheduled({1, 4, 1, 2049, 2049, true, false, HATTN_DTYPE_BF16, d}));   // MQA, transpose pass
+        all.push_back(scheduled(walked({1, 4, 2, 1100, 1100, true, false, HATTN_DTYPE_BF16, d}, 3)));  // 3 CTAs claim 36 tiles
+        all.push_back(scheduled({1, 4, 4, 300, 390, true, false, HATTN_DTYPE_BF16, d}));     // short: fixed walk
+        all.push_back(scheduled({2, 3, 1, 1031, 1100, false, false, HATTN_DTYPE_BF16, d}));  // full: ignored
     }
 #ifdef HATTN_FP8_VARIANTS
     // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:

@@ -43,6 +43,7 @@ struct Problem {
     SentinelBuffer ks{kBatch * kHeadsKv * sizeof(float)};
     SentinelBuffer vs{kBatch * kHeadsKv * sizeof(float)};
     SentinelBuffer ws{hattn_fwd_fp8_workspace_size(kBatch, kHeadsKv, kSeqK, kDim)};
+    SentinelBuffer schedule{hattn_fwd_workspace_size()};
 
     hattn_fwd_fp8_params params() const {
         hattn_fwd_fp8_params p = hattn_fwd_fp8_params_contiguous(
@@ -52,10 +53,12 @@ struct Problem {
         p.lse = reinterpret_cast<float*>(lse.data());
         p.workspace = ws.data();
         p.workspace_size = ws.bytes();
+        p.schedule_workspace = schedule.data();
+        p.schedule_workspace_size = schedule.bytes();
         p.causal = 1;
         return p;
     }
-    bool untouched() const { return hattn::test::all_intact({&q, &k, &v, &o, &lse, &qs, &ks, &vs, &ws}); }
+    bool untouched() const { return hattn::test::all_intact({&q, &k, &v, &o, &lse, &qs, &ks, &vs, &ws, &schedule}); }
 };
 
 using P = hattn_fwd_fp8_params;
@@ -145,6 +148,21 @@ std::vector<RejectCase> reject_cases() {
         {"WorkspaceMisaligned", [](P& p, S s) { p.workspace = s.ws.data() + 16; }, HATTN_ERROR_WORKSPACE,
          {"256-byte"}},
         {"WorkspaceTooSmall", [](P& p, S) { p.workspace_size -= 1; }, HATTN_ERROR_WORKSPACE, {"workspace_size"}},
+        // The optional schedule workspace, after the V^T workspace: aligned, large enough, inside
+        // the address space.
+        {"ScheduleWorkspaceMisaligned", [](P& p, S s) { p.schedule_workspace = s.schedule.data() + 8; },
+         HATTN_ERROR_WORKSPACE, {"schedule_workspace", "16-byte aligned"}},
+        {"ScheduleWorkspaceTooSmall", [](P& p, S) { p.schedule_workspace_size = hattn_fwd_workspace_size() - 1; },
+         HATTN_ERROR_WORKSPACE, {"schedule_workspace_size", "hattn_fwd_workspace_size()"}},
+        {"ScheduleWorkspaceAddressWraps",
+         [](P& p, S) { p.schedule_workspace = fake_pointer<void>(hattn::test::kTopOfAddressSpace + 0xF0); },
+         HATTN_ERROR_SIZE_OVERFLOW, {"schedule_workspace"}},
+        {"OrderWorkspaceBeforeScheduleWorkspace",
+         [](P& p, S s) {
+             p.workspace = nullptr;
+             p.schedule_workspace = s.schedule.data() + 8;
+         },
+         HATTN_ERROR_WORKSPACE, {"workspace is NULL"}},
         // Order: with several problems, the most basic one is reported.
         {"OrderNullBeforeHeadDim",
          [](P& p, S) {

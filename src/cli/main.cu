@@ -68,7 +68,7 @@ void print_help(FILE* out) {
                  "  --causal               bottom-right causal mask\n"
                  "  --scale X              softmax scale (default 1/sqrt(dim))\n"
                  "  --no-lse               fwd: do not request LSE\n"
-                 "  --no-workspace         fwd: no forward workspace (causal tiles then keep a fixed order)\n"
+                 "  --no-workspace         fwd (any dtype): no scheduler workspace (causal tiles keep a fixed order)\n"
                  "  --no-pingpong          ablation: HATTN_FWD_NO_PINGPONG (dim 128, bf16; bwd: its forward run)\n"
                  "  --no-intra-wg-overlap  ablation: HATTN_FWD_NO_INTRA_WG_OVERLAP (dim 128, bf16; bwd: its forward run)\n"
                  "  --deterministic        bwd: HATTN_BWD_DETERMINISTIC (bit-identical dQ from run to run)\n"

@@ -51,20 +51,6 @@ Failure check_ablation_flags(unsigned flags, const Shape& s) {
     return {};
 }
 
-// The optional workspace: NULL, or aligned and large enough (its contents are not read here).
-Failure check_fwd_workspace(const hattn_fwd_params& p) {
-    if (p.workspace == nullptr) return {};
-    if (reinterpret_cast<uintptr_t>(p.workspace) % hattn::fwd::kWorkspaceAlign != 0) {
-        return fail(HATTN_ERROR_WORKSPACE,
-                    format("workspace = %p is not %zu-byte aligned", p.workspace, hattn::fwd::kWorkspaceAlign));
-    }
-    if (p.workspace_size < hattn::fwd::kWorkspaceBytes) {
-        return fail(HATTN_ERROR_WORKSPACE, format("workspace_size = %zu bytes is less than hattn_fwd_workspace_size() = %zu",
-                                                  p.workspace_size, hattn::fwd::kWorkspaceBytes));
-    }
-    return check_byte_extent("workspace", p.workspace, static_cast<Int128>(hattn::fwd::kWorkspaceBytes));
-}
-
 Failure validate(const hattn_fwd_params* params) {
     if (params == nullptr) return fail(HATTN_ERROR_NULL_PARAMS, "params is NULL");
     const hattn_fwd_params& p = *params;
@@ -84,7 +70,7 @@ Failure validate(const hattn_fwd_params* params) {
                          [&] { return check_scale(p.softmax_scale); },
                          [&] { return check_unknown_flags(p.flags, kKnownFlags); },
                          [&] { return check_ablation_flags(p.flags, s); },
-                         [&] { return check_fwd_workspace(p); });
+                         [&] { return check_schedule_workspace("workspace", p.workspace, p.workspace_size); });
 }
 
 hattn::fwd::FwdArgs make_args(const hattn_fwd_params& p) {

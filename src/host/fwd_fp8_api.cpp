@@ -176,7 +176,9 @@ Failure validate(const hattn_fwd_fp8_params* params) {
                          [&] { return check_rows_do_not_overlap(s, v.out); },
                          [&] { return check_scale(p.softmax_scale); },
                          [&] { return check_unknown_flags(p.flags, kKnownFlags); },
-                         [&] { return check_workspace(p); });
+                         [&] { return check_workspace(p); },
+                         [&] { return check_schedule_workspace("schedule_workspace", p.schedule_workspace,
+                                                               p.schedule_workspace_size); });
 }
 
 fp8::Fp8FwdArgs make_args(const hattn_fwd_fp8_params& p) {
@@ -195,6 +197,7 @@ fp8::Fp8FwdArgs make_args(const hattn_fwd_fp8_params& p) {
     a.o_dtype = p.o_dtype == HATTN_DTYPE_BF16 ? hattn::fwd::Dtype::kBf16 : hattn::fwd::Dtype::kFp16;
     a.softmax_scale = resolved_scale(p.softmax_scale, p.head_dim);
     a.causal = p.causal != 0;
+    a.schedule_workspace = p.schedule_workspace;
     return a;
 }
 

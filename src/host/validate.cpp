@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/format.h"
+#include "kernels/fwd_args.h"
 
 namespace hattn::host {
 namespace {
@@ -245,6 +246,18 @@ Failure check_byte_extent(const char* name, const void* base, Int128 extent_byte
                            name));
     }
     return {};
+}
+
+Failure check_schedule_workspace(const char* name, const void* workspace, size_t size) {
+    if (workspace == nullptr) return {};
+    if (reinterpret_cast<uintptr_t>(workspace) % fwd::kWorkspaceAlign != 0) {
+        return fail(HATTN_ERROR_WORKSPACE, format("%s = %p is not %zu-byte aligned", name, workspace, fwd::kWorkspaceAlign));
+    }
+    if (size < fwd::kWorkspaceBytes) {
+        return fail(HATTN_ERROR_WORKSPACE,
+                    format("%s_size = %zu bytes is less than hattn_fwd_workspace_size() = %zu", name, size, fwd::kWorkspaceBytes));
+    }
+    return check_byte_extent(name, workspace, static_cast<Int128>(fwd::kWorkspaceBytes));
 }
 
 // Sufficient condition: with the dimensions ordered by stride, each stride is at least the span

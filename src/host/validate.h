@@ -108,6 +108,9 @@ Failure check_tma_limits_and_extents(const Shape& s, Tensors views);
 Failure check_lse_extent(const Shape& s, const char* name, const float* lse);
 // `extent_bytes` bytes from `base` stay inside int64 and the address space.
 Failure check_byte_extent(const char* name, const void* base, Int128 extent_bytes);
+// The forwards' optional scheduler workspace (hattn_fwd_workspace_size() bytes): NULL, or aligned and
+// large enough (its contents are not read here).
+Failure check_schedule_workspace(const char* name, const void* workspace, size_t size);
 // An output written by many thread blocks at once: no two (b, s, h) rows may share memory.
 Failure check_rows_do_not_overlap(const Shape& s, const TensorView& out);
 Failure check_scale(float softmax_scale);

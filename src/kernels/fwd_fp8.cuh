@@ -106,6 +106,25 @@ using namespace hattn::sm90;
 
 constexpr int kSharedAlign = 1024;
 constexpr int kMaxSharedBytes = 227 * 1024;
+
+// The tile walk (sm90::TileScheduler), as in the 16-bit forward (kernels/fwd_rules.h): with
+// Fp8FwdArgs::schedule_workspace, a causal problem of at least HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K
+// keys runs on a persistent grid whose producers claim tiles, longest first, from a counter (0
+// turns that off: the workspace is ignored; d256 keeps the fixed walk, Config::kTileHandOff). The producer announces each tile's index on an
+// mbarrier of its own before Q's TMA (HATTN_FWD_FP8_TILE_ANNOUNCE; 0: the index arrives with Q), so
+// the consumers read the tile's descales while Q loads.
+#ifndef HATTN_FWD_FP8_DYNAMIC_CAUSAL
+#define HATTN_FWD_FP8_DYNAMIC_CAUSAL 1
+#endif
+#ifndef HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K
+#define HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K 1024
+#endif
+#ifndef HATTN_FWD_FP8_TILE_ANNOUNCE
+#define HATTN_FWD_FP8_TILE_ANNOUNCE 1
+#endif
+constexpr bool kDynamicCausal = HATTN_FWD_FP8_DYNAMIC_CAUSAL != 0;
+constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
+constexpr bool kTileAnnounce = HATTN_FWD_FP8_TILE_ANNOUNCE != 0;
 // P in [0, 1] is computed and quantized as e4m3(P * 2^kPGainLog2): the power of two moves P's small
 // values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
 // nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
@@ -254,6 +273,11 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
+    // The producer hands each tile's index to the consumers (the dynamic walk needs it), except
+    // with Q in registers (d256): there the consumers hold 240 registers to the last, and the
+    // hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems keep
+    // the fixed walk.
+    static constexpr bool kTileHandOff = !Opt::kQInRegisters;
     static_assert(!Opt::kRowSumMma || (Opt::kLazyRescale && kDescaleGroups == 1),
                   "row sums on the tensor cores: the lazy path, one V descale per block (its 1 / v_ds)");
 };
@@ -270,6 +294,8 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<Cfg::kStages> v_ring;
     Ring<Cfg::kVRowStages> v_rows_ring;  // kTransposeV only
     uint32_t v_rows_end[Cfg::kVRowStages];  // kTransposeV: the walk's end, after its last V block
+    int tile_index[Cfg::kQStages];  // the tile each Q slot's Q belongs to (produce_forward_tiles)
+    uint64_t tile_announced[kTileAnnounce ? Cfg::kQStages : 1];  // kTileAnnounce (and hand-off): each index, before its Q
     typename Cfg::OnesTile ones;  // kRowSumMma only
 };
 
@@ -341,6 +367,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
     constexpr int kMmaK = E4m3::kMmaK;
     constexpr uint32_t kConsumerWarps = Cfg::kConsumers * kWarpgroupThreads / 32;
+    constexpr bool kAnnounce = kTileAnnounce && Cfg::kTileHandOff;
+    // (The claim's time matters to the dynamic walk only; on d256's fixed walk a late one spills.)
+    constexpr bool kClaimLate = kClaimAfterLoads && Cfg::kTileHandOff;
 
     extern __shared__ uint8_t smem_raw[];
     auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
@@ -361,35 +390,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.q_ring.init(kConsumerWarps);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps, Cfg::Opt::kTransposeV ? Cfg::kTransposeWarps : 1);
+        if constexpr (kAnnounce)
+            for (uint64_t& bar : smem.tile_announced) ptx::mbarrier_init(&bar, 1);
         if constexpr (Cfg::Opt::kTransposeV) {
             smem.v_rows_ring.init(Cfg::kTransposeWarps * 32);  // every transposer thread releases its reads
             for (int s = 0; s < Cfg::kVRowStages; ++s) smem.v_rows_end[s] = 0;
         }
     });
 
-    // Every CTA walks its tiles (TileScheduler::walk). Producer and consumers walk the same
-    // tiles and count K/V blocks and Q tiles the same way, which keeps every phase in step.
+    // The producer walks the tiles (TileScheduler: fixed passes or a dynamic counter) and sends
+    // each tile's index with its Q; the consumers count K/V blocks and Q tiles as it does, which
+    // keeps every phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
         ptx::setmaxnreg_dec<Cfg::kProducerRegs>();
         if (is_tma_issuer()) {
             if constexpr (Cfg::Opt::kTransposeV) {
-                const auto end = produce_forward_tiles<kBlockM, kBlockN, Cfg::VRowTile::kTxBytes>(
+                const auto end = produce_forward_tiles<kBlockM, kBlockN, Cfg::VRowTile::kTxBytes, kClaimLate>(
                     p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_rows_ring,
                     [&](int stage, uint64_t* full, const Tile& t, int key0) {
                         smem.v_rows[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);  // V's rows, like K's
-                    });
+                    }, Cfg::kTileHandOff ? smem.tile_index : nullptr, kAnnounce ? smem.tile_announced : nullptr);
                 // The walk's end for the transposers (so they need not walk the tiles themselves):
                 // one more staging slot, with no bytes and its flag set before the arrival.
                 smem.v_rows_ring.producer_wait_empty(end);
                 smem.v_rows_end[end.stage] = 1;
                 smem.v_rows_ring.producer_commit(end);
             } else {
-                produce_forward_tiles<kBlockM, kBlockN, Cfg::VtTile::kTxBytes>(
+                produce_forward_tiles<kBlockM, kBlockN, Cfg::VtTile::kTxBytes, kClaimLate>(
                     p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_ring,
                     [&](int stage, uint64_t* full, const Tile& t, int key0) {
                         smem.vt[stage].load_at(&tmap_v, full, key0, 0, t.kv_head, t.batch);  // V^T: columns are keys
-                    });
+                    }, Cfg::kTileHandOff ? smem.tile_index : nullptr, kAnnounce ? smem.tile_announced : nullptr);
             }
         } else if constexpr (Cfg::Opt::kTransposeV) {
             if (threadIdx.x / 32 > 0) {
@@ -517,8 +549,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // on a consumer's barrier, the arriving consumer waits for a hand-over that follows that
         // wait.)
         if (Opt::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
-        for (int pass = 0; p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks);
-             ++pass) {
+        for (int pass = 0;; ++pass) {
+            // Which tile it is (past the last: done), announced ahead of its Q or with it. Lane 0
+            // reads the index, the lane that later releases the Q slot (so the read is ordered
+            // before the producer's next write), and hands it to its warp.
+            if constexpr (Cfg::kTileHandOff) {
+                if constexpr (kAnnounce) ptx::mbarrier_wait(&smem.tile_announced[q_state.stage], q_state.phase);
+                else smem.q_ring.consumer_wait(q_state);
+                const int index = __shfl_sync(0xffffffffu, me.lane == 0 ? smem.tile_index[q_state.stage] : 0, 0);
+                if (!p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, t, m0, n_blocks)) break;
+            } else if (!p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks)) {
+                break;
+            }
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             // Descales of this slice of Q and of the KV blocks of this head.
@@ -847,6 +889,8 @@ inline bool check_args(const Fp8FwdArgs& a, std::string* error) {
     if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
     if (!(a.softmax_scale > 0.f) || std::isinf(a.softmax_scale)) return fail("softmax_scale must be resolved, > 0");
     if (a.grid_ctas < 0) return fail("grid_ctas must be >= 0 (0: automatic)");
+    if (reinterpret_cast<uintptr_t>(a.schedule_workspace) % fwd::kWorkspaceAlign != 0)
+        return fail("schedule_workspace must be 16-byte aligned");
     return true;
 }
 
@@ -915,13 +959,19 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
         return cudaErrorInvalidValue;
     }
     p.scale = a.softmax_scale;
+    // Causal with a workspace: the dynamic walk on a persistent grid (kDynamicCausal).
+    const bool dynamic = Cfg::kTileHandOff && a.causal && kDynamicCausal && a.schedule_workspace != nullptr &&
+                         a.seqlen_k >= kDynamicCausalMinSeqlenK;
+    static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= fwd::kWorkspaceBytes, "the workspace holds the counters");
+    if (dynamic) p.scheduler.tile_counter = static_cast<int32_t*>(a.schedule_workspace);
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
     // Persistent for short keys: +15-23% at 512, +5-14% at 2k, +2-10% at 4k (RESULTS run 33d).
     int ctas = 0;
     const char* what = "querying the SM count";
-    rc = p.scheduler.grid_ctas(a.grid_ctas, a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
+    rc = p.scheduler.grid_ctas(a.grid_ctas,
+                               dynamic || a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
     if (rc == cudaSuccess) {
         what = "kernel launch";
         rc = launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {

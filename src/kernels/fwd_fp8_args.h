@@ -60,6 +60,10 @@ struct Fp8FwdArgs {
                                 // when tiles are short); N > 0 = at most N, walking the tiles
     int section_heads = 0;      // (head, batch) pairs per tile-order section (sm90::TileScheduler):
                                 // 0 = automatic, N > 0 = N (A/B runs)
+    void* schedule_workspace = nullptr;  // optional: fwd::kWorkspaceBytes of zero-filled device memory
+                                // (aligned to fwd::kWorkspaceAlign), left zero-filled by every call;
+                                // with it causal problems take their tiles from a counter
+                                // (kDynamicCausalMinSeqlenK, fwd_fp8.cuh)
 };
 
 // V^T's row length (keys) and its byte size.

@@ -679,6 +679,17 @@ def build_fwd_fp8_cases() -> list[Case]:
         return p
     add("workspace_one_byte_short", workspace_short, E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
     add("workspace_size_0", setter(workspace_size=0), E.HATTN_ERROR_WORKSPACE, ws, claim_workspace=False)
+
+    # ---- the optional schedule workspace (hattn_fwd_workspace_size() bytes, 16-byte aligned) ----
+    sched_size = lambda lib: lib.fwd_workspace_size()  # noqa: E731
+    add("schedule_workspace_not_16_bytes",
+        lambda lib, p, b, s: setter(schedule_workspace=b.o + 8, schedule_workspace_size=sched_size(lib))(lib, p, b, s),
+        E.HATTN_ERROR_WORKSPACE, field_word("schedule_workspace"))
+    add("schedule_workspace_too_small",
+        lambda lib, p, b, s: setter(schedule_workspace=b.o, schedule_workspace_size=sched_size(lib) - 1)(lib, p, b, s),
+        E.HATTN_ERROR_WORKSPACE, field_word("schedule_workspace_size"))
+    add("schedule_workspace_past_address_space", setter(schedule_workspace=2**64 - 16, schedule_workspace_size=16),
+        E.HATTN_ERROR_SIZE_OVERFLOW, field_word("schedule_workspace"))
     return cases
 
 

@@ -225,18 +225,22 @@ class HattnFwdFp8Params(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("causal", ctypes.c_int),
         ("flags", ctypes.c_uint),
+        ("schedule_workspace", ctypes.c_void_p),  # optional: the dynamic causal scheduler's counters
+        ("schedule_workspace_size", ctypes.c_size_t),
     ]
 
 
 # x86-64: nine 8-byte pointers (0..71), size_t workspace_size (72..79), six ints (80..103; 104 is
-# 8-aligned), twelve int64 strides (104..199), o_dtype/scale/causal/flags (200..215). Size 216, a
-# multiple of 8. Confirmed with gcc: offsetof/sizeof on include/hattn.h.
-EXPECTED_FWD_FP8_SIZE = 216
+# 8-aligned), twelve int64 strides (104..199), o_dtype/scale/causal/flags (200..215), the schedule
+# workspace pointer (216..223) and its size_t size (224..231). Size 232, a multiple of 8. Confirmed
+# with gcc: offsetof/sizeof on include/hattn.h.
+EXPECTED_FWD_FP8_SIZE = 232
 EXPECTED_FWD_FP8_OFFSETS = {
     **{name: 8 * i for i, name in enumerate(("q", "k", "v", "o", "lse", "q_descale", "k_descale", "v_descale",
                                              "workspace", "workspace_size"))},
     **_shape_and_stride_offsets(80, "q", "k", "v", "o"),
-    "o_dtype": 200, "softmax_scale": 204, "causal": 208, "flags": 212,
+    "o_dtype": 200, "softmax_scale": 204, "causal": 208, "flags": 212, "schedule_workspace": 216,
+    "schedule_workspace_size": 224,
 }
 
 # Every mirrored struct: (C name, ctypes mirror, x86-64 offsets, x86-64 size).
@@ -873,12 +877,13 @@ class Hattn:
 
     def fwd_fp8_params_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, o, lse, workspace, *,
                              causal: bool = False, softmax_scale: float = 0.0, v_transposed: bool = False,
-                             address=None) -> HattnFwdFp8Params:
+                             address=None, schedule_workspace=None) -> HattnFwdFp8Params:
         """hattn_fwd_fp8_params for these tensors: q8, k8, v8 float8_e4m3fn [b, s, h, d]; descales
         fp32 [b, h, ceil(s / 128)], contiguous; o bf16/fp16 of q8's shape; lse fp32 [b, heads_q, s_q]
         or None; workspace a uint8 tensor whose size in bytes becomes workspace_size.
         v_transposed: v8 is V^T from the pre-pass ([b, h_kv, d, vt_keys(s_k)], contiguous;
-        HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass, and workspace may be None."""
+        HATTN_FWD_FP8_V_TRANSPOSED): no transpose pass, and workspace may be None.
+        schedule_workspace: None or a zero-filled uint8 tensor (fwd_workspace_torch)."""
         address = address or _data_ptr
         b, sq, hq, d = _check_bshd({"q8": q8}, "q8")
         _, sk, hkv, _ = _check_bshd({"k8": k8} if v_transposed else {"k8": k8, "v8": v8}, "k8", batch=b, head_dim=d)
@@ -908,6 +913,9 @@ class Hattn:
             _set_strides(p, name, t)
         p.o_dtype, p.softmax_scale, p.causal = o_code, softmax_scale, int(bool(causal))
         p.flags = HATTN_FWD_FP8_V_TRANSPOSED if v_transposed else 0
+        if schedule_workspace is not None:
+            p.schedule_workspace = address(schedule_workspace)
+            p.schedule_workspace_size = schedule_workspace.numel() * schedule_workspace.element_size()
         return p
 
     def check_fp8_prepass(self, params: HattnFp8PrepassParams) -> None:
@@ -957,7 +965,8 @@ class Hattn:
                       workspace=None, v_transposed: bool = False, stream: int | None = None):
         """(o, lse or None) of the FP8 forward on the current stream of q8's device; o is out_dtype
         (bf16 default) and contiguous unless out is given; the workspace is allocated unless given
-        (none is needed with v_transposed: v8 is then V^T from fp8_prepass_torch(..., v_transposed=True))."""
+        (none is needed with v_transposed: v8 is then V^T from fp8_prepass_torch(..., v_transposed=True)).
+        Causal calls also pass the stream's scheduler workspace (fwd_workspace_torch, as fwd_torch)."""
         import torch
 
         self._need_fp8()
@@ -973,6 +982,12 @@ class Hattn:
         self.check_fwd_fp8(p)
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
                       **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))
+        if causal:  # the dynamic causal walk
+            with torch.cuda.device(q8.device):
+                s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+                schedule = self.fwd_workspace_torch(q8.device, s)
+            if schedule is not None:
+                p.schedule_workspace, p.schedule_workspace_size = schedule.data_ptr(), schedule.numel()
         self._launch("hattn_fwd_fp8", self.lib.hattn_fwd_fp8, self.lib.hattn_fwd_fp8_validate, p, q8.device, stream)
         return out, lse
 
