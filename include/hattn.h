@@ -100,7 +100,8 @@ typedef struct hattn_fwd_params {
     size_t workspace_size;
 } hattn_fwd_params;
 
-/* Bytes of the forward's optional workspace (hattn_fwd_params.workspace); call it rather than
+/* Bytes of the forwards' optional scheduler workspace (hattn_fwd_params.workspace,
+ * hattn_fwd_fp8_params.schedule_workspace); call it rather than
  * hard-coding the value, which may grow in a later version. */
 HATTN_API size_t hattn_fwd_workspace_size(void);
 
