@@ -59,7 +59,7 @@ class Kernel:
 # Vendoring only these instead of all of ptx/wgmma_instr.cuh (every N, fp8 too) keeps it small.
 # scripts/check_vendored.sh compiles an example that instantiates every head dim of each launcher:
 # an N missing here fails there, naming the N to add (derived from the PTX of a probe).
-#   fwd: S = Q K^T at N = kBlockN (128; 176 at d128 with long keys; 80 at d256), O += P V at N = head_dim.
+#   fwd: S = Q K^T at N = kBlockN (128; 176 at d128 with long keys; 64 at d256), O += P V at N = head_dim.
 #   bwd: S^T = K Q^T and dP^T = V dO^T at N = the query block, dV += P^T dO and dK += dS^T Q at
 #        N = head_dim (64, 128, 256), dQ^T += K^T dS^T in slices; 32 is kept for smaller slices.
 #   fp8_prepass: no GEMM. fwd_fp8: S = Q K^T at N = kBlockN (128; 64 at d256), O += P V at
@@ -67,7 +67,7 @@ class Kernel:
 #        wrappers too, so those come along at the same N).
 KERNELS = {
     "fwd": Kernel("src/kernels/fwd.cuh", "hattn::fwd::launch_fwd_head_dim", "hattn::fwd::FwdArgs", (64, 128, 256),
-                  (64, 80, 128, 176, 256), "HATTN_VENDORED_FWD", "forward"),
+                  (64, 128, 176, 256), "HATTN_VENDORED_FWD", "forward"),
     "bwd": Kernel("src/kernels/bwd.cuh", "hattn::bwd::launch_bwd_head_dim", "hattn::bwd::BwdArgs", (64, 128, 256),
                   (32, 64, 128, 256), "HATTN_VENDORED_BWD", "backward"),
     "fp8_prepass": Kernel("src/kernels/fp8_prepass.cuh", "hattn::fp8::launch_fp8_prepass_head_dim",

@@ -74,7 +74,7 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // Defaults per head dim. O takes d/2 fp32 registers per thread and S takes kBlockN/2, so wider
 // head dims get narrower KV blocks to stay inside the register and 227 KB shared-memory budgets.
 constexpr int default_consumers(int head_dim) { return head_dim <= 64 ? HATTN_FWD_D64_CONSUMERS : 2; }
-constexpr int default_block_n(int head_dim) { return head_dim <= 64 ? HATTN_FWD_D64_BLOCK_N : head_dim <= 128 ? 128 : 80; }
+constexpr int default_block_n(int head_dim) { return head_dim <= 64 ? HATTN_FWD_D64_BLOCK_N : head_dim <= 128 ? 128 : HATTN_FWD_D256_BLOCK_N; }
 constexpr int default_stages(int head_dim) { return head_dim <= 64 ? HATTN_FWD_D64_STAGES : 2; }
 
 template <int kHeadDim_, class Elem_, bool kPingPong_ = true, bool kIntraWgOverlap_ = true,

@@ -47,10 +47,10 @@
 // 1: the producer announces each tile's index on an mbarrier of its own as soon as it holds the
 // tile's Q slot, before Q's TMA lands, so the consumers set the tile up (its rows, mask bounds,
 // zeroed O, softmax state) while Q loads; 0: the index arrives with Q and the set-up waits for it
-// (short shapes -1 to -5% against the tree before the index hand-off, bench/RESULTS.md run 46d).
-// An A/B option until measured.
+// (short shapes lost 1-5% to that, run 46d). Announced: +1-2% at d64 causal 512-1k, +0.5-1% at
+// d128/d256 up to 4k, level (-0.2%) at d64 4k-16k (bench/RESULTS.md run 47b, H100).
 #ifndef HATTN_FWD_TILE_ANNOUNCE
-#define HATTN_FWD_TILE_ANNOUNCE 0
+#define HATTN_FWD_TILE_ANNOUNCE 1
 #endif
 
 // 1: the forward launches with programmatic stream serialization (PDL, an A/B option: off until
@@ -104,6 +104,13 @@ constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE !=
 #endif
 #ifndef HATTN_FWD_D64_BLOCK_N
 #define HATTN_FWD_D64_BLOCK_N 128
+#endif
+
+// d = 256's KV block width: 64 keys measured +0.7-0.8% over 80 at 512-8k (causal 512 +1.7%, full 1k
+// -1.5%; bench/RESULTS.md run 47c, H100). Narrower blocks mask less of the causal diagonal; why
+// full masks gain too has not been measured.
+#ifndef HATTN_FWD_D256_BLOCK_N
+#define HATTN_FWD_D256_BLOCK_N 64
 #endif
 
 // d = 64's K/V ring depth and whether its warpgroups overlap their own softmax with their PV GEMM
