@@ -1,26 +1,44 @@
 #!/usr/bin/env bash
-# The 16-bit forward's quick check on a GPU host, from the repository root (for a change to the
-# forward kernel or its scheduler, before the whole suite):
+# A forward's quick check on a GPU host, from the repository root (for a change to a forward kernel
+# or its scheduler, before the whole suite):
 #
-#   OUT=/some/dir bash scripts/gpu_fwd_check.sh
+#   OUT=/some/dir bash scripts/gpu_fwd_check.sh                 # the 16-bit forward
+#   OUT=/some/dir FORWARD=fp8 bash scripts/gpu_fwd_check.sh     # the FP8 (e4m3) forward
 #
-# Configures build/ as CI does (scripts/configure.sh), builds the forward's targets with every core,
-# then, each step under its own timeout:
-#   tests     fwd_test (every case, two shards at once), host_fwd_validation_test, host_sm90_blocks_test
-#   sanitize  compute-sanitizer memcheck, racecheck and synccheck (all at once) on fwd_test cases
-#             matching SANITIZE_FILTER (default: the workspace cases -- the dynamic causal walk -- at
-#             every head dim on small shapes, and one with many tiles per thread block), and on
-#             `hattn fwd` causal runs with and without the workspace on a persistent grid
+# Configures build/ as CI does (scripts/configure.sh), builds that forward's targets with every
+# core, then, each step under its own timeout:
+#   tests     fwd_test (two shards at once), host_fwd_validation_test, host_sm90_blocks_test; or with
+#             FORWARD=fp8 fwd_fp8_test (four shards: its float64 reference is CPU-bound),
+#             host_fwd_fp8_validation_test
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck (all at once) on the test cases
+#             matching SANITIZE_FILTER and on causal `hattn fwd` runs on a persistent grid with and
+#             without the scheduler workspace. Default filters: the cases with a workspace (the
+#             dynamic causal walk) at every head dim on small shapes -- 16-bit: 1031 x 1100 keys
+#             both ways and one with many tiles per thread block; FP8: 1031 x 1100 with the
+#             in-kernel V transpose and three CTAs claiming 36 tiles
 # Writes $OUT/summary.txt (printed last) and $OUT/logs.tgz.
-# Environment: OUT (./gpu_fwd_check_out), JOBS (nproc), BUDGET_S (300), STEPS ("tests sanitize").
+# Environment: FORWARD (bf16 | fp8), OUT (./gpu_fwd_check_out), JOBS (nproc), BUDGET_S (300),
+#   STEPS ("tests sanitize"), SANITIZE_FILTER.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
+FORWARD=${FORWARD:-bf16}
 OUT=${OUT:-gpu_fwd_check_out}
 JOBS=${JOBS:-$(nproc)}
 BUDGET_S=${BUDGET_S:-300}
 STEPS=${STEPS:-tests sanitize}
-SANITIZE_FILTER=${SANITIZE_FILTER:-'Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*'}
+case "$FORWARD" in
+  bf16)
+    TEST=fwd_test SHARDS=2 HOST_TESTS="host_fwd_validation_test host_sm90_blocks_test"
+    CLI_ARGS=(--dim 64)
+    DEFAULT_FILTER='Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*' ;;
+  fp8)
+    TEST=fwd_fp8_test SHARDS=4 HOST_TESTS="host_fwd_fp8_validation_test"
+    CLI_ARGS=(--dtype e4m3 --dim 128)
+    DEFAULT_FILTER='Cases/Fp8Kernel.*/b2_hq3_hkv3_sq1031_sk1100_d*_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1100_sk1100_d*_causal_bf16_ctas3_sched' ;;
+  *) echo "gpu_fwd_check.sh: FORWARD='$FORWARD' is not bf16 or fp8" >&2; exit 2 ;;
+esac
+SANITIZE_FILTER=${SANITIZE_FILTER:-$DEFAULT_FILTER}
 RESERVE_S=5
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -34,27 +52,25 @@ step() { [[ " $STEPS " == *" $1 "* ]]; }
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh  # limit, record, run
 
+# shellcheck disable=SC2086  # HOST_TESTS is a list of target names
 run build 200 bash -c "bash scripts/configure.sh >/dev/null && cmake --build build -j $JOBS --target \
-  fwd_test host_fwd_validation_test host_sm90_blocks_test hattn_cli hattn_shared"
+  $TEST $HOST_TESTS hattn_cli hattn_shared"
 T=build/test
 if grep -q '^build .*PASS' "$STATUS"; then
   if step tests; then
     lim=$(limit 150)
     t0=$SECONDS
     spids=()
-    for s in 0 1; do
-      GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$s timeout -k 5 "$lim" "$T/fwd_test" >"$LOGS/fwd_test_$s.log" 2>&1 &
+    for s in $(seq 0 $((SHARDS - 1))); do
+      GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$s timeout -k 5 "$lim" "$T/$TEST" >"$LOGS/${TEST}_$s.log" 2>&1 &
       spids+=($!)
     done
     rc=0
     for pid in "${spids[@]}"; do wait "$pid" || rc=$?; done
-    total() { cat "$LOGS"/fwd_test_*.log | grep -oE "^\[  $1 *\] [0-9]+" | awk '{ n += $NF } END { print n + 0 }'; }
-    passed=$(total PASSED)
-    skipped=$(total SKIPPED)
-    failed=$(cat "$LOGS"/fwd_test_*.log | grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$')
-    record fwd_test "$([ "$rc" -eq 0 ] && echo PASS || echo "FAIL (rc $rc)"): ${passed:-0} passed, $failed failed, ${skipped:-0} skipped" $((SECONDS - t0))
-    run host_fwd_validation_test 20 "$T/host_fwd_validation_test"
-    run host_sm90_blocks_test 20 "$T/host_sm90_blocks_test"
+    total() { cat "$LOGS/${TEST}"_*.log | grep -oE "^\[  $1 *\] [0-9]+" | awk '{ n += $NF } END { print n + 0 }'; }
+    failed=$(cat "$LOGS/${TEST}"_*.log | grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$')
+    record "$TEST" "$([ "$rc" -eq 0 ] && echo PASS || echo "FAIL (rc $rc)"): $(total PASSED) passed, $failed failed, $(total SKIPPED) skipped" $((SECONDS - t0))
+    for host_test in $HOST_TESTS; do run "$host_test" 20 "$T/$host_test"; done
   fi
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if step sanitize && [ -x "$SAN" ]; then
@@ -62,11 +78,11 @@ if grep -q '^build .*PASS' "$STATUS"; then
     t0=$SECONDS
     pids=()
     for tool in memcheck racecheck synccheck; do
-      timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 "$T/fwd_test" --gtest_filter="$SANITIZE_FILTER" \
-        >"$LOGS/san_fwd_test_$tool.log" 2>&1 & pids+=("$!:fwd_test_$tool")
+      timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 "$T/$TEST" --gtest_filter="$SANITIZE_FILTER" \
+        >"$LOGS/san_${TEST}_$tool.log" 2>&1 & pids+=("$!:${TEST}_$tool")
       for ws in "" --no-workspace; do
-        timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 build/bin/hattn fwd --batch 4 --heads 40 \
-          --seqlen 1100 --dim 64 --causal --no-verify --iters 0 --warmup 0 $ws \
+        timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 build/bin/hattn fwd "${CLI_ARGS[@]}" --batch 4 \
+          --heads 40 --seqlen 1100 --causal --no-verify --iters 0 --warmup 0 $ws \
           >"$LOGS/san_cli_${tool}${ws:+_nows}.log" 2>&1 & pids+=("$!:cli_${tool}${ws:+_nows}")
       done
     done
@@ -80,9 +96,9 @@ if grep -q '^build .*PASS' "$STATUS"; then
 fi
 
 {
-  echo "== hattn forward check on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u '+%Y-%m-%d %H:%M UTC'), ${SECONDS} s"
+  echo "== hattn $FORWARD forward check on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u '+%Y-%m-%d %H:%M UTC'), ${SECONDS} s"
   cat "$STATUS"
-  grep -hE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS"/fwd_test_*.log 2>/dev/null | head -20
+  grep -hE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$LOGS/${TEST}"_*.log 2>/dev/null | head -20
   grep -q '^build .*PASS' "$STATUS" || tail -40 "$LOGS/build.log"
 } >"$OUT/summary.txt"
 tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
