@@ -57,7 +57,9 @@
 //     ratio of two descales is in fp32; descales come from amax / 448 of real data, so their
 //     ratios stay far from fp32's range limits.
 //   * Grid: without a mask one persistent CTA per SM walking the tiles; causal, the same for short
-//     keys and one CTA per tile past kPersistentCausalMaxSeqlenK. On a walk the schedule runs on
+//     keys and one CTA per tile past kPersistentCausalMaxSeqlenK, or with a schedule workspace,
+//     from kDynamicCausalMinSeqlenK keys on, one CTA per SM claiming tiles from a counter
+//     (+2-6% at d64/d128 2k-16k over those, bench/RESULTS.md run 47a). On a walk the schedule runs on
 //     across tile boundaries as in the 16-bit forward: the ping-pong turn passes straight to the
 //     next tile, Q is freed after the last QK^T into one of two slots, and the O store's read wait
 //     moves to the next epilogue.
