@@ -113,8 +113,7 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
-    int tile_index[Cfg::kQStages];  // the tile each Q slot's Q belongs to (produce_forward_tiles)
-    uint64_t tile_announced[kTileAnnounce ? Cfg::kQStages : 1];  // kTileAnnounce: each index, before its Q
+    TileHandOff<Cfg::kQStages, kTileAnnounce> hand_off;  // each Q slot's tile index (produce_forward_tiles)
 };
 
 template <class Cfg>  // + slack to align the base
@@ -160,8 +159,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.q_ring.init(kConsumerWarps);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps);
-        if constexpr (kTileAnnounce)
-            for (uint64_t& bar : smem.tile_announced) ptx::mbarrier_init(&bar, 1);
+        smem.hand_off.init();
     });
     if constexpr (kProgrammaticLaunch) {  // (fwd_rules.h) nothing above touched global memory
         ptx::griddepcontrol_wait();
@@ -178,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             produce_forward_tiles<kBlockM, kBlockN, Cfg::KvTile::kTxBytes, kClaimAfterLoads>(
                 p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_ring, [&](int stage, uint64_t* full, const Tile& t, int key0) {
                     smem.v[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);
-                }, smem.tile_index, kTileAnnounce ? smem.tile_announced : nullptr);
+                }, &smem.hand_off);
         }
     } else {
         // ================================ consumers ===============================
@@ -240,12 +238,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (Cfg::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
 
         for (;;) {
-            // Which tile it is (past the last: done): with Q, or announced ahead of it.
-            if constexpr (kTileAnnounce) ptx::mbarrier_wait(&smem.tile_announced[q_state.stage], q_state.phase);
-            else smem.q_ring.consumer_wait(q_state);
-            // Lane 0 reads the tile index, the lane that later releases the slot (so the read is
-            // ordered before the producer's next write), and hands it to its warp.
-            const int index = __shfl_sync(0xffffffffu, me.lane == 0 ? smem.tile_index[q_state.stage] : 0, 0);
+            // Which tile it is (past the last: done): announced ahead of its Q, or with it.
+            const int index = smem.hand_off.consumer_index(smem.q_ring, q_state, me.lane);
             if (!p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, t, m0, n_blocks)) break;
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.

@@ -296,8 +296,7 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<Cfg::kStages> v_ring;
     Ring<Cfg::kVRowStages> v_rows_ring;  // kTransposeV only
     uint32_t v_rows_end[Cfg::kVRowStages];  // kTransposeV: the walk's end, after its last V block
-    int tile_index[Cfg::kQStages];  // the tile each Q slot's Q belongs to (produce_forward_tiles)
-    uint64_t tile_announced[kTileAnnounce ? Cfg::kQStages : 1];  // kTileAnnounce (and hand-off): each index, before its Q
+    TileHandOff<Cfg::kQStages, kTileAnnounce && Cfg::kTileHandOff> hand_off;  // kTileHandOff: each Q slot's tile index
     typename Cfg::OnesTile ones;  // kRowSumMma only
 };
 
@@ -369,7 +368,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kHeadDim = Cfg::kHeadDim;
     constexpr int kMmaK = E4m3::kMmaK;
     constexpr uint32_t kConsumerWarps = Cfg::kConsumers * kWarpgroupThreads / 32;
-    constexpr bool kAnnounce = kTileAnnounce && Cfg::kTileHandOff;
     // (The claim's time matters to the dynamic walk only; on d256's fixed walk a late one spills.)
     constexpr bool kClaimLate = kClaimAfterLoads && Cfg::kTileHandOff;
 
@@ -392,8 +390,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         smem.q_ring.init(kConsumerWarps);
         smem.k_ring.init(kConsumerWarps);
         smem.v_ring.init(kConsumerWarps, Cfg::Opt::kTransposeV ? Cfg::kTransposeWarps : 1);
-        if constexpr (kAnnounce)
-            for (uint64_t& bar : smem.tile_announced) ptx::mbarrier_init(&bar, 1);
+        smem.hand_off.init();
         if constexpr (Cfg::Opt::kTransposeV) {
             smem.v_rows_ring.init(Cfg::kTransposeWarps * 32);  // every transposer thread releases its reads
             for (int s = 0; s < Cfg::kVRowStages; ++s) smem.v_rows_end[s] = 0;
@@ -412,7 +409,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_rows_ring,
                     [&](int stage, uint64_t* full, const Tile& t, int key0) {
                         smem.v_rows[stage].load(&tmap_v, full, key0, t.kv_head, t.batch);  // V's rows, like K's
-                    }, Cfg::kTileHandOff ? smem.tile_index : nullptr, kAnnounce ? smem.tile_announced : nullptr);
+                    }, Cfg::kTileHandOff ? &smem.hand_off : nullptr);
                 // The walk's end for the transposers (so they need not walk the tiles themselves):
                 // one more staging slot, with no bytes and its flag set before the arrival.
                 smem.v_rows_ring.producer_wait_empty(end);
@@ -423,7 +420,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     p.scheduler, p.mask, smem, &tmap_q, &tmap_k, smem.v_ring,
                     [&](int stage, uint64_t* full, const Tile& t, int key0) {
                         smem.vt[stage].load_at(&tmap_v, full, key0, 0, t.kv_head, t.batch);  // V^T: columns are keys
-                    }, Cfg::kTileHandOff ? smem.tile_index : nullptr, kAnnounce ? smem.tile_announced : nullptr);
+                    }, Cfg::kTileHandOff ? &smem.hand_off : nullptr);
             }
         } else if constexpr (Cfg::Opt::kTransposeV) {
             if (threadIdx.x / 32 > 0) {
@@ -552,13 +549,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // wait.)
         if (Opt::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
         for (int pass = 0;; ++pass) {
-            // Which tile it is (past the last: done), announced ahead of its Q or with it. Lane 0
-            // reads the index, the lane that later releases the Q slot (so the read is ordered
-            // before the producer's next write), and hands it to its warp.
+            // Which tile it is (past the last: done): announced ahead of its Q, or with it.
             if constexpr (Cfg::kTileHandOff) {
-                if constexpr (kAnnounce) ptx::mbarrier_wait(&smem.tile_announced[q_state.stage], q_state.phase);
-                else smem.q_ring.consumer_wait(q_state);
-                const int index = __shfl_sync(0xffffffffu, me.lane == 0 ? smem.tile_index[q_state.stage] : 0, 0);
+                const int index = smem.hand_off.consumer_index(smem.q_ring, q_state, me.lane);
                 if (!p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, t, m0, n_blocks)) break;
             } else if (!p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks)) {
                 break;

@@ -24,8 +24,7 @@
 // longest-first order brings a persistent grid within 0-3% of the ideal finish, where the fixed
 // passes leave 3-6% (in the sections' order 6-60%: a model of n_blocks per tile, bench/RESULTS.md
 // run 46). That needs the claim late in the current tile (kClaimAfterLoads). The producer thread
-// claims; the tile index travels to the consumers with Q (produce_forward_tiles below puts it in
-// the Q slot with Ring::producer_acquire_with). The CTA that finishes last zeroes the counter, so
+// claims; the tile index travels to the consumers with Q's slot (TileHandOff below). The CTA that finishes last zeroes the counter, so
 // the next launch on the stream finds it as the first one did.
 #pragma once
 
@@ -177,23 +176,50 @@ struct TileScheduler {
     }
 };
 
+// How each tile's index travels from the producer (produce_forward_tiles) to the consumers: one
+// int per Q slot, written once the slot is free. With kAnnounce a one-arrival mbarrier per Q slot
+// is arrived on right after that write, before Q's TMA is issued, so the consumers set the tile up
+// while Q's bytes land; without it they read the index once Q has landed.
+template <int kQStages, bool kAnnounce_>
+struct TileHandOff {
+    static constexpr bool kAnnounce = kAnnounce_;
+    int index[kQStages];
+    uint64_t announced[kAnnounce ? kQStages : 1];
+
+    // One thread, with the kernel's other barriers.
+    __device__ __forceinline__ void init() {
+        if constexpr (kAnnounce)
+            for (uint64_t& bar : announced) ptx::mbarrier_init(&bar, 1);
+    }
+    // The producer: Q slot `stage`'s announce barrier (nullptr without).
+    __device__ __forceinline__ uint64_t* announce_bar(int stage) { return kAnnounce ? &announced[stage] : nullptr; }
+    // A consumer warp: the index of the tile whose Q takes the slot of `st`, once announced or once
+    // Q has landed. Lane 0 reads it -- the lane that later releases the slot, so the read is
+    // ordered before the producer's next write -- and hands it to its warp.
+    template <class QRing>
+    __device__ __forceinline__ int consumer_index(QRing& q_ring, const typename QRing::State& st, int lane) {
+        if constexpr (kAnnounce) ptx::mbarrier_wait(&announced[st.stage], st.phase);
+        else q_ring.consumer_wait(st);
+        return __shfl_sync(0xffffffffu, lane == 0 ? index[st.stage] : 0, 0);
+    }
+};
+
 // The forward kernels' TMA thread: for every tile of this CTA, Q once (even for a tile with nothing
 // to attend to, so that Q's phases never depend on the mask), then its KV blocks from the last to
 // the first (load_kv_blocks: K one block ahead of V). smem holds q[] / q_ring and k[] / k_ring;
 // the V tile differs per kernel (V, V^T, or the FP8 forward's V rows staged for its in-kernel
 // transpose), so v_ring is the ring its slots belong to and load_v(slot, full barrier, tile, key0)
 // issues it, kVTxBytes being its size. Returns v_ring's state after the last V load (the next slot).
-//   tile_slots     one int per Q slot, or nullptr when the consumers walk the same fixed passes
-//                  themselves: receives each tile's index with its Q, and after the last tile an
-//                  index past the end with no data (the consumers' signal to stop)
-//   tile_announce  optional, one mbarrier per Q slot: arrived on as each index is written
+//   hand_off       a TileHandOff, or nullptr when the consumers walk the same fixed passes
+//                  themselves: receives each tile's index with its Q slot, and after the last tile
+//                  an index past the end with no data (the consumers' signal to stop)
 //   kClaimLate     take the next tile after the current one's loads (kClaimAfterLoads; a kernel
 //                  with a dynamic walk), not before them
-template <int kBlockM, int kBlockN, uint32_t kVTxBytes, bool kClaimLate = false, class MaskT, class Smem, class VRing, class LoadV>
+template <int kBlockM, int kBlockN, uint32_t kVTxBytes, bool kClaimLate = false, class MaskT, class Smem, class VRing, class LoadV,
+          class HandOff = TileHandOff<1, false>>
 __device__ __forceinline__ typename VRing::State produce_forward_tiles(const TileScheduler& scheduler, const MaskT& mask, Smem& smem,
                                                       const CUtensorMap* tmap_q, const CUtensorMap* tmap_k,
-                                                      VRing& v_ring, LoadV&& load_v, int* tile_slots = nullptr,
-                                                      uint64_t* tile_announce = nullptr) {
+                                                      VRing& v_ring, LoadV&& load_v, HandOff* hand_off = nullptr) {
     using QTile = std::remove_reference_t<decltype(smem.q[0])>;
     using KTile = std::remove_reference_t<decltype(smem.k[0])>;
     typename decltype(smem.q_ring)::State q_state;
@@ -201,13 +227,15 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
     typename VRing::State v_state;
     Tile t;
     int m0, n_blocks;
-    auto announce_bar = [&](int stage) { return tile_announce != nullptr ? &tile_announce[stage] : nullptr; };
+    // Q's slot, with the tile's index when it is handed off (tx_bytes 0: the index alone).
+    auto acquire_q = [&](uint32_t tx_bytes, int index) {
+        return hand_off != nullptr ? smem.q_ring.producer_acquire_with(q_state, tx_bytes, &hand_off->index[q_state.stage], index,
+                                                                      hand_off->announce_bar(q_state.stage))
+                                   : smem.q_ring.producer_acquire(q_state, tx_bytes);
+    };
     int index = scheduler.first_index();
     for (int pass = 0; scheduler.template tile_of<kBlockM, kBlockN>(index, mask, t, m0, n_blocks); ++pass) {
-        uint64_t* q_full = tile_slots != nullptr
-                               ? smem.q_ring.producer_acquire_with(q_state, QTile::kTxBytes, &tile_slots[q_state.stage], index,
-                                                                   announce_bar(q_state.stage))
-                               : smem.q_ring.producer_acquire(q_state, QTile::kTxBytes);
+        uint64_t* q_full = acquire_q(QTile::kTxBytes, index);
         smem.q[q_state.stage].load(tmap_q, q_full, m0, t.head, t.batch);
         q_state.advance();
         if constexpr (!kClaimLate) index = scheduler.next_index(pass);
@@ -223,7 +251,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
         load_kv_blocks(n_blocks, load_k, load_v_block);
         if constexpr (kClaimLate) index = scheduler.next_index(pass);
     }
-    if (tile_slots != nullptr) smem.q_ring.producer_acquire_with(q_state, 0, &tile_slots[q_state.stage], index, announce_bar(q_state.stage));
+    if (hand_off != nullptr) acquire_q(0, index);
     scheduler.finish_walk();
     return v_state;
 }
