@@ -63,47 +63,45 @@ if [ "$BUILD_OK" -eq 1 ]; then
   step bench && run bench 50 "$BUILD_DIR/bench/fp8_prepass_ab_bench" 8
   # ---- tests --------------------------------------------------------------------------------
   if step tests; then
-  run reference_fp8_test 20 "$T/reference_fp8_test"
-  run host_fp8_prepass_validation_test 20 "$T/host_fp8_prepass_validation_test"
-  run ptx_fp8_prepass_wrappers_test 20 "$T/ptx_fp8_prepass_wrappers_test"
-  fi
-  lim=$(limit 70)
-  t0=$SECONDS
-  if ! step tests; then :
-  elif [ "$lim" -ge 5 ]; then
-    pids=()
-    for v in "${VARIANTS[@]}"; do
-      for ((s = 0; s < SHARDS; ++s)); do
-        env_v=$v; [ "$v" = default ] && env_v=
-        HATTN_FP8_PREPASS_VARIANT=$env_v GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$s \
-          timeout -k 5 "$lim" "$T/fp8_prepass_test" >"$LOGS/fp8_prepass_test_${v}_$s.log" 2>&1 &
-        pids+=("$!:$v:$s")
+    run reference_fp8_test 20 "$T/reference_fp8_test"
+    run host_fp8_prepass_validation_test 20 "$T/host_fp8_prepass_validation_test"
+    run ptx_fp8_prepass_wrappers_test 20 "$T/ptx_fp8_prepass_wrappers_test"
+    lim=$(limit 70)
+    t0=$SECONDS
+    if [ "$lim" -ge 5 ]; then
+      pids=()
+      for v in "${VARIANTS[@]}"; do
+        for ((s = 0; s < SHARDS; ++s)); do
+          env_v=$v; [ "$v" = default ] && env_v=
+          HATTN_FP8_PREPASS_VARIANT=$env_v GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$s \
+            timeout -k 5 "$lim" "$T/fp8_prepass_test" >"$LOGS/fp8_prepass_test_${v}_$s.log" 2>&1 &
+          pids+=("$!:$v:$s")
+        done
       done
-    done
-    for entry in "${pids[@]}"; do
-      pid=${entry%%:*}; rest=${entry#*:}; rc=0
-      wait "$pid" || rc=$?
-      echo "$rc" >"$LOGS/fp8_prepass_test_${rest/:/_}.rc"
-    done
-    for v in "${VARIANTS[@]}"; do
-      passed=0; failed=0; skipped=0; verdict=PASS
-      for ((s = 0; s < SHARDS; ++s)); do
-        log="$LOGS/fp8_prepass_test_${v}_$s.log"; rc=$(cat "$LOGS/fp8_prepass_test_${v}_$s.rc")
-        p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$'); passed=$((passed + ${p:-0}))
-        k=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$'); skipped=$((skipped + ${k:-0}))
-        f=$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log"); failed=$((failed + f))
-        if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then verdict="TIMEOUT after $lim s"
-        elif [ "$rc" -ne 0 ] && [ "$verdict" = PASS ]; then verdict="FAIL (rc $rc)"; fi
+      for entry in "${pids[@]}"; do
+        pid=${entry%%:*}; rest=${entry#*:}; rc=0
+        wait "$pid" || rc=$?
+        echo "$rc" >"$LOGS/fp8_prepass_test_${rest/:/_}.rc"
       done
-      record "fp8_prepass_test[$v]" "$verdict: $passed passed, $failed failed, $skipped skipped" $((SECONDS - t0))
-    done
-  else
-    record "fp8_prepass_test[*]" "SKIPPED (out of time)" 0
+      for v in "${VARIANTS[@]}"; do
+        passed=0; failed=0; skipped=0; verdict=PASS
+        for ((s = 0; s < SHARDS; ++s)); do
+          log="$LOGS/fp8_prepass_test_${v}_$s.log"; rc=$(cat "$LOGS/fp8_prepass_test_${v}_$s.rc")
+          p=$(grep -oE '^\[  PASSED  \] [0-9]+' "$log" | grep -oE '[0-9]+$'); passed=$((passed + ${p:-0}))
+          k=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$log" | grep -oE '[0-9]+$'); skipped=$((skipped + ${k:-0}))
+          f=$(grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$' "$log"); failed=$((failed + f))
+          if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then verdict="TIMEOUT after $lim s"
+          elif [ "$rc" -ne 0 ] && [ "$verdict" = PASS ]; then verdict="FAIL (rc $rc)"; fi
+        done
+        record "fp8_prepass_test[$v]" "$verdict: $passed passed, $failed failed, $skipped skipped" $((SECONDS - t0))
+      done
+    else
+      record "fp8_prepass_test[*]" "SKIPPED (out of time)" 0
+    fi
   fi
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if ! step sanitize; then :
-  elif [ -x "$SAN" ]; then
+  if step sanitize && [ -x "$SAN" ]; then
     for v in default 4x4 16x1 16x1x2; do
       [[ " ${VARIANTS[*]} " == *" $v "* ]] || continue
       env_v=$v; [ "$v" = default ] && env_v=
@@ -112,7 +110,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
       run "racecheck[$v]" 30 env HATTN_FP8_PREPASS_VARIANT=$env_v "$SAN" --tool racecheck --error-exitcode 1 \
         "$T/fp8_prepass_test" --gtest_filter="$SANITIZE_FILTER"
     done
-  else
+  elif step sanitize; then
     record sanitizers "SKIPPED (no compute-sanitizer)" 0
   fi
 fi

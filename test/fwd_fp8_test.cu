@@ -260,8 +260,7 @@ void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const F
     p.workspace_size = ws;
     DeviceMemory dschedule(schedule ? hattn_fwd_workspace_size() : 0);
     if (schedule) {
-        ASSERT_TRUE(dschedule.ptr);
-        HATTN_CUDA_CHECK(cudaMemset(dschedule.ptr, 0, hattn_fwd_workspace_size()));
+        ASSERT_NO_FATAL_FAILURE(hattn::test::zero_schedule_workspace(dschedule.ptr));
         p.schedule_workspace = dschedule.ptr;
         p.schedule_workspace_size = hattn_fwd_workspace_size();
     }
@@ -282,12 +281,7 @@ void run_fp8(hattn_fwd_fp8_params p, const Fp8Host& q, const Fp8Host& k, const F
     r.lse.resize(lse_elems);
     HATTN_CUDA_CHECK(cudaMemcpy(r.o.data(), dout.ptr, o_elems * 2, cudaMemcpyDeviceToHost));
     HATTN_CUDA_CHECK(cudaMemcpy(r.lse.data(), dlse.ptr, lse_elems * 4, cudaMemcpyDeviceToHost));
-    if (schedule) {  // left zero-filled for the next call
-        std::vector<uint8_t> left(hattn_fwd_workspace_size());
-        HATTN_CUDA_CHECK(cudaMemcpy(left.data(), dschedule.ptr, left.size(), cudaMemcpyDeviceToHost));
-        EXPECT_EQ(std::count(left.begin(), left.end(), uint8_t{0}), static_cast<std::ptrdiff_t>(left.size()))
-            << "the schedule workspace is not zero-filled after the call";
-    }
+    if (schedule) EXPECT_NO_FATAL_FAILURE(hattn::test::expect_schedule_workspace_reset(dschedule.ptr));
 }
 
 hattn_fwd_fp8_params params_for(const Case& c, const Layout& ql, const Layout& kl, const Layout& vl, const Layout& ol) {

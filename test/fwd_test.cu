@@ -277,8 +277,7 @@ void upload(const Problem& pb, DeviceProblem* d) {
     d->params = pb.params(d->dev, c.with_lse ? static_cast<float*>(d->lse->ptr) : nullptr);
     if (c.workspace) {
         d->workspace = std::make_unique<DeviceMemory>(hattn_fwd_workspace_size());
-        ASSERT_NE(d->workspace->ptr, nullptr);
-        HATTN_CUDA_CHECK(cudaMemset(d->workspace->ptr, 0, hattn_fwd_workspace_size()));
+        ASSERT_NO_FATAL_FAILURE(hattn::test::zero_schedule_workspace(d->workspace->ptr));
         d->params.workspace = d->workspace->ptr;
         d->params.workspace_size = hattn_fwd_workspace_size();
     }
@@ -292,12 +291,7 @@ void run_kernel(const Problem& pb, const DeviceProblem& d, RunResult* out) {
     ASSERT_EQ(st, HATTN_SUCCESS) << hattn_status_string(st);
     HATTN_CUDA_CHECK(cudaGetLastError());
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
-    if (d.workspace) {  // the last thread block to finish zeroes the counters for the next call
-        std::vector<uint8_t> ws(hattn_fwd_workspace_size(), 0xAB);
-        HATTN_CUDA_CHECK(cudaMemcpy(ws.data(), d.workspace->ptr, ws.size(), cudaMemcpyDeviceToHost));
-        EXPECT_TRUE(std::all_of(ws.begin(), ws.end(), [](uint8_t b) { return b == 0; }))
-            << "the workspace is not zero-filled after the call";
-    }
+    if (d.workspace) EXPECT_NO_FATAL_FAILURE(hattn::test::expect_schedule_workspace_reset(d.workspace->ptr));
     const int ob = pb.layouts.o.buffer;
     out->o_buffer.resize(pb.host[ob].size());
     HATTN_CUDA_CHECK(cudaMemcpy(out->o_buffer.data(), d.dev[ob], out->o_buffer.size() * sizeof(uint16_t),

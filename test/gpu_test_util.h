@@ -135,3 +135,22 @@ inline std::vector<GridShape> odd_length_grid() {
         cudaError_t hattn_rc_ = (expr);                                                     \
         ASSERT_EQ(hattn_rc_, cudaSuccess) << #expr << ": " << cudaGetErrorString(hattn_rc_); \
     } while (0)
+
+namespace hattn::test {
+
+// The forwards' scheduler workspace as users pass it (hattn_fwd_params.workspace,
+// hattn_fwd_fp8_params.schedule_workspace): hattn_fwd_workspace_size() bytes at `ws`, zero-filled.
+inline void zero_schedule_workspace(void* ws) {
+    ASSERT_NE(ws, nullptr) << "cudaMalloc of the scheduler workspace failed";
+    HATTN_CUDA_CHECK(cudaMemset(ws, 0, hattn_fwd_workspace_size()));
+}
+
+// After a call: every byte of the workspace is zero again (the last thread block to finish zeroes
+// the counters for the next call).
+inline void expect_schedule_workspace_reset(const void* ws) {
+    std::vector<uint8_t> bytes(hattn_fwd_workspace_size(), 0xAB);
+    HATTN_CUDA_CHECK(cudaMemcpy(bytes.data(), ws, bytes.size(), cudaMemcpyDeviceToHost));
+    for (uint8_t b : bytes) ASSERT_EQ(b, 0) << "the workspace is not zero-filled after the call";
+}
+
+}  // namespace hattn::test

@@ -137,6 +137,16 @@ private:
     size_t bytes_ = 0;
 };
 
+// The forwards' optional scheduler workspace (hattn_fwd_params.workspace,
+// hattn_fwd_fp8_params.schedule_workspace): zero-filled once, every call leaves it so; empty
+// (NULL, 0 bytes) without `with`.
+class ScheduleWorkspace : public DeviceBuffer {
+public:
+    explicit ScheduleWorkspace(bool with) : DeviceBuffer(with ? hattn_fwd_workspace_size() : 0, "alloc scheduler workspace") {
+        if (with) check_cuda(cudaMemset(get(), 0, bytes()), "zero scheduler workspace");
+    }
+};
+
 template <class T>
 std::vector<T> to_host(const DeviceBuffer& d) {
     std::vector<T> h(d.bytes() / sizeof(T));

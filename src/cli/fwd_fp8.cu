@@ -209,13 +209,9 @@ int run_fwd_fp8(const Options& o) {
     f.v_descale = static_cast<const float*>(vs.get());
     f.lse = o.with_lse ? static_cast<float*>(lse.get()) : nullptr;
     f.workspace = o.v_transposed ? nullptr : workspace.get();
-    // The scheduler's workspace, zero-filled once (every call leaves it so), as for hattn_fwd.
-    DeviceBuffer schedule_workspace(o.with_workspace ? hattn_fwd_workspace_size() : 0, "alloc schedule workspace");
-    if (o.with_workspace) {
-        check_cuda(cudaMemset(schedule_workspace.get(), 0, schedule_workspace.bytes()), "zero schedule workspace");
-        f.schedule_workspace = schedule_workspace.get();
-        f.schedule_workspace_size = schedule_workspace.bytes();
-    }
+    const ScheduleWorkspace schedule(o.with_workspace);  // causal problems: the dynamic tile walk
+    f.schedule_workspace = schedule.get();
+    f.schedule_workspace_size = schedule.bytes();
 
     const hattn_status pst = hattn_fp8_prepass(&pp, nullptr);
     if (pst != HATTN_SUCCESS) return call_failed("hattn_fp8_prepass", pst, validate_prepass, &pp);

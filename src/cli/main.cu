@@ -380,14 +380,10 @@ int main(int argc, char** argv) {
     params.v = v.get();
     params.o = out.get();
     params.lse = o.with_lse ? static_cast<float*>(lse.get()) : nullptr;
-    // The forward's optional workspace, zero-filled once (every call leaves it so): causal
-    // problems then take their tiles from its counter, the fastest schedule.
-    DeviceBuffer fwd_workspace(o.with_workspace ? hattn_fwd_workspace_size() : 0, "alloc forward workspace");
-    if (o.with_workspace) {
-        check_cuda(cudaMemset(fwd_workspace.get(), 0, fwd_workspace.bytes()), "zero forward workspace");
-        params.workspace = fwd_workspace.get();
-        params.workspace_size = fwd_workspace.bytes();
-    }
+    // Causal problems then take their tiles from the workspace's counter, the fastest schedule.
+    const ScheduleWorkspace schedule(o.with_workspace);
+    params.workspace = schedule.get();
+    params.workspace_size = schedule.bytes();
 
     const hattn_status st = hattn_fwd(&params, nullptr);
     if (st != HATTN_SUCCESS) return call_failed("hattn_fwd", st, validate_fwd, &params);

@@ -250,7 +250,7 @@ Failure check_byte_extent(const char* name, const void* base, Int128 extent_byte
 
 Failure check_schedule_workspace(const char* name, const void* workspace, size_t size) {
     if (workspace == nullptr) return {};
-    if (reinterpret_cast<uintptr_t>(workspace) % fwd::kWorkspaceAlign != 0) {
+    if (!fwd::workspace_aligned(workspace)) {
         return fail(HATTN_ERROR_WORKSPACE, format("%s = %p is not %zu-byte aligned", name, workspace, fwd::kWorkspaceAlign));
     }
     if (size < fwd::kWorkspaceBytes) {

@@ -376,8 +376,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 inline bool check_args(FwdArgs& a, std::string* error) {
     const char* what = !a.q || !a.k || !a.v || !a.o ? "q, k, v and o must be non-NULL"
                        : a.grid_ctas < 0              ? "grid_ctas must be >= 0 (0: automatic)"
-                       : reinterpret_cast<uintptr_t>(a.workspace) % kWorkspaceAlign != 0
-                           ? "workspace must be 16-byte aligned"
+                       : !workspace_aligned(a.workspace) ? "workspace must be 16-byte aligned"
                            : fwd::check_shape_dtype_scale(a);
     if (what != nullptr && error) *error = what;
     return what == nullptr;  // base alignment, strides and sizes are checked by encode_tensor_map below

@@ -48,6 +48,8 @@ struct FwdArgs {
 // The forward's optional workspace: the dynamic tile scheduler's counters.
 constexpr size_t kWorkspaceBytes = 16;
 constexpr size_t kWorkspaceAlign = 16;
+// Whether `workspace` (NULL included) is aligned as the scheduler's counters need.
+inline bool workspace_aligned(const void* workspace) { return reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlign == 0; }
 
 // The shape, dtype and scale checks both launchers make for a vendoring user (who has no C API in
 // front of them); resolves softmax_scale 0 to 1/sqrt(head_dim). Returns nullptr or what is wrong.

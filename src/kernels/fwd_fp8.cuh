@@ -884,8 +884,7 @@ inline bool check_args(const Fp8FwdArgs& a, std::string* error) {
     if (a.heads_q % a.heads_kv != 0) return fail("heads_q must be a multiple of heads_kv");
     if (!(a.softmax_scale > 0.f) || std::isinf(a.softmax_scale)) return fail("softmax_scale must be resolved, > 0");
     if (a.grid_ctas < 0) return fail("grid_ctas must be >= 0 (0: automatic)");
-    if (reinterpret_cast<uintptr_t>(a.schedule_workspace) % fwd::kWorkspaceAlign != 0)
-        return fail("schedule_workspace must be 16-byte aligned");
+    if (!fwd::workspace_aligned(a.schedule_workspace)) return fail("schedule_workspace must be 16-byte aligned");
     return true;
 }
 

@@ -712,6 +712,14 @@ class Hattn:
             cache[key] = torch.zeros(size, dtype=torch.uint8, device=device)  # 512-byte-aligned blocks
         return cache[key]
 
+    def _call_workspace(self, device, stream: int | None):
+        """fwd_workspace_torch for a call on `stream` (None: the current stream of `device`)."""
+        import torch
+
+        with torch.cuda.device(device):
+            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+        return self.fwd_workspace_torch(device, s)
+
     def bwd_params_torch(self, q, k, v, o, lse, dout, dq, dk, dv, workspace, *, causal: bool = False,
                          softmax_scale: float = 0.0, flags: int = 0, address=None) -> HattnBwdParams:
         """hattn_bwd_params for these tensors (same checks as fwd_params_torch; workspace: a uint8
@@ -777,11 +785,11 @@ class Hattn:
         p = self.fwd_params_torch(q, k, v, out, lse, causal=causal, softmax_scale=softmax_scale, flags=flags)
         self.check_fwd(p)
         check_devices(q=q, k=k, v=v, out=out, **({} if lse is None else {"lse": lse}))
+        workspace = self._call_workspace(q.device, stream) if causal else None  # the dynamic causal walk
+        if workspace is not None:
+            p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
         with torch.cuda.device(q.device):
             s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-            workspace = self.fwd_workspace_torch(q.device, s) if causal else None  # the dynamic causal walk
-            if workspace is not None:
-                p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
             status = self.lib.hattn_fwd(ctypes.byref(p), ctypes.c_void_p(s or None))
         if status != HATTN_SUCCESS:
             raise error_for(status, self.describe(status, p))
@@ -982,12 +990,9 @@ class Hattn:
         self.check_fwd_fp8(p)
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
                       **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))
-        if causal:  # the dynamic causal walk
-            with torch.cuda.device(q8.device):
-                s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-                schedule = self.fwd_workspace_torch(q8.device, s)
-            if schedule is not None:
-                p.schedule_workspace, p.schedule_workspace_size = schedule.data_ptr(), schedule.numel()
+        schedule = self._call_workspace(q8.device, stream) if causal else None  # the dynamic causal walk
+        if schedule is not None:
+            p.schedule_workspace, p.schedule_workspace_size = schedule.data_ptr(), schedule.numel()
         self._launch("hattn_fwd_fp8", self.lib.hattn_fwd_fp8, self.lib.hattn_fwd_fp8_validate, p, q8.device, stream)
         return out, lse
 
