@@ -26,9 +26,10 @@
 #   SHAPES ("64:8192:full 64:8192:causal 128:8192:full 128:16384:full"), NCU (ncu), PYTHON (python3),
 #   PEERS (unset: "fa4" when FA4_PATH is set, else none), FA4_PATH, CUDNN_FRONTEND_PATH,
 #   TIMEOUT_S (120 per profiled run), NCU_DETAILS (0; 1: ncu
-#   --print-details all, the sections' bodies as well), SASS_PAGE (0; 1: also each hattn shape's
+#   --print-details all, the sections' bodies as well), SASS_PAGE (0; 1: also each shape's
 #   per-instruction SASS page -- warp-state samples per stall reason for every instruction -- as
-#   $OUT/sass_<shape>.csv, from a second ncu pass that keeps its report in ncu.tgz).
+#   $OUT/sass_<shape>.csv, and each peer's as $OUT/sass_<peer>_<shape>.csv, from a second ncu pass
+#   that keeps its report in ncu.tgz).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -160,6 +161,14 @@ for shape in $SHAPES; do
       say "$peer $label: exit $rc ($(grep -m1 'profile_peer.py' "$LOGS/${peer}_$label.err" || echo "see its .err in ncu.tgz"))"
     fi
     summarize "$LOGS/${peer}_$label.csv" "$peer $label"
+    if [ "${SASS_PAGE:-0}" = 1 ]; then  # the peer's SASS with its stall samples, as for hattn above
+      timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base demangled --kernel-name "$peer_kernel" \
+        --launch-skip 1 --launch-count 1 --section WarpStateStats --section SourceCounters -f \
+        -o "$LOGS/${peer}_$label" "$PYTHON" scripts/profile_peer.py "${peer_args[@]}" >"$LOGS/${peer}_$label.rep.out" 2>&1 &&
+        "$NCU" -i "$LOGS/${peer}_$label.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_${peer}_$label.csv" \
+          2>"$LOGS/${peer}_$label.sass.err" ||
+        say "$peer $label: no SASS page (see ${peer}_$label.rep.out / .sass.err in ncu.tgz)"
+    fi
   done
 done
 

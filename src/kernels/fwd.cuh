@@ -51,6 +51,7 @@
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/scheduler.cuh"
+#include "kernels/sm90/scores_recompute.cuh"
 #include "kernels/sm90/softmax.cuh"
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
@@ -87,6 +88,8 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
     using Softmax = OnlineSoftmax<Shape::kBlockN, lazy_rescale(kHeadDim)>;
+    // The unmasked steps' exps ahead of any row max (fwd_rules.h; it keeps the lazy reference).
+    static constexpr bool kSpeculative = kSpeculativeMax && lazy_rescale(kHeadDim);
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
@@ -294,11 +297,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage); }, pass_turn);
                         ptx::wgmma_wait_group<1>();  // S_it is ready; PV may still run
                         ptx::wgmma_fence_operand(s);
-                        release(smem.k_ring, k_state);
-                        k_state.advance();
                         v_state.advance();
-                        if constexpr (decltype(masked)::value) mask(it);
-                        rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
+                        if constexpr (Cfg::kSpeculative && !decltype(masked)::value) {
+                            rescale_o = softmax.online_update_speculative(s, p.scale_log2, o_scale, [&](auto& scores) {
+                                // P_{it-1} V_{it-1} first: its A operand's registers are then free
+                                // for the redo (three consumers at 160 registers have no others,
+                                // and take the k-steps outermost; d256's 16 k-steps spill so).
+                                ptx::wgmma_wait_group<0>();
+                                scores_from_shared<kBlockN, (Cfg::kConsumers > 2)>(scores, smem.q[q_state.stage], me.first_row_in_tile,
+                                                            smem.k[k_state.stage]);
+                            });
+                            release(smem.k_ring, k_state);  // (after the softmax: its rare redo reads K)
+                            k_state.advance();
+                        } else {
+                            release(smem.k_ring, k_state);
+                            k_state.advance();
+                            if constexpr (decltype(masked)::value) mask(it);
+                            rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
+                        }
                     };
                     int it = 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});

@@ -85,6 +85,7 @@
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/scheduler.cuh"
+#include "kernels/sm90/scores_recompute.cuh"
 #include "kernels/sm90/vt_e4m3.cuh"
 #include "kernels/sm90/softmax_block_scaled.cuh"
 #include "kernels/sm90/tensor_map.h"
@@ -747,7 +748,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     take_softmax_turn();
                     const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(it) : ds_top;
                     softmax_update(ds, std::bool_constant<Opt::kEarlyExp>{}, [&] {
-                        scores_from_shared_e4m3<kBlockN>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
+                        scores_from_shared<kBlockN, false>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
                         if constexpr (decltype(masked)::value) mask(it);
                     });
                     pass_softmax_turn();

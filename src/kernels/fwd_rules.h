@@ -97,6 +97,14 @@ constexpr int kWideBlockMinSeqlenK = HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K;
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
 
+// 1: the unmasked steady-state steps exponentiate against the rows' current references before
+// any row max (OnlineSoftmax::online_update_speculative; an A/B variant: scores more than 128 log2
+// units above a row's reference are not handled).
+#ifndef HATTN_FWD_SPECULATIVE_MAX
+#define HATTN_FWD_SPECULATIVE_MAX 0
+#endif
+constexpr bool kSpeculativeMax = HATTN_FWD_SPECULATIVE_MAX != 0;
+
 // d = 64's consumer warpgroups (64 query rows each) and KV block width. Two consumers (128-row
 // tiles) measured 0.83-0.95 of three at 1k-16k (run 38c).
 #ifndef HATTN_FWD_D64_CONSUMERS

@@ -10,7 +10,6 @@
 #include "kernels/sm90/tile.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/ldst.cuh"
-#include "ptx/mma.cuh"
 #include "ptx/wgmma.cuh"
 
 namespace hattn::sm90 {
@@ -90,45 +89,6 @@ __device__ __forceinline__ void load_a_fragments_e4m3(uint32_t (&a)[kSteps][4], 
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
         ptx::ldmatrix_x4(a[kk], tile.bytes + Tile::offset(first_row + at.row, E4m3::kMmaK * kk + at.byte));
-}
-
-// ---- Scores from shared memory (a rare path) -----------------------------------------------
-// This thread's elements of S = Q K^T (the accumulator layout) recomputed from the e4m3 Q and K
-// tiles in shared memory by the warp alone, with warp-level mma.sync m16n8k32 (ptx/mma.cuh): its
-// C/D fragment of an n8 group is the wgmma accumulator's (rows r0, r0 + 8; columns 8j + 2t +
-// {0, 1}), its A / B fragments 32-bit words of Q's and K's rows read through the tiles' swizzle.
-// For the FP8 forward's early exps (LazyBlockScaledSoftmax::online_update_early), when a block's
-// scores lie too far above a row's reference to exponentiate against it: rare, so written for few
-// registers and little code, not speed. first_row: the warpgroup's first row in the Q tile.
-template <int N, class QTile, class KTile>
-__device__ __forceinline__ void scores_from_shared_e4m3(float (&s)[N / 2], const QTile& q, int first_row, const KTile& k) {
-    static_assert(std::is_same_v<typename QTile::Element, E4m3> && std::is_same_v<typename KTile::Element, E4m3> &&
-                      QTile::kCols == KTile::kCols,
-                  "e4m3 Q and K rows of the same head_dim");
-    constexpr int kStepBytes = E4m3::kMmaK;  // one mma k-step: 32 bytes of a row
-    constexpr int kHalfStepBytes = kStepBytes / 2;
-    constexpr int kWordBytes = 4;
-    const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-    const int row0 = first_row + acc_row_in_warpgroup(static_cast<int>(threadIdx.x % kWarpgroupThreads));
-    auto word = [](const auto& tile, int row, int byte) {
-        using Tile = std::decay_t<decltype(tile)>;
-        return ptx::ld_shared_b32(tile.bytes + Tile::offset(row, byte));
-    };
-    // One n8 group at a time, its k-steps in a loop: a few registers live besides s.
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-        const int key = 8 * j + g;
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-        for (int step = 0; step < QTile::kCols / kStepBytes; ++step) {
-            const int byte = step * kStepBytes + kWordBytes * t;
-            const uint32_t a[4] = {word(q, row0, byte), word(q, row0 + 8, byte), word(q, row0, byte + kHalfStepBytes),
-                                   word(q, row0 + 8, byte + kHalfStepBytes)};
-            ptx::mma_m16n8k32_f32_e4m3(d, a, word(k, key, byte), word(k, key, byte + kHalfStepBytes), d);
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[4 * j + e] = d[e];
-    }
 }
 
 }  // namespace hattn::sm90

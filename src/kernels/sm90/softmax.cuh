@@ -28,6 +28,14 @@ namespace hattn::sm90 {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLazyMaxLagLog2 = 8.0f;  // P <= 256: far inside bf16/fp16, exact in fp32 sums
+// online_update_speculative: a thread's share of a row's block sum up to this leaves the reference
+// (every weight is then <= 2^12: exact in bf16 and below fp16's 65504).
+constexpr float kSpeculativeSumLimit = 4096.f;
+// Its reach: weights up to 2^100 are rescaled in place (2^-k stays a normal float); beyond, the
+// scores are recomputed.
+constexpr float kSpeculativeReach = 0x1p100f;
+constexpr int kFloatMantissaBits = 23;
+constexpr int kFloatExponentBias = 127;
 
 template <int kN, bool kLazy = false>  // the score fragment is m64 x kN
 struct OnlineSoftmax {
@@ -100,6 +108,68 @@ struct OnlineSoftmax {
             if constexpr (kLazy) row_sum[r] += sum;  // rescaled in update_max, when it moved
             else row_sum[r] = row_sum[r] * o_scale[r] + sum;
         }
+    }
+
+    // kLazy only. The exps first, against the rows' current references, with no row max ahead of
+    // them: the max's FMNMX tree and shuffles are ~15% of a d64 step's instructions, and every exp
+    // waits for its whole dependency chain. A thread's share of a row's sum above
+    // kSpeculativeSumLimit (or not finite) means some weight may have grown past it; then, a rare
+    // step, each row of the warp moves its reference up by the power of two 2^k just above its
+    // largest weight (exact: the weights, the sum and O are multiplied by 2^-k). Weights overflow
+    // fp32 for scores 128 log2 units above the reference: when a row's largest weight is past
+    // 2^kSpeculativeReachLog2 (or infinite), `recompute` restores the warp's scores (from the tiles
+    // in shared memory) and the step is online_update's. A warp with a row that has no reference
+    // yet takes online_update directly. Returns as online_update.
+    template <class Recompute>
+    __device__ __forceinline__ bool online_update_speculative(float (&s)[kN / 2], float scale_log2,
+                                                              float (&o_scale)[kAccRowsPerThread], Recompute&& recompute) {
+        static_assert(kLazy, "the speculative step keeps the lazy reference");
+        bool unset = false;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) unset |= row_max[r] == -INFINITY;
+        if (__any_sync(0xffffffffu, unset)) return online_update(s, scale_log2, o_scale);
+        float part[kAccRowsPerThread];
+        bool moved = false;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
+            part[r] = row_sum_of(s, r);
+            moved |= !(part[r] <= kSpeculativeSumLimit);
+        }
+        if (!__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+            for (int r = 0; r < kAccRowsPerThread; ++r) row_sum[r] += part[r];
+            return false;
+        }
+        float top[kAccRowsPerThread];
+        bool far = false;
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            top[r] = quad_max(row_max_of(s, r));  // >= every weight of the row
+            far |= !(top[r] <= kSpeculativeReach);
+        }
+        if (__any_sync(0xffffffffu, far)) {
+            recompute(s);
+            return online_update(s, scale_log2, o_scale);
+        }
+#pragma unroll
+        for (int r = 0; r < kAccRowsPerThread; ++r) {
+            // top in [2^e, 2^(e+1)): k = e + 1, so the weights times 2^-k are below 1.
+            const int k = top[r] > 1.f ? static_cast<int>(__float_as_uint(top[r]) >> kFloatMantissaBits) -
+                                             (kFloatExponentBias - 1)
+                                       : 0;
+            const float f = __uint_as_float(static_cast<uint32_t>(kFloatExponentBias - k) << kFloatMantissaBits);
+#pragma unroll
+            for (int i = 0; i < kN / 2; ++i)
+                if (acc_row_half(i) == r) s[i] *= f;
+            o_scale[r] = f;
+            row_sum[r] = (row_sum[r] + part[r]) * f;
+            max_scaled[r] += static_cast<float>(k);
+            row_max[r] = max_scaled[r] / scale_log2;
+        }
+        return true;
     }
 
     // Steps 1 and 2 back to back, the forward's usual order.
