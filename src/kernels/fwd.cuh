@@ -90,6 +90,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     using Softmax = OnlineSoftmax<Shape::kBlockN, lazy_rescale(kHeadDim)>;
     // The unmasked steps' exps ahead of any row max (fwd_rules.h; it keeps the lazy reference).
     static constexpr bool kSpeculative = kSpeculativeMax && lazy_rescale(kHeadDim);
+    static constexpr int kPolyExpEvery = kHeadDim == 64 ? kD64PolyExpEvery : 0;
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
@@ -259,6 +260,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 if (it < n_masked) mask(it);
                 rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
             };
+            // The unmasked steady state's softmax (fwd_rules.h): the exps first; in the rare step
+            // whose scores overflow against a row's reference, this warp alone recomputes them from
+            // Q and K in shared memory (mma.sync: no wgmma wait may go there). Three consumers at
+            // 160 registers take the k-steps outermost.
+            auto speculative_softmax = [&] {
+                return softmax.template online_update_speculative<Cfg::kPolyExpEvery>(s, p.scale_log2, o_scale, [&](auto& scores) {
+                    scores_from_shared<kBlockN, (Cfg::kConsumers > 2)>(scores, smem.q[q_state.stage], me.first_row_in_tile,
+                                                                         smem.k[k_state.stage]);
+                });
+            };
             // O += P V for the V slot in v_state (already waited for), alone on the tensor cores.
             auto pv_block = [&]() {
                 gemm_alone([&] { gemm_pv(v_state.stage); });
@@ -299,15 +310,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         ptx::wgmma_fence_operand(s);
                         v_state.advance();
                         if constexpr (Cfg::kSpeculative && !decltype(masked)::value) {
-                            rescale_o = softmax.online_update_speculative(s, p.scale_log2, o_scale, [&](auto& scores) {
-                                // P_{it-1} V_{it-1} first: its A operand's registers are then free
-                                // for the redo (three consumers at 160 registers have no others,
-                                // and take the k-steps outermost; d256's 16 k-steps spill so).
-                                ptx::wgmma_wait_group<0>();
-                                scores_from_shared<kBlockN, (Cfg::kConsumers > 2)>(scores, smem.q[q_state.stage], me.first_row_in_tile,
-                                                            smem.k[k_state.stage]);
-                            });
-                            release(smem.k_ring, k_state);  // (after the softmax: its rare redo reads K)
+                            rescale_o = speculative_softmax();
+                            release(smem.k_ring, k_state);  // after the softmax: its rare redo reads K
                             k_state.advance();
                         } else {
                             release(smem.k_ring, k_state);

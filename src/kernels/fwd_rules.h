@@ -97,13 +97,22 @@ constexpr int kWideBlockMinSeqlenK = HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K;
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
 
-// 1: the unmasked steady-state steps exponentiate against the rows' current references before
-// any row max (OnlineSoftmax::online_update_speculative; an A/B variant: scores more than 128 log2
-// units above a row's reference are not handled).
+// 1: the unmasked steady-state steps exponentiate against the rows' current (lazy) references
+// with no row max ahead of the exps, and move a reference only when a row's sum says a weight grew
+// past 2^12 (OnlineSoftmax::online_update_speculative; scores that overflow against it are
+// recomputed from shared memory). A d64 step drops from 435 to 354 instructions and the exps no
+// longer wait for the max's FMNMX tree and shuffles: +3% at d64, +3.6-6.5% at d128, level at d256
+// (bench/RESULTS.md run 48a, H100). 0: online_update's row max first.
 #ifndef HATTN_FWD_SPECULATIVE_MAX
-#define HATTN_FWD_SPECULATIVE_MAX 0
+#define HATTN_FWD_SPECULATIVE_MAX 1
 #endif
 constexpr bool kSpeculativeMax = HATTN_FWD_SPECULATIVE_MAX != 0;
+
+// d = 64: every Nth exp of the speculative step on the FMA pipe (0: all on the MUFU; an A/B knob).
+#ifndef HATTN_FWD_D64_POLY_EXP_EVERY
+#define HATTN_FWD_D64_POLY_EXP_EVERY 0
+#endif
+constexpr int kD64PolyExpEvery = HATTN_FWD_D64_POLY_EXP_EVERY;
 
 // d = 64's consumer warpgroups (64 query rows each) and KV block width. Two consumers (128-row
 // tiles) measured 0.83-0.95 of three at 1k-16k (run 38c).

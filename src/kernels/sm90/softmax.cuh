@@ -6,6 +6,9 @@
 //                    running sum must be rescaled;
 //   2. exponentiate: s <- exp(scale * s - scale * max) in place, accumulated into the row sum;
 //   3. finalize:     1 / row sum for O, and LSE = scale * max + log(sum).
+// With kLazy, online_update_speculative runs step 2 before step 1: the exps against the rows'
+// current references, and a row max only in the rare step where a row's sum shows that its
+// reference must move (the forward's unmasked steady state).
 // exp(x) is computed as exp2(x * log2 e) with log2 e folded into the scale once (one FFMA and one
 // MUFU.EX2 per score).
 //
@@ -21,6 +24,7 @@
 
 #include <cmath>
 
+#include "kernels/sm90/exp2_poly.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "ptx/mufu.cuh"
 
@@ -34,8 +38,8 @@ constexpr float kSpeculativeSumLimit = 4096.f;
 // Its reach: weights up to 2^100 are rescaled in place (2^-k stays a normal float); beyond, the
 // scores are recomputed.
 constexpr float kSpeculativeReach = 0x1p100f;
-constexpr int kFloatMantissaBits = 23;
-constexpr int kFloatExponentBias = 127;
+constexpr int kFloatExponentBias = 127;  // (kFloatMantissaBits: exp2_poly.cuh)
+constexpr int kSpeculativePolyDegree = 3;  // relative error 7.5e-5: below fp16 P's rounding
 
 template <int kN, bool kLazy = false>  // the score fragment is m64 x kN
 struct OnlineSoftmax {
@@ -120,7 +124,9 @@ struct OnlineSoftmax {
     // 2^kSpeculativeReachLog2 (or infinite), `recompute` restores the warp's scores (from the tiles
     // in shared memory) and the step is online_update's. A warp with a row that has no reference
     // yet takes online_update directly. Returns as online_update.
-    template <class Recompute>
+    // kPolyEvery > 0: every kPolyEvery-th exp of a thread on the FMA pipe (exp2_poly.cuh, degree 3,
+    // clamped: an overflowing score still shows in the sum), the rest on the MUFU.
+    template <int kPolyEvery = 0, class Recompute>
     __device__ __forceinline__ bool online_update_speculative(float (&s)[kN / 2], float scale_log2,
                                                               float (&o_scale)[kAccRowsPerThread], Recompute&& recompute) {
         static_assert(kLazy, "the speculative step keeps the lazy reference");
@@ -133,8 +139,12 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
 #pragma unroll
-            for (int i = 0; i < kN / 2; ++i)
-                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
+            for (int i = 0; i < kN / 2; ++i) {
+                if (acc_row_half(i) != r) continue;
+                const float x = fmaf(s[i], scale_log2, -max_scaled[r]);
+                s[i] = kPolyEvery > 0 && i % kPolyEvery == kPolyEvery - 1 ? exp2_poly_clamped<kSpeculativePolyDegree>(x)
+                                                                        : ptx::ex2_approx_f32(x);
+            }
             part[r] = row_sum_of(s, r);
             moved |= !(part[r] <= kSpeculativeSumLimit);
         }
