@@ -121,7 +121,7 @@ struct OnlineSoftmax {
     // step, each row of the warp moves its reference up by the power of two 2^k just above its
     // largest weight (exact: the weights, the sum and O are multiplied by 2^-k). Weights overflow
     // fp32 for scores 128 log2 units above the reference: when a row's largest weight is past
-    // 2^kSpeculativeReachLog2 (or infinite), `recompute` restores the warp's scores (from the tiles
+    // kSpeculativeReach (or infinite), `recompute` restores the warp's scores (from the tiles
     // in shared memory) and the step is online_update's. A warp with a row that has no reference
     // yet takes online_update directly. Returns as online_update.
     // kPolyEvery > 0: every kPolyEvery-th exp of a thread on the FMA pipe (exp2_poly.cuh, degree 3,
