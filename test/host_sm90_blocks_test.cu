@@ -3,6 +3,7 @@
 // These are the pieces every kernel shares; a wrong limit here is a wrong attention everywhere.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <set>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "kernels/bwd.cuh"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/scheduler.cuh"
+#include "kernels/sm90/softmax.cuh"
 #include "kernels/sm90/tile.cuh"
 
 namespace {
@@ -186,4 +188,30 @@ TEST(Sm90BwdDqAccum, FragmentOrderIsABijectionWithItsInverse) {
     }
     EXPECT_EQ(static_cast<int>(seen.size()), kPairs * kThreads);
     EXPECT_EQ(*seen.rbegin(), 2 * (kPairs * kThreads - 1));
+}
+
+// The speculative softmax step's reference move (softmax.cuh): 2^-k brings the row's largest
+// weight into [1/2, 1) exactly, and leaves weights <= 1 alone.
+TEST(Sm90Softmax, SpeculativeReferenceStepBringsTheLargestWeightIntoHalfToOne) {
+    using hattn::sm90::exp2_int;
+    using hattn::sm90::reference_step_log2;
+    EXPECT_EQ(reference_step_log2(0.25f), 0);
+    EXPECT_EQ(reference_step_log2(1.f), 0);
+    EXPECT_EQ(reference_step_log2(std::nextafter(1.f, 2.f)), 1);
+    EXPECT_EQ(reference_step_log2(2.f), 2);
+    EXPECT_EQ(reference_step_log2(4095.f), 12);
+    EXPECT_EQ(reference_step_log2(0x1p100f), 101);
+    EXPECT_EQ(exp2_int(-101), 0x1p-101f);
+    EXPECT_EQ(exp2_int(0), 1.f);
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> log2_top(0.f, 100.f);
+    for (int i = 0; i < 10000; ++i) {
+        const float top = std::exp2(log2_top(rng));
+        if (!(top > 1.f)) continue;
+        const int k = reference_step_log2(top);
+        const float scaled = top * exp2_int(-k);
+        EXPECT_GE(scaled, 0.5f) << top;
+        EXPECT_LT(scaled, 1.f) << top;
+        EXPECT_EQ(scaled * exp2_int(k), top) << "not exact for " << top;  // a power of two: no rounding
+    }
 }
