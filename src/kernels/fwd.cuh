@@ -30,6 +30,10 @@
 //     (the seqlen_k tail and the causal diagonal) come first and the steady state is mask-free.
 //   * d = 64 uses three consumer warpgroups (192-row tiles): its exps cost as much as its GEMMs,
 //     and a third warpgroup's softmax gives the tensor cores another GEMM to run meanwhile.
+//   * The unmasked steady state exponentiates before it looks for any row max (softmax.cuh's
+//     speculative step; the max's FMNMX tree and shuffles were ~15% of a d64 step, and every exp
+//     waited for them): +3% at d64, +4-6% at d128. Its rare redo reads K, so K's slot is released
+//     after that softmax.
 #pragma once
 
 #include <cuda.h>
