@@ -37,7 +37,9 @@ defs() {
     narrow128) echo "${D}WIDE_BLOCK_MIN_SEQLEN_K=1000000000" ;;  # d128 keeps 128-key blocks at every length
     c2) echo "${D}D64_CONSUMERS=2" ;;  # d64 with two consumer warpgroups (128-row tiles)
     d64n96) echo "${D}D64_BLOCK_N=96" ;;  # d64 with 96-key blocks
-    d256n64) echo "${D}D256_BLOCK_N=64" ;;  # d256 with 64-key blocks
+    d256n64) echo "${D}D256_BLOCK_N=64" ;;  # d256 with 64-key blocks (the default since run 47e)
+    d256n80) echo "${D}D256_BLOCK_N=80" ;;  # d256 with 80-key blocks (before run 47e)
+    spec0) echo "${D}SPECULATIVE_MAX=0" ;;  # the row max before the exps in every step (before run 48)
     sections) echo "${D}CAUSAL_SECTIONS=1" ;;  # causal tiles in sections of heads, longest first across each
     persist) echo "${D}PERSISTENT_MAX_SEQLEN_K=1000000000" ;;  # d128 full masks on the persistent walk at every length (d64/d256 do by default)
     persist0) echo "${D}PERSISTENT_MAX_SEQLEN_K_D64_D256=4096" ;;  # d64/d256 full masks persistent only up to 4096 keys (before run 43e)
@@ -47,7 +49,7 @@ defs() {
     announce0) echo "${D}TILE_ANNOUNCE=0" ;;  # the tile index with Q (before run 47)
     dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k)
     ctile) echo "${D}PERSISTENT_CAUSAL_MAX_SEQLEN_K=0" ;;  # causal problems the dynamic walk does not take (< 1k keys) on one CTA per tile
-    spec) echo "${D}SPECULATIVE_MAX=1" ;;  # the steady state's exps before any row max (OnlineSoftmax::online_update_speculative)
+    spec) echo "${D}SPECULATIVE_MAX=1" ;;  # the steady state's exps before any row max (the default since run 48)
     poly8|poly16) echo "${D}D64_POLY_EXP_EVERY=${1#poly}" ;;  # d64: every 8th / 16th exp of the speculative step on the FMA pipe
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
     *) echo "unknown variant $1" >&2; return 1 ;;
