@@ -43,30 +43,21 @@ constexpr float kSpeculativeReach = 0x1p100f;
 constexpr int kFloatExponentBias = 127;  // (kFloatMantissaBits: exp2_poly.cuh)
 constexpr int kSpeculativePolyDegree = 3;  // relative error 7.5e-5: below fp16 P's rounding
 
+template <class To, class From>  // the same bits as another type (a register move on the device)
+__host__ __device__ inline To same_bits(From x) {
+    static_assert(sizeof(To) == sizeof(From), "same size");
+    To y;
+    std::memcpy(&y, &x, sizeof y);
+    return y;
+}
 // The speculative step's move of a row's reference: for its largest weight top in (1, 2^126], the k
 // with top * 2^-k in [1/2, 1) (top in [2^e, 2^(e+1)): k = e + 1), read off top's exponent field;
 // 0 for top <= 1 (the reference stays). exp2_int(-k) is the exact factor 2^-k.
-__host__ __device__ inline uint32_t float_bits(float x) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(x);
-#else
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-#endif
-}
 __host__ __device__ inline int reference_step_log2(float top) {
-    return top > 1.f ? static_cast<int>(float_bits(top) >> kFloatMantissaBits) - (kFloatExponentBias - 1) : 0;
+    return top > 1.f ? static_cast<int>(same_bits<uint32_t>(top) >> kFloatMantissaBits) - (kFloatExponentBias - 1) : 0;
 }
 __host__ __device__ inline float exp2_int(int k) {  // k in [-126, 127]
-    const uint32_t bits = static_cast<uint32_t>(kFloatExponentBias + k) << kFloatMantissaBits;
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(bits);
-#else
-    float x;
-    std::memcpy(&x, &bits, sizeof x);
-    return x;
-#endif
+    return same_bits<float>(static_cast<uint32_t>(kFloatExponentBias + k) << kFloatMantissaBits);
 }
 
 template <int kN, bool kLazy = false>  // the score fragment is m64 x kN
