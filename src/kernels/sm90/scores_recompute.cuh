@@ -55,8 +55,8 @@ __device__ __forceinline__ void scores_from_shared(float (&s)[N / 2], const QTil
                                word(q, row0 + 8, col + kHalfStep)};
         mma_sync_k_step<Elem>(d, a, word(k, kGroupRows * j + g, col), word(k, kGroupRows * j + g, col + kHalfStep));
     };
-    zero_fill(s);
     if constexpr (kStepsOuter) {
+        zero_fill(s);
 #pragma unroll 1
         for (int step = 0; step < kSteps; ++step) {
 #pragma unroll
