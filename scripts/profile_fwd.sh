@@ -105,6 +105,20 @@ for sec, name, value, unit in rows:
 PY
 }
 
+# SASS_PAGE: which instructions the warps stall on, and why -- the source page of a report with the
+# sampling sections (the details CSV only names the top few lines), for one kernel.
+#   sass_page NAME CSV NCU-KERNEL-FILTER... -- COMMAND...
+sass_page() {
+  local name=$1 csv=$2 filter=()
+  shift 2
+  while [ "$1" != -- ]; do filter+=("$1"); shift; done
+  shift
+  timeout -k 10 "$TIMEOUT_S" "$NCU" "${filter[@]}" --section WarpStateStats --section SourceCounters -f \
+    -o "$LOGS/$name" "$@" >"$LOGS/$name.rep.out" 2>&1 &&
+    "$NCU" -i "$LOGS/$name.ncu-rep" --page source --csv --print-source sass >"$csv" 2>"$LOGS/$name.sass.err" ||
+    say "$name: no SASS page (see $name.rep.out / .sass.err in ncu.tgz)"
+}
+
 for shape in $SHAPES; do
   IFS=: read -r dim seqlen mask dtype <<<"$shape"
   dtype=${dtype:-bf16}
@@ -129,16 +143,8 @@ for shape in $SHAPES; do
   sed -n '/^"ID"/,$p' "$LOGS/hattn_$label.raw" >"$LOGS/hattn_$label.csv"
   [ $rc -eq 0 ] || say "hattn $label: ncu exit $rc (see its .err in ncu.tgz)"
   summarize "$LOGS/hattn_$label.csv" "hattn $label"
-  if [ "${SASS_PAGE:-0}" = 1 ]; then
-    # Which instructions the warps stall on, and why: the source page of a report with the
-    # sampling sections (the details CSV above only names the top few lines).
-    timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 \
-      --section WarpStateStats --section SourceCounters -f -o "$LOGS/hattn_$label" "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
-      >"$LOGS/hattn_$label.rep.out" 2>&1 &&
-      "$NCU" -i "$LOGS/hattn_$label.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_$label.csv" \
-        2>"$LOGS/hattn_$label.sass.err" ||
-      say "hattn $label: no SASS page (see hattn_$label.rep.out / .sass.err in ncu.tgz)"
-  fi
+  [ "${SASS_PAGE:-0}" = 1 ] && sass_page "hattn_$label" "$OUT/sass_$label.csv" \
+    --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 -- "$BUILD_DIR/bin/hattn" fwd "${cli[@]}"
 
   [ "$mask" = prepass ] && continue
   for peer in $PEERS; do
@@ -161,14 +167,9 @@ for shape in $SHAPES; do
       say "$peer $label: exit $rc ($(grep -m1 'profile_peer.py' "$LOGS/${peer}_$label.err" || echo "see its .err in ncu.tgz"))"
     fi
     summarize "$LOGS/${peer}_$label.csv" "$peer $label"
-    if [ "${SASS_PAGE:-0}" = 1 ]; then  # the peer's SASS with its stall samples, as for hattn above
-      timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base demangled --kernel-name "$peer_kernel" \
-        --launch-skip 1 --launch-count 1 --section WarpStateStats --section SourceCounters -f \
-        -o "$LOGS/${peer}_$label" "$PYTHON" scripts/profile_peer.py "${peer_args[@]}" >"$LOGS/${peer}_$label.rep.out" 2>&1 &&
-        "$NCU" -i "$LOGS/${peer}_$label.ncu-rep" --page source --csv --print-source sass >"$OUT/sass_${peer}_$label.csv" \
-          2>"$LOGS/${peer}_$label.sass.err" ||
-        say "$peer $label: no SASS page (see ${peer}_$label.rep.out / .sass.err in ncu.tgz)"
-    fi
+    [ "${SASS_PAGE:-0}" = 1 ] && sass_page "${peer}_$label" "$OUT/sass_${peer}_$label.csv" \
+      --kernel-name-base demangled --kernel-name "$peer_kernel" --launch-skip 1 --launch-count 1 -- \
+      "$PYTHON" scripts/profile_peer.py "${peer_args[@]}"
   done
 done
 
