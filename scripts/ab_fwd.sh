@@ -34,7 +34,6 @@ defs() {
     eager) echo "${D}LAZY_RESCALE=0" ;;  # O rescaled after every block
     d64s2|d64s4) echo "${D}D64_STAGES=${1#d64s}" ;;  # d64's K/V ring depth
     d64noovl) echo "${D}D64_INTRA_WG_OVERLAP=0" ;;  # d64 without the intra-warpgroup overlap
-    narrow128) echo "${D}WIDE_BLOCK_MIN_SEQLEN_K=1000000000" ;;  # d128 keeps 128-key blocks at every length
     c2) echo "${D}D64_CONSUMERS=2" ;;  # d64 with two consumer warpgroups (128-row tiles)
     d64n96) echo "${D}D64_BLOCK_N=96" ;;  # d64 with 96-key blocks
     d256n64) echo "${D}D256_BLOCK_N=64" ;;  # d256 with 64-key blocks (the default since run 47e)

@@ -33,9 +33,7 @@ def tile_shape(head_dim: int, seqlen: int) -> tuple[int, int]:
     """(block_m, block_n) of the 16-bit forward's causal tile (kernels/fwd_rules.h, fwd.cuh)."""
     if head_dim == 64:
         return (128, 128) if seqlen <= 1024 else (192, 128)
-    if head_dim == 128:
-        return (128, 176) if seqlen >= 4096 else (128, 128)
-    return (128, 64)
+    return (128, 128) if head_dim == 128 else (128, 64)
 
 
 def tile_costs(head_dim: int, seqlen: int, tokens: int, width: int, sections: bool) -> list[int]:

@@ -504,8 +504,8 @@ std::vector<Case> feature_cases() {
     }
     // Many more tiles than SMs, so each persistent CTA walks several tiles and the Q slots, the
     // O staging (and its deferred read wait), the ping-pong turn carried from tile to tile and
-    // every barrier phase run on across tiles: d256 and d128 with 176-wide blocks (seqlen_k 4096)
-    // stage O in Q's buffer, d64 and d128 with 128-wide blocks in their own, with two Q slots.
+    // every barrier phase run on across tiles: d256 stages O in Q's buffer, d64 and d128 in their
+    // own, with two Q slots.
     cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, false));
     cases.push_back(make_case(4, 24, 24, 300, 517, 128, HATTN_DTYPE_FP16, false));
     cases.push_back(make_case(3, 32, 4, 260, 300, 256, HATTN_DTYPE_BF16, false));
@@ -513,7 +513,7 @@ std::vector<Case> feature_cases() {
     cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, true));  // d64 causal short: 128-row tiles
     cases.push_back(make_case(2, 24, 8, 1100, 1300, 64, HATTN_DTYPE_FP16, true));  // d64 causal: 192-row tiles
     cases.push_back(make_case(3, 32, 4, 300, 260, 256, HATTN_DTYPE_BF16, true));  // rows with no key
-    cases.push_back(make_case(2, 72, 8, 130, 4096, 128, HATTN_DTYPE_BF16, false));  // 176-wide blocks, O in Q
+    cases.push_back(make_case(2, 72, 8, 130, 4096, 128, HATTN_DTYPE_BF16, false));  // 4096 keys, short rows
     // Long sequences (GPU reference).
     cases.push_back(make_case(1, 2, 1, 8192, 8192, 256, HATTN_DTYPE_BF16, true));
     // Causal past the persistent limit: 6 (head, batch) pairs in tile sections of 4 and 2
@@ -581,7 +581,7 @@ std::vector<Case> rising_max_cases() {
                 c.rise_log2_per_block = rise;
                 cases.push_back(c);
             }
-    Case wide = make_case(1, 2, 1, 300, 4097, 128, HATTN_DTYPE_BF16, false);  // 176-key blocks
+    Case wide = make_case(1, 2, 1, 300, 4097, 128, HATTN_DTYPE_BF16, false);  // a 1-key last block
     wide.rise_log2_per_block = 6.f;
     cases.push_back(wide);
     // Jumps past the speculative step's reach (softmax.cuh: weights above 2^100 against the old
@@ -610,7 +610,7 @@ std::vector<Case> workspace_cases() {
     cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, true));    // d64 128-row tiles
     cases.push_back(make_case(2, 24, 8, 1100, 1300, 64, HATTN_DTYPE_FP16, true));  // d64 192-row tiles
     cases.push_back(make_case(4, 24, 24, 517, 300, 128, HATTN_DTYPE_BF16, true));
-    cases.push_back(make_case(2, 16, 2, 2049, 2049, 128, HATTN_DTYPE_BF16, true));  // 176-wide blocks, many tiles
+    cases.push_back(make_case(2, 16, 2, 2049, 2049, 128, HATTN_DTYPE_BF16, true));  // many tiles
     cases.push_back(make_case(2, 3, 1, 300, 4097, 256, HATTN_DTYPE_BF16, true));    // sections of 4 and 2 pairs
     cases.push_back(make_case(1, 4, 4, 8192, 8192, 64, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(2, 4, 2, 190, 260, 128, HATTN_DTYPE_FP16, true, Layout::kHeadMajorPadded));

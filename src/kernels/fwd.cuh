@@ -102,7 +102,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
     static constexpr bool kSeparateO =
         2 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
-    // Two Q slots where they fit too (d64, d128 with 128-wide blocks): the next tile's Q then
+    // Two Q slots where they fit too (d64, d128): the next tile's Q then
     // loads during this whole tile, not only after our last QK^T, and is there on arrival.
     static constexpr int kQStages =
         3 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
@@ -483,12 +483,9 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
         if (error) *error = "ablation variants are built for head_dim 128 bf16 only";
         return cudaErrorInvalidValue;
     }
-    // The tile per length (kernels/fwd_rules.h): wide KV blocks for long keys; for d = 64 on
-    // short causal problems 128-row tiles with 2 K/V stages.
-    constexpr int kWideN = wide_block_n(kHeadDim), kConsumers = default_consumers(kHeadDim);
-    if constexpr (kWideN > 0)
-        if (a.seqlen_k >= kWideBlockMinSeqlenK)
-            return launch_fwd_dtype<kHeadDim, kConsumers, kWideN, default_stages(kHeadDim)>(a, stream, error);
+    // The tile per length (kernels/fwd_rules.h): for d = 64 on short causal problems 128-row
+    // tiles with 2 K/V stages.
+    constexpr int kConsumers = default_consumers(kHeadDim);
     if constexpr (kHeadDim == 64) {
         const int longest = std::max(a.seqlen_q, a.seqlen_k);
         if (a.causal && longest <= kD64CausalNarrowMaxSeqlen) return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);

@@ -79,16 +79,9 @@ constexpr int persistent_max_seqlen_k(int head_dim) {
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
 constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;
 
-// From this many keys on, a head dim with a wide KV block width uses it: each GEMM then does
-// more work per wait and per turn. d = 128: 176 (FA3's tile), +1-6% at seqlen_k >= 4k, while
-// short problems lose up to 27% with it (fewer, more masked blocks; RESULTS run 12). d = 64 on
-// three consumers has no room for wider blocks: 160 spills (S, P and O alone take 152 of a
-// consumer's 160 registers). With the lazy rescale, 128-key blocks at every length measured
-// 0.995 of this rule at d128 >= 4k (run 33c): kept.
-#ifndef HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K
-#define HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K 4096
-#endif
-constexpr int kWideBlockMinSeqlenK = HATTN_FWD_WIDE_BLOCK_MIN_SEQLEN_K;
+// d = 128 takes 128-key blocks at every length. FA3's 176-key blocks for seqlen_k >= 4k (+1-6%
+// with the row max ahead of the exps, RESULTS run 12) lost 4-6% at 4k and 3% at 8k causal once
+// the speculative step below made the softmax short (run 49a, H100), and 128 keeps two Q slots.
 
 // The online softmax's lazy rescale (kernels/sm90/softmax.cuh: O rescaled only when a row's max
 // grows by more than 2^8): +2-4% at every head dim and length over the eager one (run 33b).
@@ -140,6 +133,5 @@ constexpr int kD64PolyExpEvery = HATTN_FWD_D64_POLY_EXP_EVERY;
 #define HATTN_FWD_D64_INTRA_WG_OVERLAP 1
 #endif
 constexpr bool default_intra_wg_overlap(int head_dim) { return head_dim != 64 || HATTN_FWD_D64_INTRA_WG_OVERLAP != 0; }
-constexpr int wide_block_n(int head_dim) { return head_dim == 128 ? 176 : 0; }
 
 }  // namespace hattn::fwd
