@@ -25,7 +25,7 @@
 #   VARIANTS (all of src/host/fwd_fp8_variants.h; e.g. lazy,lazy_rowsum), GRIDS (auto; e.g. tiles,auto: one CTA per tile
 #   against the launcher's persistent rule), SEQLENS (2048,8192,16384), VLAYOUTS (rows; rows,vt:
 #   V^T from the pre-pass against the call's own transpose pass), HEAD_DIMS (64,128,256),
-#   AB_TIMEOUT_S (120),
+#   AB_TIMEOUT_S (120), PTXAS_WERROR (ON; OFF builds a probe variant that spills outside its loop),
 #   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test),
 #   V_PER_HEAD (0; 1: the A/B's inputs with one V descale per head, as the _pvsum variant needs),
 #   ACCURACY_VARIANTS (empty: skip; e.g. base,twolevel: bench/fwd_fp8_accuracy_ab after the A/B,
@@ -38,6 +38,7 @@ OUT=${OUT:-ab_fp8_out}
 BUILD_DIR=${BUILD_DIR:-build-ab-fp8}
 JOBS=${JOBS:-16}
 BUDGET_S=${BUDGET_S:-300}
+PTXAS_WERROR=${PTXAS_WERROR:-ON}
 VARIANTS=${VARIANTS:-}
 GRIDS=${GRIDS:-}
 SEQLENS=${SEQLENS:-}
@@ -78,7 +79,7 @@ source scripts/gpu_steps.sh  # limit, record, run, select_generator
 
 # ---- build ------------------------------------------------------------------------------------
 select_generator "$BUILD_DIR"
-run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
+run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=$PTXAS_WERROR \
   -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab \
   $([ "$PREPASS_TESTS" = 1 ] && echo fp8_prepass_test) $([ -n "$ACCURACY_VARIANTS" ] && echo fwd_fp8_accuracy_ab)"
 BUILD_OK=0

@@ -90,6 +90,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
     {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
+    {"lazy_rowsum_early_noturn_p2", true, false, 0, 0, true, true, 2, 0, true, false, false, false, 128},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
