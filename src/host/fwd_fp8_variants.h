@@ -32,6 +32,7 @@ struct Fp8VariantInfo {
     bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv;
                                  // one V descale per head: fwd_fp8_test gives it such V)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
+    bool byte_check = false;      // no block max: P's e4m3 codes checked instead (fwd_fp8::Tuning::kByteCheck)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -91,6 +92,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
     {"lazy_rowsum_early_noturn_p2", true, false, 0, 0, true, true, 2, 0, true, false, false, false, 128},
+    {"lazy_rowsum_bytes_noturn_p2", true, false, 0, 0, true, true, 2, 0, true, false, false, false, 128, false, false, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
