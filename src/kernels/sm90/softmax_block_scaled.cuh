@@ -124,7 +124,7 @@ constexpr float kEarlyExpReachLog2 = 100.f;
 constexpr uint32_t kE4m3PastMarginAdd = 0x02020202u;
 constexpr uint32_t kByteTopBits = 0x80808080u;
 template <int kSteps>
-__device__ __forceinline__ bool e4m3_codes_past_margin(const uint32_t (&p)[kSteps][4]) {
+__host__ __device__ __forceinline__ bool e4m3_codes_past_margin(const uint32_t (&p)[kSteps][4]) {
     uint32_t any = 0;
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
