@@ -63,6 +63,10 @@ struct Fp8VariantInfo {
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
 // it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
 // shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
+// _p2 on the d128 default (lazy_rowsum_early_noturn_p2): P written from the softmax into its own
+// register set (ptxas spills 8 bytes outside the loop: an A/B probe, built with PTXAS_WERROR=OFF);
+// _bytes (lazy_rowsum_bytes_noturn_p2): the same without a block max -- P's e4m3 codes checked
+// against the lazy margin instead (Tuning::kByteCheck; no spills).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
