@@ -174,12 +174,9 @@ constexpr int kPGainLog2 = 8;
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
-//   kByteCheck       (early, two P sets) no block max: the weights, taken against the rows'
-//                    references, are converted to P in the softmax and P's e4m3 codes checked for
-//                    one past the lazy margin (LazyBlockScaledSoftmax::online_update_checked)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
-          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false, bool kByteCheck_ = false>
+          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -192,18 +189,15 @@ struct Tuning {
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kRowSumInPv = kRowSumInPv_;
     static constexpr bool kQInRegisters = kQInRegisters_;
-    static constexpr bool kByteCheck = kByteCheck_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     template <bool kTranspose>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose,
-                                  kByteCheck_>;
+                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose>;
     static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
                   "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
-    static_assert(!kByteCheck || (kEarlyExp && kTwoPBuffers), "the byte check converts P in the softmax: early, two P sets");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -216,7 +210,10 @@ struct Tuning {
 // registers, and P's two sets alone cost 5-8% at d128); no turns around the GEMM issue (run 40a:
 // +1-2% at d128, +1-2% at d256, +1-6% at d64, at 2k-16k), turns around each softmax at d = 64 only
 // (fp8_softmax_turns; run 41b: +3-7% there); at d = 256 Q in registers for S = Q K^T
-// (q_in_registers; run 43a: +2-3.5%).
+// (q_in_registers; run 43a: +2-3.5%). At d = 128, P written from the softmax into a second
+// register set lost 4% on the early exps, and dropping the block max for a check of P's e4m3 codes
+// (one IADD per 4 weights) lost 15% (run 49b): ptxas then puts each conversion between the exps, and
+// the in-order issue waits out MUFU latency there.
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim),
                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, false,
@@ -646,8 +643,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // the same block go into P (lazy); the plain path takes V's at the next rescale.
             // early: the speculative form (Tuning::kEarlyExp), with redo_scores() to put the raw
             // (masked) scores back into s when it declines.
-            // kByteCheck: P's fragment is written here too, into p_out.
-            auto softmax_update = [&](const BlockDescales& d, auto early, auto&& redo_scores, auto& p_out) {
+            auto softmax_update = [&](const BlockDescales& d, auto early, auto&& redo_scores) {
                 if constexpr (Opt::kLazyRescale) {
                     using Softmax = decltype(softmax);
                     float block_scale[Cfg::kSpanned];
@@ -674,13 +670,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             }
                         }
                     }
-                    if constexpr (decltype(early)::value && Opt::kByteCheck) {
-                        if (!softmax.online_update_checked(s, scale_log2, v, o_scale, rescale_pending, p_out)) {
-                            redo_scores();
-                            rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
-                            acc_to_a_fragment_e4m3<kBlockN>(s, p_out);
-                        }
-                    } else if constexpr (decltype(early)::value) {
+                    if constexpr (decltype(early)::value) {
                         if (!softmax.online_update_early(s, scale_log2, v, o_scale, rescale_pending)) {
                             redo_scores();
                             rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
@@ -721,7 +711,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if (n_masked > 0) mask(0);
                     take_softmax_turn();
                     const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(0) : ds_top;
-                    softmax_update(ds, std::false_type{}, [] {}, pf[0]);  // (no reference yet to take the exps against)
+                    softmax_update(ds, std::false_type{}, [] {});  // (no reference yet to take the exps against)
                     pass_softmax_turn();
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                 }
@@ -760,14 +750,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if constexpr (decltype(masked)::value) mask(it);
                     take_softmax_turn();
                     const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(it) : ds_top;
-                    softmax_update(
-                        ds, std::bool_constant<Opt::kEarlyExp>{},
-                        [&] {
-                            scores_from_shared<kBlockN, false>(s, smem.q[q_state.stage], me.first_row_in_tile,
-                                                               smem.k[k_state.stage]);
-                            if constexpr (decltype(masked)::value) mask(it);
-                        },
-                        pf[kPBuffers - 1 - decltype(in)::value]);
+                    softmax_update(ds, std::bool_constant<Opt::kEarlyExp>{}, [&] {
+                        scores_from_shared<kBlockN, false>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
+                        if constexpr (decltype(masked)::value) mask(it);
+                    });
                     pass_softmax_turn();
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 6);
                     if constexpr (Opt::kEarlyExp) {  // (the redo reads K)
@@ -775,8 +761,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         k_state.advance();
                     }
                     // Two sets: P_{it-2} V_{it-2}, the last reader of this set, was waited for above.
-                    if constexpr (kPBuffers == 2 && !Opt::kByteCheck)
-                        acc_to_a_fragment_e4m3<kBlockN>(s, pf[1 - decltype(in)::value]);
+                    if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[1 - decltype(in)::value]);
                 };
                 // P_{it-1} is in set (it - 1) % 2 (the one set when there is one).
                 auto steps = [&](int& it, int end, auto masked) {

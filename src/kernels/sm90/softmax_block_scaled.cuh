@@ -23,7 +23,6 @@
 #include <cmath>
 
 #include "kernels/sm90/fragment.cuh"
-#include "kernels/sm90/fragment_e4m3.cuh"
 #include "kernels/sm90/softmax.cuh"
 #include "ptx/mufu.cuh"
 
@@ -114,24 +113,6 @@ constexpr float kLazyRescaleLog2 = 0.75f;
 // online_update_early's reach: weights taken against a reference up to this far below a block's
 // max (log2 units) are at most 2^(kEarlyExpReachLog2 + gain), finite in fp32 (static_assert below).
 constexpr float kEarlyExpReachLog2 = 100.f;
-
-// online_update_checked's test on P as rounded to e4m3: a weight the lazy margin allows (at most
-// gain * 2^kLazyRescaleLog2 = 430.5 with gain 2^8) rounds to a code of at most 0x7D (416; 432 is the
-// midpoint to 0x7E = 448), and positive e4m3 codes order as integers. So "some weight moved past
-// the margin" is "some byte >= 0x7E", and adding 2 to every byte carries exactly those into the
-// byte's top bit (a byte is at most 0x7F, NaN: no carry into the next byte). One IADD per four
-// weights and a 3-input OR per two words, against a max tree of one FMNMX per weight.
-constexpr uint32_t kE4m3PastMarginAdd = 0x02020202u;
-constexpr uint32_t kByteTopBits = 0x80808080u;
-template <int kSteps>
-__host__ __device__ __forceinline__ bool e4m3_codes_past_margin(const uint32_t (&p)[kSteps][4]) {
-    uint32_t any = 0;
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) any |= p[kk][j] + kE4m3PastMarginAdd;
-    return (any & kByteTopBits) != 0;
-}
 //
 // Descale groups: a KV block of kN columns may span several descale blocks of K and V (the FP8
 // forward's 192-key blocks against 128-row descale blocks). Its columns are then kGroups equal
@@ -280,70 +261,6 @@ struct LazyBlockScaledSoftmax {
                 ref_log2[r] = ref;
             }
             rescale_rows(s, fix);
-        }
-        if constexpr (kRowSums) {
-#pragma unroll
-            for (int r = 0; r < kAccRowsPerThread; ++r) row_sum[r] += part[r];
-        }
-        return true;
-    }
-
-    // The speculative form that also writes P's e4m3 fragment `p` (Tuning::kByteCheck): the
-    // weights are exponentiated against the rows' references with no block max at all, converted,
-    // and the codes checked (e4m3_codes_past_margin); only a warp some of whose weights moved past
-    // the lazy margin finds its rows' largest weights -- from the fp32 weights still in s -- moves
-    // those rows' references up to them and converts again. Rows still without a reference take
-    // online_update (first blocks). Returns false, nothing changed but s, when some weight lies
-    // past kEarlyExpReachLog2 (or is not finite): the caller recomputes the scores, calls
-    // online_update and converts. Otherwise true, with `rescale` as online_update's return value.
-    template <int kSteps>
-    __device__ __forceinline__ bool online_update_checked(float (&s)[kRegs], const float (&scale_log2)[kGroups],
-                                                          const VShift (&v)[kGroups], float (&o_scale)[kAccRowsPerThread],
-                                                          bool& rescale, uint32_t (&p)[kSteps][4]) {
-        static_assert(kSteps * E4m3::kMmaK == kN, "P's fragment covers the block");
-        bool fresh = false;
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) fresh |= ref_log2[r] == -INFINITY;
-        if (__any_sync(0xffffffffu, fresh)) {
-            rescale = online_update(s, scale_log2, v, o_scale);
-            acc_to_a_fragment_e4m3<kN>(s, p);
-            return true;
-        }
-        float part[kAccRowsPerThread];
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) {
-            part[r] = 0.f;
-            exponentiate_row(s, scale_log2, v, r, ref_log2[r], part[r]);
-        }
-        acc_to_a_fragment_e4m3<kN>(s, p);
-        rescale = __any_sync(0xffffffffu, e4m3_codes_past_margin(p));
-        if (rescale) {
-            constexpr float kMarginWeight = 430.5389646099018f;     // 2^(gain + kLazyRescaleLog2)
-            constexpr float kReachWeight = 3.2451855365842673e32f;  // 2^(gain + kEarlyExpReachLog2)
-            static_assert(kGainLog2 == 8 && kLazyRescaleLog2 == 0.75f && kEarlyExpReachLog2 == 100.f,
-                          "the weights' margin and reach are 2^8.75 and 2^108");
-            float top[kAccRowsPerThread];
-            bool far = false;
-#pragma unroll
-            for (int r = 0; r < kAccRowsPerThread; ++r) {
-                top[r] = quad_max(row_max_of(s, r));
-                far |= !(top[r] <= kReachWeight);  // (+inf and NaN too)
-            }
-            if (__any_sync(0xffffffffu, far)) return false;
-            float fix[kAccRowsPerThread];
-#pragma unroll
-            for (int r = 0; r < kAccRowsPerThread; ++r) {
-                const bool need = top[r] > kMarginWeight;
-                // The new reference puts the row's largest weight at the gain: R + log2(top) - gain.
-                const float ref = need ? ref_log2[r] + __log2f(top[r]) - kGainLog2f : ref_log2[r];
-                fix[r] = need ? ptx::ex2_approx_f32(ref_log2[r] - ref) : 1.f;
-                o_scale[r] = fix[r];  // (the weights were taken against the old reference)
-                if constexpr (kRowSums) row_sum[r] *= o_scale[r];
-                part[r] *= fix[r];
-                ref_log2[r] = ref;
-            }
-            rescale_rows(s, fix);
-            acc_to_a_fragment_e4m3<kN>(s, p);
         }
         if constexpr (kRowSums) {
 #pragma unroll
