@@ -212,8 +212,8 @@ struct Tuning {
 // (fp8_softmax_turns; run 41b: +3-7% there); at d = 256 Q in registers for S = Q K^T
 // (q_in_registers; run 43a: +2-3.5%). At d = 128, P written from the softmax into a second
 // register set lost 4% on the early exps, and dropping the block max for a check of P's e4m3 codes
-// (one IADD per 4 weights) lost 15% (run 49b): ptxas then puts each conversion between the exps, and
-// the in-order issue waits out MUFU latency there.
+// (one IADD per 4 weights) lost 15% (run 49b): the conversion's place in the step matters more
+// than the instructions saved.
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim),
                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, false,
