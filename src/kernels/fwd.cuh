@@ -102,8 +102,8 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
     static constexpr bool kSeparateO =
         2 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
-    // Two Q slots where they fit too (d64, d128): the next tile's Q then
-    // loads during this whole tile, not only after our last QK^T, and is there on arrival.
+    // Two Q slots where they fit too (d64, d128): the next tile's Q then loads during this whole
+    // tile, not only after our last QK^T, and is there on arrival.
     static constexpr int kQStages =
         3 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
     static_assert(Shape::kBlockN % Elem::kMmaK == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
