@@ -26,6 +26,9 @@
 #   against the launcher's persistent rule), SEQLENS (2048,8192,16384), VLAYOUTS (rows; rows,vt:
 #   V^T from the pre-pass against the call's own transpose pass), HEAD_DIMS (64,128,256),
 #   AB_TIMEOUT_S (120), PTXAS_WERROR (ON; OFF builds a probe variant that spills outside its loop),
+#   NCU_STALLS (0; 1: after the A/B, its first NCU_LAUNCHES (6) forward kernels -- the variants in
+#   order on the first shape -- under ncu: warp stall reasons, issue slots, instruction mix, in
+#   $OUT/ncu_stalls.txt; "No Instruction" stalls there are instruction-cache misses),
 #   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test),
 #   V_PER_HEAD (0; 1: the A/B's inputs with one V descale per head, as the _pvsum variant needs),
 #   ACCURACY_VARIANTS (empty: skip; e.g. base,twolevel: bench/fwd_fp8_accuracy_ab after the A/B,
@@ -39,6 +42,8 @@ BUILD_DIR=${BUILD_DIR:-build-ab-fp8}
 JOBS=${JOBS:-16}
 BUDGET_S=${BUDGET_S:-300}
 PTXAS_WERROR=${PTXAS_WERROR:-ON}
+NCU_STALLS=${NCU_STALLS:-0}
+NCU_LAUNCHES=${NCU_LAUNCHES:-6}
 VARIANTS=${VARIANTS:-}
 GRIDS=${GRIDS:-}
 SEQLENS=${SEQLENS:-}
@@ -114,6 +119,13 @@ if [ "$BUILD_OK" -eq 1 ]; then
   [ "$V_PER_HEAD" = 1 ] && ab_args+=(--v-per-head)
   run ab "$AB_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
   cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
+  if [ "$NCU_STALLS" = 1 ]; then  # the A/B's first kernels once more, under Nsight Compute
+    NCU_BIN=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    run ncu_stalls 150 "$NCU_BIN" --section WarpStateStats --section SchedulerStats --section InstructionStats \
+      --kernel-name regex:fwd_fp8_kernel --launch-count "$NCU_LAUNCHES" \
+      "$BUILD_DIR/bench/fwd_fp8_ab" --rounds 1 --reps 1 "${ab_args[@]:4}"
+    cp "$LOGS/ncu_stalls.log" "$OUT/ncu_stalls.txt" 2>/dev/null
+  fi
   if [ -n "$ACCURACY_VARIANTS" ]; then
     run accuracy "$ACCURACY_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_accuracy_ab" --variants "$ACCURACY_VARIANTS" \
       --head-dims "$ACCURACY_HEAD_DIMS" --seqlens "$ACCURACY_SEQLENS"
