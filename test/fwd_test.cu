@@ -581,9 +581,9 @@ std::vector<Case> rising_max_cases() {
                 c.rise_log2_per_block = rise;
                 cases.push_back(c);
             }
-    Case wide = make_case(1, 2, 1, 300, 4097, 128, HATTN_DTYPE_BF16, false);  // a 1-key last block
-    wide.rise_log2_per_block = 6.f;
-    cases.push_back(wide);
+    Case long_keys = make_case(1, 2, 1, 300, 4097, 128, HATTN_DTYPE_BF16, false);  // a 1-key last block
+    long_keys.rise_log2_per_block = 6.f;
+    cases.push_back(long_keys);
     // Jumps past the speculative step's reach (softmax.cuh: weights above 2^100 against the old
     // reference, and at 200 infinite ones): the warp recomputes its scores from shared memory.
     for (float rise : {110.f, 200.f})
