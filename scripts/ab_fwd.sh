@@ -49,7 +49,6 @@ defs() {
     announce0) echo "${D}TILE_ANNOUNCE=0" ;;  # the tile index with Q (before run 47)
     dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k)
     ctile) echo "${D}PERSISTENT_CAUSAL_MAX_SEQLEN_K=0" ;;  # causal problems the dynamic walk does not take (< 1k keys) on one CTA per tile
-    poly8|poly16) echo "${D}D64_POLY_EXP_EVERY=${1#poly}" ;;  # d64: every 8th / 16th exp of the speculative step on the FMA pipe
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac

@@ -94,7 +94,6 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     using Softmax = OnlineSoftmax<Shape::kBlockN, lazy_rescale(kHeadDim)>;
     // The unmasked steps' exps ahead of any row max (fwd_rules.h; it keeps the lazy reference).
     static constexpr bool kSpeculative = kSpeculativeMax && lazy_rescale(kHeadDim);
-    static constexpr int kPolyExpEvery = kHeadDim == 64 ? kD64PolyExpEvery : 0;
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // Q and K in shared memory (mma.sync: no wgmma wait may go there). Three consumers at
             // 160 registers take the k-steps outermost.
             auto speculative_softmax = [&] {
-                return softmax.template online_update_speculative<Cfg::kPolyExpEvery>(s, p.scale_log2, o_scale, [&](auto& scores) {
+                return softmax.online_update_speculative(s, p.scale_log2, o_scale, [&](auto& scores) {
                     scores_from_shared<kBlockN, (Cfg::kConsumers > 2)>(scores, smem.q[q_state.stage], me.first_row_in_tile,
                                                                          smem.k[k_state.stage]);
                 });

@@ -101,12 +101,6 @@ constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE !=
 #endif
 constexpr bool kSpeculativeMax = HATTN_FWD_SPECULATIVE_MAX != 0;
 
-// d = 64: every Nth exp of the speculative step on the FMA pipe (0: all on the MUFU; an A/B knob).
-#ifndef HATTN_FWD_D64_POLY_EXP_EVERY
-#define HATTN_FWD_D64_POLY_EXP_EVERY 0
-#endif
-constexpr int kD64PolyExpEvery = HATTN_FWD_D64_POLY_EXP_EVERY;
-
 // d = 64's consumer warpgroups (64 query rows each) and KV block width. Two consumers (128-row
 // tiles) measured 0.83-0.95 of three at 1k-16k (run 38c).
 #ifndef HATTN_FWD_D64_CONSUMERS

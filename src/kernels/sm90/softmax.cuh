@@ -19,7 +19,8 @@
 //     max rarely grows that much, so O's d/2 FMULs and the rescale's two exps per block go away.
 // Every exp is on the MUFU: at d = 64, where the MUFU is as busy as the tensor cores, moving 1 of
 // every 8 to the FMA pipe (sm90/exp2_poly.cuh) measured 5% slower (bench/RESULTS.md run 33): the
-// ~9 issue slots each costs matter more there than the MUFU's time.
+// ~9 issue slots each costs matter more there than the MUFU's time; on the speculative step too,
+// 1 in 8 / 16 lost 2.4% (run 49a).
 #pragma once
 
 #include <cmath>
@@ -41,7 +42,6 @@ constexpr float kSpeculativeSumLimit = 4096.f;
 // scores are recomputed.
 constexpr float kSpeculativeReach = 0x1p100f;
 constexpr int kFloatExponentBias = 127;  // (kFloatMantissaBits: exp2_poly.cuh)
-constexpr int kSpeculativePolyDegree = 3;  // relative error 7.5e-5: below fp16 P's rounding
 
 template <class To, class From>  // the same bits as another type (a register move on the device)
 __host__ __device__ inline To same_bits(From x) {
@@ -143,9 +143,7 @@ struct OnlineSoftmax {
     // kSpeculativeReach (or infinite), `recompute` restores the warp's scores (from the tiles
     // in shared memory) and the step is online_update's. A warp with a row that has no reference
     // yet takes online_update directly. Returns as online_update.
-    // kPolyEvery > 0: every kPolyEvery-th exp of a thread on the FMA pipe (exp2_poly.cuh, degree 3,
-    // clamped: an overflowing score still shows in the sum), the rest on the MUFU.
-    template <int kPolyEvery = 0, class Recompute>
+    template <class Recompute>
     __device__ __forceinline__ bool online_update_speculative(float (&s)[kN / 2], float scale_log2,
                                                               float (&o_scale)[kAccRowsPerThread], Recompute&& recompute) {
         static_assert(kLazy, "the speculative step keeps the lazy reference");
@@ -160,9 +158,7 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int i = 0; i < kN / 2; ++i) {
                 if (acc_row_half(i) != r) continue;
-                const float x = fmaf(s[i], scale_log2, -max_scaled[r]);
-                s[i] = kPolyEvery > 0 && i % kPolyEvery == kPolyEvery - 1 ? exp2_poly_clamped<kSpeculativePolyDegree>(x)
-                                                                        : ptx::ex2_approx_f32(x);
+                s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -max_scaled[r]));
             }
             part[r] = row_sum_of(s, r);
             moved |= !(part[r] <= kSpeculativeSumLimit);
