@@ -110,20 +110,20 @@ if [ "$BUILD_OK" -eq 1 ]; then
   [ "$PREPASS_TESTS" = 1 ] && run_shards fp8_prepass_test
 
   # ---- the A/B ------------------------------------------------------------------------------------
-  ab_args=(--rounds 3 --reps 10)
+  ab_args=()  # what to run; the rounds and calls per round are given per run below
   [ -n "$VARIANTS" ] && ab_args+=(--variants "$VARIANTS")
   [ -n "$GRIDS" ] && ab_args+=(--grids "$GRIDS")
   [ -n "$SEQLENS" ] && ab_args+=(--seqlens "$SEQLENS")
   [ -n "$VLAYOUTS" ] && ab_args+=(--v-layouts "$VLAYOUTS")
   [ -n "$HEAD_DIMS" ] && ab_args+=(--head-dims "$HEAD_DIMS")
   [ "$V_PER_HEAD" = 1 ] && ab_args+=(--v-per-head)
-  run ab "$AB_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_ab" "${ab_args[@]}"
+  run ab "$AB_TIMEOUT_S" "$BUILD_DIR/bench/fwd_fp8_ab" --rounds 3 --reps 10 "${ab_args[@]}"
   cp "$LOGS/ab.log" "$OUT/ab.txt" 2>/dev/null
   if [ "$NCU_STALLS" = 1 ]; then  # the A/B's first kernels once more, under Nsight Compute
     NCU_BIN=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     run ncu_stalls 150 "$NCU_BIN" --section WarpStateStats --section SchedulerStats --section InstructionStats \
       --kernel-name regex:fwd_fp8_kernel --launch-count "$NCU_LAUNCHES" \
-      "$BUILD_DIR/bench/fwd_fp8_ab" --rounds 1 --reps 1 "${ab_args[@]:4}"
+      "$BUILD_DIR/bench/fwd_fp8_ab" --rounds 1 --reps 1 "${ab_args[@]}"
     cp "$LOGS/ncu_stalls.log" "$OUT/ncu_stalls.txt" 2>/dev/null
   fi
   if [ -n "$ACCURACY_VARIANTS" ]; then
