@@ -27,8 +27,10 @@
 #   V^T from the pre-pass against the call's own transpose pass), HEAD_DIMS (64,128,256),
 #   AB_TIMEOUT_S (120), PTXAS_WERROR (ON; OFF builds a probe variant that spills outside its loop),
 #   NCU_STALLS (0; 1: after the A/B, its first NCU_LAUNCHES (6) forward kernels -- the variants in
-#   order on the first shape -- under ncu: warp stall reasons, issue slots, instruction mix, in
+#   order on the first shape -- under ncu: warp stall reasons (cycles per issued instruction each), issue slots, instruction mix, in
 #   $OUT/ncu_stalls.txt; "No Instruction" stalls there are instruction-cache misses),
+#   TESTS (1; 0: no fwd_fp8_test, for a measurement-only call), CUDA_DEFS (compile-time knobs for
+#   every kernel, e.g. -DHATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS=0; give such a build its own BUILD_DIR),
 #   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test),
 #   V_PER_HEAD (0; 1: the A/B's inputs with one V descale per head, as the _pvsum variant needs),
 #   ACCURACY_VARIANTS (empty: skip; e.g. base,twolevel: bench/fwd_fp8_accuracy_ab after the A/B,
@@ -51,6 +53,8 @@ VLAYOUTS=${VLAYOUTS:-}
 HEAD_DIMS=${HEAD_DIMS:-}
 AB_TIMEOUT_S=${AB_TIMEOUT_S:-120}
 PREPASS_TESTS=${PREPASS_TESTS:-0}
+TESTS=${TESTS:-1}
+CUDA_DEFS=${CUDA_DEFS:-}
 V_PER_HEAD=${V_PER_HEAD:-0}
 ACCURACY_VARIANTS=${ACCURACY_VARIANTS:-}
 ACCURACY_HEAD_DIMS=${ACCURACY_HEAD_DIMS:-128}
@@ -85,7 +89,7 @@ source scripts/gpu_steps.sh  # limit, record, run, select_generator
 # ---- build ------------------------------------------------------------------------------------
 select_generator "$BUILD_DIR"
 run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=$PTXAS_WERROR \
-  -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab \
+  -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF '-DCMAKE_CUDA_FLAGS=$CUDA_DEFS' '-DCMAKE_CXX_FLAGS=$CUDA_DEFS' && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab \
   $([ "$PREPASS_TESTS" = 1 ] && echo fp8_prepass_test) $([ -n "$ACCURACY_VARIANTS" ] && echo fwd_fp8_accuracy_ab)"
 BUILD_OK=0
 grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
@@ -106,7 +110,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
     else record "$name" "FAIL (rc $rc_all)" $((SECONDS - t0)); fi
     cat "$LOGS/$name".*.log >"$LOGS/$name.log"
   }
-  run_shards fwd_fp8_test
+  [ "$TESTS" = 1 ] && run_shards fwd_fp8_test
   [ "$PREPASS_TESTS" = 1 ] && run_shards fp8_prepass_test
 
   # ---- the A/B ------------------------------------------------------------------------------------
@@ -122,6 +126,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   if [ "$NCU_STALLS" = 1 ]; then  # the A/B's first kernels once more, under Nsight Compute
     NCU_BIN=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     run ncu_stalls 150 "$NCU_BIN" --section WarpStateStats --section SchedulerStats --section InstructionStats \
+      --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
       --kernel-name regex:fwd_fp8_kernel --launch-count "$NCU_LAUNCHES" \
       "$BUILD_DIR/bench/fwd_fp8_ab" --rounds 1 --reps 1 "${ab_args[@]}"
     cp "$LOGS/ncu_stalls.log" "$OUT/ncu_stalls.txt" 2>/dev/null

@@ -29,6 +29,7 @@ defs() {
   case "$1" in
     base) echo "" ;;
     narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;
+    narrow2k|narrow4k|narrow8k) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=$((${1//[a-z]/} * 1024))" ;;  # d64 causal on 128-row tiles up to 2k/4k/8k keys
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
     ref) echo "" ;;  # the default build of the source tree in REF_TREE (e.g. an earlier commit)
     eager) echo "${D}LAZY_RESCALE=0" ;;  # O rescaled after every block
@@ -49,6 +50,7 @@ defs() {
     announce0) echo "${D}TILE_ANNOUNCE=0" ;;  # the tile index with Q (before run 47)
     dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k)
     ctile) echo "${D}PERSISTENT_CAUSAL_MAX_SEQLEN_K=0" ;;  # causal problems the dynamic walk does not take (< 1k keys) on one CTA per tile
+    skip0) echo "${D}SKIP_HIDDEN_BLOCKS=0" ;;  # consumers compute (masked) the blocks none of their rows sees (before run 50)
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac

@@ -65,6 +65,35 @@ TEST(Sm90Mask, BlockCountsCoverExactlyTheVisibleKeysAndFlagEveryMaskedBlock) {
     }
 }
 
+// A consumer's 64-row slice skips the tile's highest blocks that none of its rows (in the
+// problem) sees: every skipped block is hidden from all of them, and the next one is not.
+TEST(Sm90Mask, HiddenBlocksOfASliceAreExactlyTheLeadingOnesItsRowsCannotSee) {
+    std::mt19937 rng(13);
+    constexpr int kSliceRows = 64;
+    for (int trial = 0; trial < 300; ++trial) {
+        const Mask m{1 + static_cast<int>(rng() % 1000), 1 + static_cast<int>(rng() % 1000), trial % 4 != 0};
+        const int block_m = trial % 2 == 0 ? 192 : 128, block_n = trial % 3 == 0 ? 64 : 128;
+        for (int m0 = 0; m0 < m.seqlen_q; m0 += block_m) {
+            const int n_blocks = m.n_blocks(m0, block_m, block_n);
+            for (int row0 = 0; row0 < block_m; row0 += kSliceRows) {
+                const int hidden = m.hidden_blocks(m0, row0, kSliceRows, block_n, n_blocks);
+                ASSERT_GE(hidden, 0);
+                ASSERT_LE(hidden, n_blocks);
+                auto seen = [&](int b) {  // does some row of the slice see a key of block b?
+                    for (int row = m0 + row0; row < m0 + row0 + kSliceRows; ++row)
+                        for (int key = b * block_n; key < (b + 1) * block_n; ++key)
+                            if (visible_by_definition(m, row, key)) return true;
+                    return false;
+                };
+                for (int it = 0; it < hidden; ++it)
+                    ASSERT_FALSE(seen(n_blocks - 1 - it)) << "m0 " << m0 << " row0 " << row0 << ": skipped block is seen";
+                if (hidden < n_blocks) ASSERT_TRUE(seen(n_blocks - 1 - hidden)) << "m0 " << m0 << " row0 " << row0;
+                if (!m.causal && m0 + row0 < m.seqlen_q) ASSERT_EQ(hidden, 0);  // full: a slice in the problem sees all
+            }
+        }
+    }
+}
+
 TEST(Sm90Scheduler, EveryGridWalksEveryTileExactlyOnce) {
     for (int tiles : {1, 17, 132, 133, 1000, 4097}) {
         for (int grid : {1, 7, 132, tiles}) {

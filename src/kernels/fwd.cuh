@@ -251,6 +251,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
+            const int first = kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
             // S = Q K_it^T alone on the tensor cores, then its softmax (the pipeline's first
             // block, or every block without the intra-warpgroup overlap).
@@ -285,10 +286,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             softmax.init();
             if constexpr (kTileAnnounce) smem.q_ring.consumer_wait(q_state);
 
-            if (n_blocks > 0) {
+            // Blocks no row of ours sees: their slots waited for and released, as many turns taken
+            // as computing them would (one per block with the overlap, whose drain takes one more:
+            // the last block's here when we see none), so every consumer takes the same number.
+            for (int it = 0; it < first; ++it) {
+                consumer_wait_both(smem.k_ring, k_state, smem.v_ring, v_state);
+                for (int turn = 0; turn < (Cfg::kIntraWgOverlap ? 1 : 2) + (it == n_blocks - 1 && Cfg::kIntraWgOverlap); ++turn) {
+                    take_turn();
+                    pass_turn();
+                }
+                release(smem.k_ring, k_state);
+                release(smem.v_ring, v_state);
+                k_state.advance();
+                v_state.advance();
+            }
+            if (n_blocks > first) {
                 if constexpr (Cfg::kIntraWgOverlap) {
-                    // Prologue: S for the first (highest) block and its softmax; no PV yet.
-                    s_block(0);
+                    // Prologue: S for the first (highest) block we see and its softmax; no PV yet.
+                    s_block(first);
                     auto v_release = v_state;  // the V slot the PV GEMM in flight reads
 
                     // Steady state: wait for P_{it-2} V_{it-2}, rescale O, convert P_{it-1}; then
@@ -299,9 +314,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         // Both mbarrier waits come before the GEMMs: a wait loop between two
                         // wgmma batches makes ptxas inject an extra warpgroup.arrive.
                         consumer_wait_both(smem.k_ring, k_state, smem.v_ring, v_state);
-                        ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2} (none at it = 1)
+                        ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2} (none at it = first + 1)
                         ptx::wgmma_fence_operand(o);
-                        if (it >= 2) {
+                        if (it >= first + 2) {
                             release(smem.v_ring, v_release);
                             v_release.advance();
                         }
@@ -323,7 +338,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             rescale_o = softmax.online_update(s, p.scale_log2, o_scale);
                         }
                     };
-                    int it = 1;
+                    int it = first + 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});
                     for (; it < n_blocks; ++it) step(it, std::false_type{});
                     // Our last QK^T has completed (waited for above) and the drain PV reads only P
@@ -333,13 +348,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
                     ptx::wgmma_fence_operand(o);
-                    if (n_blocks >= 2) release(smem.v_ring, v_release);
+                    if (n_blocks - first >= 2) release(smem.v_ring, v_release);
                     if (rescale_o) rescale_rows(o, o_scale);
                     acc_to_a_fragment<Elem, kBlockN>(s, pf);
                     pv_block();
                 } else {
                     // One block at a time: S, softmax, PV, with no overlap inside the warpgroup.
-                    for (int it = 0; it < n_blocks; ++it) {
+                    for (int it = first; it < n_blocks; ++it) {
                         s_block(it);
                         if (rescale_o) rescale_rows(o, o_scale);
                         acc_to_a_fragment<Elem, kBlockN>(s, pf);
@@ -350,7 +365,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             // With its own O buffer, Q is free once our last QK^T has completed: the producer
             // loads the next tile's Q while we write this tile's O.
-            if (!Cfg::kIntraWgOverlap || n_blocks == 0) release_q();
+            if (!Cfg::kIntraWgOverlap || n_blocks == first) release_q();
 
             // ============================== epilogue ==============================
             // O /= rowsum, then O -> smem (stmatrix) -> TMA store. LSE straight to global.

@@ -128,6 +128,13 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 constexpr bool kDynamicCausal = HATTN_FWD_FP8_DYNAMIC_CAUSAL != 0;
 constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
 constexpr bool kTileAnnounce = HATTN_FWD_FP8_TILE_ANNOUNCE != 0;
+// 1: a consumer skips the blocks none of its rows sees (Mask::hidden_blocks: above the
+// causal diagonal of d64's 192-row tiles, every block of a tail tile's slices past seqlen_q), as
+// the 16-bit forward does (kernels/fwd_rules.h); 0: it computes them masked.
+#ifndef HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS
+#define HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS 1
+#endif
+constexpr bool kSkipHiddenBlocks = HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0;
 // P in [0, 1] is computed and quantized as e4m3(P * 2^kPGainLog2): the power of two moves P's small
 // values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
 // nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
@@ -562,6 +569,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
+            const int first = kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
             // Descales of this slice of Q and of the KV blocks of this head.
             const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
             const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;
@@ -694,10 +702,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             smem.q_ring.consumer_wait(q_state);
             if constexpr (Opt::kQInRegisters) load_a_fragments_e4m3(qf, smem.q[q_state.stage], me.first_row_in_tile);
 
-            if (n_blocks > 0) {
-                // Prologue: S_0 alone, its softmax.
+            // Blocks no row of ours sees: their slots waited for and released, and the turns taken
+            // that computing them would take (the drain's GEMM issue with the last one).
+            for (int it = 0; it < first; ++it) {
+                consumer_wait_both(smem.k_ring, k_state, smem.v_ring, v_state);
+                for (int turn = 0; turn < 1 + (it == n_blocks - 1); ++turn) {
+                    take_turn();
+                    pass_turn();
+                }
+                take_softmax_turn();
+                pass_softmax_turn();
+                release(smem.k_ring, k_state);
+                release(smem.v_ring, v_state);
+                k_state.advance();
+                v_state.advance();
+            }
+            if (n_blocks > first) {
+                // Prologue: S of the first block we see alone, its softmax.
                 {
-                    const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(0);
+                    const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(first);
                     smem.k_ring.consumer_wait(k_state);
                     take_turn();
                     ptx::wgmma_fence();
@@ -708,9 +731,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     ptx::wgmma_fence_operand(s);
                     release(smem.k_ring, k_state);
                     k_state.advance();
-                    if (n_masked > 0) mask(0);
+                    if (first < n_masked) mask(first);
                     take_softmax_turn();
-                    const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(0) : ds_top;
+                    const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(first) : ds_top;
                     softmax_update(ds, std::false_type{}, [] {});  // (no reference yet to take the exps against)
                     pass_softmax_turn();
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
@@ -728,7 +751,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     ptx::wgmma_wait_group<0>();  // P_{it-2} V_{it-2}
                     fence_pv();
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 2);
-                    if (it >= 2) {
+                    if (it >= first + 2) {
                         release(smem.v_ring, v_release);
                         v_release.advance();
                     }
@@ -763,15 +786,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     // Two sets: P_{it-2} V_{it-2}, the last reader of this set, was waited for above.
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[1 - decltype(in)::value]);
                 };
-                // P_{it-1} is in set (it - 1) % 2 (the one set when there is one).
+                // P_{it-1} is in set (it - 1 - first) % 2 (the one set when there is one).
                 auto steps = [&](int& it, int end, auto masked) {
                     for (; it < end; ++it) {
                         if constexpr (kPBuffers == 1) step(it, masked, kSet0);
-                        else if (it % 2 == 1) step(it, masked, kSet0);
+                        else if ((it - first) % 2 == 1) step(it, masked, kSet0);
                         else step(it, masked, kSet1);
                     }
                 };
-                int it = 1;
+                int it = first + 1;
                 steps(it, n_masked, std::true_type{});
                 steps(it, n_blocks, std::false_type{});
                 // Our last QK^T has completed (waited for in the last step, or in the prologue) and
@@ -785,7 +808,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
-                    if (n_blocks >= 2) release(smem.v_ring, v_release);
+                    if (n_blocks - first >= 2) release(smem.v_ring, v_release);
                     rescale_o(v_ds);
                     if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     // (Two sets: the branch on the set goes around the whole issue, fence to commit;
@@ -798,7 +821,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         pass_turn();
                     };
                     if constexpr (kPBuffers == 1) issue_pv(kSet0);
-                    else if ((n_blocks - 1) % 2 == 0) issue_pv(kSet0);
+                    else if ((n_blocks - 1 - first) % 2 == 0) issue_pv(kSet0);
                     else issue_pv(kSet1);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
@@ -808,7 +831,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     v_state.advance();
                 }
             } else {
-                release(smem.q_ring, q_state);  // a tile that sees no key never reads its Q
+                release(smem.q_ring, q_state);  // a slice that sees no key never reads its Q
             }
 
             // ============================== epilogue ==============================

@@ -90,6 +90,15 @@ constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
 
+// 1: a consumer warpgroup skips the blocks none of its rows sees (Mask::hidden_blocks: the
+// top block above the causal diagonal of d64's 192-row and d256's 64-key tiles; every block of a
+// tail tile's slices past seqlen_q), waiting for and releasing their slots only; 0: it computes
+// them masked. (bench/RESULTS.md run 50.)
+#ifndef HATTN_FWD_SKIP_HIDDEN_BLOCKS
+#define HATTN_FWD_SKIP_HIDDEN_BLOCKS 1
+#endif
+constexpr bool kSkipHiddenBlocks = HATTN_FWD_SKIP_HIDDEN_BLOCKS != 0;
+
 // 1: the unmasked steady-state steps exponentiate against the rows' current (lazy) references
 // with no row max ahead of the exps, and move a reference only when a row's sum says a weight grew
 // past 2^12 (OnlineSoftmax::online_update_speculative; scores that overflow against it are

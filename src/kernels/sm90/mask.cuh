@@ -34,6 +34,13 @@ struct Mask {
         const int end = causal ? min_int(seqlen_k, m0 + rows + seqlen_k - seqlen_q) : seqlen_k;
         return end > 0 ? (end + block_n - 1) / block_n : 0;
     }
+    // Of a tile's n_blocks from m0 (visited from the highest), how many leading ones no query row
+    // of [m0 + row0, m0 + row0 + rows) sees: those above the causal diagonal for all of them, or
+    // all n_blocks when they all lie past seqlen_q (a tail tile's slices).
+    __host__ __device__ constexpr int hidden_blocks(int m0, int row0, int rows, int block_n, int n_blocks_of_tile) const {
+        const int end = min_int(row0 + rows, seqlen_q - m0);  // the slice's rows in the problem: [row0, end)
+        return n_blocks_of_tile - (end > row0 ? n_blocks(m0, end, block_n) : 0);
+    }
     // Blocks [first_masked_block, n_blocks) can hold a key some row of [m0, ...) may not see:
     // the block reaching past seqlen_k, and (causal) those crossing the first row's diagonal.
     __host__ __device__ constexpr int first_masked_block(int m0, int block_n) const {
