@@ -36,9 +36,8 @@ struct Fp8VariantInfo {
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
 // "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn_qreg" at 256 and "lazy_p2_c3_sturn" at 64.
-// (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone.) The _n192 variants take 192-key blocks (three descale groups of 64
-// keys each, 3 ring slots: 48 KB of K and V^T per slot at d128), as FA3's FP8 d128 tile takes 224:
-// a block's fixed costs (waits, turns, row max shuffles, vote) spread over 1.5x the keys.
+// (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone; so are the 192-key blocks of
+// run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes.)
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
 // _p2: P's fragment in two register sets, written straight from the softmax. _c3: three consumer
 // warpgroups (192-row tiles) at d64, whose exps take twice its GEMMs' time: one more softmax in
@@ -67,8 +66,6 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy", true, false},
     {"twolevel", false, true},
     {"lazy_twolevel", true, true, 0, 0, false, false, 2, 0, false, true, false, false, 64},  // spills 4 bytes at d128
-    {"lazy_n192", true, false, 192, 3},
-    {"lazy_twolevel_n192", true, true, 192, 3},
     {"lazy_rowsum", true, false, 0, 0, true},
     {"lazy_twolevel_rowsum", true, true, 0, 0, true},
     {"lazy_p2", true, false, 0, 0, false, true},
