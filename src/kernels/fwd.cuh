@@ -251,7 +251,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
-            const int first = kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
+            const int first =  // blocks none of our rows sees, skipped (fwd_rules.h)
+                skip_hidden_blocks(kBlockM, kBlockN) ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
             // S = Q K_it^T alone on the tensor cores, then its softmax (the pipeline's first
             // block, or every block without the intra-warpgroup overlap).

@@ -128,13 +128,16 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 constexpr bool kDynamicCausal = HATTN_FWD_FP8_DYNAMIC_CAUSAL != 0;
 constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
 constexpr bool kTileAnnounce = HATTN_FWD_FP8_TILE_ANNOUNCE != 0;
-// 1: a consumer skips the blocks none of its rows sees (Mask::hidden_blocks: above the
-// causal diagonal of d64's 192-row tiles, every block of a tail tile's slices past seqlen_q), as
-// the 16-bit forward does (kernels/fwd_rules.h); 0: it computes them masked.
+// 1: with three consumers (d64's 192-row tiles on 128-key blocks), a consumer skips the blocks
+// none of its rows sees (Mask::hidden_blocks: the top block above the causal diagonal, every block
+// of a tail tile's slices past seqlen_q), as the 16-bit forward does (kernels/fwd_rules.h): +2-3%
+// at d64 causal 2k-16k (bench/RESULTS.md run 50c). d256's 128 x 64 tiles would skip too, but ptxas
+// then schedules the steady step's block max differently and it lost 2.5-3.4% even on full
+// masks. 0: every consumer computes every block of its tile, masked.
 #ifndef HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS
 #define HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS 1
 #endif
-constexpr bool kSkipHiddenBlocks = HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0;
+constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
 // P in [0, 1] is computed and quantized as e4m3(P * 2^kPGainLog2): the power of two moves P's small
 // values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
 // nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
@@ -569,7 +572,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
-            const int first = kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
+            const int first =  // blocks none of our rows sees, skipped (see skip_hidden_blocks)
+                skip_hidden_blocks(Cfg::kConsumers) ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
             // Descales of this slice of Q and of the KV blocks of this head.
             const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
             const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;

@@ -90,14 +90,17 @@ constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
 #endif
 constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE != 0; }
 
-// 1: a consumer warpgroup skips the blocks none of its rows sees (Mask::hidden_blocks: the
-// top block above the causal diagonal of d64's 192-row and d256's 64-key tiles; every block of a
-// tail tile's slices past seqlen_q), waiting for and releasing their slots only; 0: it computes
-// them masked. (bench/RESULTS.md run 50.)
+// 1: on tiles taller than their key blocks (d64's 192 x 128, d256's 128 x 64), a consumer
+// warpgroup skips the blocks none of its rows sees (Mask::hidden_blocks: the top block above the
+// causal diagonal, every block of a tail tile's slices past seqlen_q), waiting for and releasing
+// their slots only: +4% at d64 causal 4k, +1.8-4.5% at 2k, level on full masks (bench/RESULTS.md
+// run 50b, H100). Where the tile is no taller than its blocks (d128, d64's causal 128-row tile)
+// only a tail tile or an offset diagonal could skip, and the code alone cost 1.5% at d64 causal
+// 1k. 0: every consumer computes every block of its tile, masked.
 #ifndef HATTN_FWD_SKIP_HIDDEN_BLOCKS
 #define HATTN_FWD_SKIP_HIDDEN_BLOCKS 1
 #endif
-constexpr bool kSkipHiddenBlocks = HATTN_FWD_SKIP_HIDDEN_BLOCKS != 0;
+constexpr bool skip_hidden_blocks(int block_m, int block_n) { return HATTN_FWD_SKIP_HIDDEN_BLOCKS != 0 && block_m > block_n; }
 
 // 1: the unmasked steady-state steps exponentiate against the rows' current (lazy) references
 // with no row max ahead of the exps, and move a reference only when a row's sum says a weight grew
