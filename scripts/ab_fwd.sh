@@ -29,7 +29,8 @@ defs() {
   case "$1" in
     base) echo "" ;;
     narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;
-    narrow2k|narrow4k|narrow8k) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=$((${1//[a-z]/} * 1024))" ;;  # d64 causal on 128-row tiles up to 2k/4k/8k keys
+    narrow512) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=512" ;;  # d64 causal on 128-row tiles up to 512 keys
+    narrow1k|narrow2k|narrow4k|narrow8k) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=$((${1//[a-z]/} * 1024))" ;;  # d64 causal on 128-row tiles up to 1k/2k/4k/8k keys (1k: before run 50)
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
     ref) echo "" ;;  # the default build of the source tree in REF_TREE (e.g. an earlier commit)
     eager) echo "${D}LAZY_RESCALE=0" ;;  # O rescaled after every block

@@ -18,11 +18,13 @@
 #define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
 #endif
 // d = 64, causal, both lengths at most this: 128-row tiles (2 consumer warpgroups) and 2 K/V
-// stages instead of 192-row tiles and 3 stages: +13-16% at 512-1k, where a 192-row tile pads
-// 512 to 576 and 1024 to 1152 rows and its diagonal blocks mask more; without a mask the
-// narrow tile loses 2-5% at the same lengths (bench/RESULTS.md run 16). 0 turns it off.
+// stages instead of 192-row tiles and 3 stages. It was +13-16% at 512-1k (bench/RESULTS.md run
+// 16: a 192-row tile pads 512 to 576 and 1024 to 1152 rows, and its diagonal blocks mask more).
+// Since its consumers skip the blocks none of their rows sees (skip_hidden_blocks below), the
+// 192-row tile wins from 768 keys (+6% at 768 and 896, +2.4% at 1k) and the narrow one holds at
+// 512 (level) and 640 (+23%) (run 50e, H100). 0 turns it off.
 #ifndef HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
-#define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 1024
+#define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 640
 #endif
 
 // 1: causal problems on a grid of one CTA per tile take sm90::TileScheduler's sections of heads
