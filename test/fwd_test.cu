@@ -595,11 +595,11 @@ std::vector<Case> rising_max_cases() {
     return finish(cases, 7);
 }
 
-// With the workspace: causal problems of at least 1k keys (d64's 192-row tile: 641; fwd_rules.h) on the dynamic walk (a
-// persistent grid whose thread blocks take tiles from a counter), each head dim and dtype, odd
-// lengths, rows with no key, GQA, the causal sections (several heads' tiles longest first), and
-// many tiles per thread block; shorter causal problems (the d64 128-row tile among them) and full
-// masks ignore the workspace (and must leave it zero-filled too).
+// With the workspace: causal problems of at least 1k keys (641 on d64's 192-row tile; fwd_rules.h)
+// on the dynamic walk (a persistent grid whose thread blocks take tiles from a counter), each head
+// dim and dtype, odd lengths, rows with no key, GQA, the causal sections (several heads' tiles
+// longest first), and many tiles per thread block; shorter causal problems (the d64 128-row tile
+// among them) and full masks ignore the workspace (and must leave it zero-filled too).
 std::vector<Case> workspace_cases() {
     std::vector<Case> cases;
     for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(1031, 1100))

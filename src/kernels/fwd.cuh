@@ -94,6 +94,8 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     using Softmax = OnlineSoftmax<Shape::kBlockN, lazy_rescale(kHeadDim)>;
     // The unmasked steps' exps ahead of any row max (fwd_rules.h; it keeps the lazy reference).
     static constexpr bool kSpeculative = kSpeculativeMax && lazy_rescale(kHeadDim);
+    // Consumers skip the blocks none of their rows sees (fwd_rules.h).
+    static constexpr bool kSkipHiddenBlocks = skip_hidden_blocks(Shape::kBlockM, Shape::kBlockN);
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             const int first =  // blocks none of our rows sees, skipped (fwd_rules.h)
-                skip_hidden_blocks(kBlockM, kBlockN) ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
+                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
             // S = Q K_it^T alone on the tensor cores, then its softmax (the pipeline's first
             // block, or every block without the intra-warpgroup overlap).

@@ -236,6 +236,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using OElem = OElem_;
     using Opt = Tuning_;
     static constexpr int kHeadDim = kHeadDim_;
+    static constexpr bool kSkipHiddenBlocks = skip_hidden_blocks(Shape::kConsumers);
 
     // 8-bit rows are head_dim (Q, K) or kBlockN (V^T) bytes: 64-byte rows take the 64-byte swizzle.
     static constexpr int kQkSpan = kHeadDim < kSwizzleBytes ? kHeadDim : kSwizzleBytes;
@@ -573,7 +574,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             const int first =  // blocks none of our rows sees, skipped (see skip_hidden_blocks)
-                skip_hidden_blocks(Cfg::kConsumers) ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
+                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
             // Descales of this slice of Q and of the KV blocks of this head.
             const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
             const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;
