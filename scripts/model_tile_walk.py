@@ -32,7 +32,7 @@ ELEM_BYTES = 2  # bf16 / fp16
 def tile_shape(head_dim: int, seqlen: int) -> tuple[int, int]:
     """(block_m, block_n) of the 16-bit forward's causal tile (kernels/fwd_rules.h, fwd.cuh)."""
     if head_dim == 64:
-        return (128, 128) if seqlen <= 1024 else (192, 128)
+        return (128, 128) if seqlen <= 640 else (192, 128)  # HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
     return (128, 128) if head_dim == 128 else (128, 64)
 
 
