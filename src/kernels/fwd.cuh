@@ -289,20 +289,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             softmax.init();
             if constexpr (kTileAnnounce) smem.q_ring.consumer_wait(q_state);
 
-            // Blocks no row of ours sees: their slots waited for and released, as many turns taken
-            // as computing them would (one per block with the overlap, whose drain takes one more:
-            // the last block's here when we see none), so every consumer takes the same number.
-            for (int it = 0; it < first; ++it) {
-                consumer_wait_both(smem.k_ring, k_state, smem.v_ring, v_state);
-                for (int turn = 0; turn < (Cfg::kIntraWgOverlap ? 1 : 2) + (it == n_blocks - 1 && Cfg::kIntraWgOverlap); ++turn) {
+            // Blocks no row of ours sees, passed over with as many turns as computing them would
+            // take (one per block with the overlap, whose drain takes one more: the last block's
+            // here when we see none), so every consumer of the tile takes the same number.
+            pass_over_blocks(first, smem.k_ring, k_state, smem.v_ring, v_state, me.lane == 0, [&](int it) {
+                for (int turn = 0; turn < (Cfg::kIntraWgOverlap ? 1 : 2) + (Cfg::kIntraWgOverlap && it == n_blocks - 1); ++turn) {
                     take_turn();
                     pass_turn();
                 }
-                release(smem.k_ring, k_state);
-                release(smem.v_ring, v_state);
-                k_state.advance();
-                v_state.advance();
-            }
+            });
             if (n_blocks > first) {
                 if constexpr (Cfg::kIntraWgOverlap) {
                     // Prologue: S for the first (highest) block we see and its softmax; no PV yet.

@@ -707,21 +707,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             smem.q_ring.consumer_wait(q_state);
             if constexpr (Opt::kQInRegisters) load_a_fragments_e4m3(qf, smem.q[q_state.stage], me.first_row_in_tile);
 
-            // Blocks no row of ours sees: their slots waited for and released, and the turns taken
-            // that computing them would take (the drain's GEMM issue with the last one).
-            for (int it = 0; it < first; ++it) {
-                consumer_wait_both(smem.k_ring, k_state, smem.v_ring, v_state);
+            // Blocks no row of ours sees, passed over with the turns computing them would take
+            // (one softmax and one GEMM issue each, the drain's issue with the last one).
+            pass_over_blocks(first, smem.k_ring, k_state, smem.v_ring, v_state, me.lane == 0, [&](int it) {
                 for (int turn = 0; turn < 1 + (it == n_blocks - 1); ++turn) {
                     take_turn();
                     pass_turn();
                 }
                 take_softmax_turn();
                 pass_softmax_turn();
-                release(smem.k_ring, k_state);
-                release(smem.v_ring, v_state);
-                k_state.advance();
-                v_state.advance();
-            }
+            });
             if (n_blocks > first) {
                 // Prologue: S of the first block we see alone, its softmax.
                 {

@@ -103,6 +103,24 @@ __device__ __forceinline__ void consumer_wait_both(RingA& a, const typename Ring
     b.consumer_wait(sb);
 }
 
+// Blocks a consumer computes nothing for (none of its rows sees them): each one's K and V slots
+// waited for, so the rings' phases stay in step, and released at once (by `releaser`, one lane per
+// warp), with `turns(it)` between them for the ping-pong turns that computing block it would take.
+template <class KRing, class VRing, class Turns>
+__device__ __forceinline__ void pass_over_blocks(int count, KRing& k, typename KRing::State& ks, VRing& v,
+                                                 typename VRing::State& vs, bool releaser, Turns&& turns) {
+    for (int it = 0; it < count; ++it) {
+        consumer_wait_both(k, ks, v, vs);
+        turns(it);
+        if (releaser) {
+            k.consumer_release(ks);
+            v.consumer_release(vs);
+        }
+        ks.advance();
+        vs.advance();
+    }
+}
+
 // setmaxnreg's split of the SM's 64K registers between one producer warpgroup, which only
 // computes coordinates, and `consumers` (2 or 3) consumer warpgroups, which hold O, S and P:
 // 2 consumers 128 x 24 + 256 x 240 = 64512; 3 consumers 128 x 32 + 384 x 160 = 65536.
