@@ -131,7 +131,7 @@ constexpr bool kTileAnnounce = HATTN_FWD_FP8_TILE_ANNOUNCE != 0;
 // 1: with three consumers (d64's 192-row tiles on 128-key blocks), a consumer skips the blocks
 // none of its rows sees (Mask::hidden_blocks: the top block above the causal diagonal, every block
 // of a tail tile's slices past seqlen_q), as the 16-bit forward does (kernels/fwd_rules.h): +2-3%
-// at d64 causal 2k-16k (bench/RESULTS.md run 50c). d256's 128 x 64 tiles would skip too, but ptxas
+// at d64 causal 2k-16k (bench/RESULTS.md run 50d). d256's 128 x 64 tiles would skip too, but ptxas
 // then schedules the steady step's block max differently and it lost 2.5-3.4% even on full
 // masks. 0: every consumer computes every block of its tile, masked.
 #ifndef HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS

@@ -82,7 +82,7 @@ constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQL
 constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;
 // Where the dynamic walk starts for a tile of block_m rows: d64's 192-row causal tile takes it
 // wherever it runs past the narrow tile's lengths (+11% at 700 keys, +15% at 1000, +2% at 768
-// over the fixed walk, where some lengths fell 10-20% behind the narrow tile; run 50f, H100).
+// over the fixed walk, where some lengths fell 10-20% behind the narrow tile; run 50e, H100).
 constexpr int dynamic_causal_min_seqlen_k(int block_m) {
     const int after_narrow = kD64CausalNarrowMaxSeqlen + 1;
     return block_m > 128 && after_narrow < kDynamicCausalMinSeqlenK ? after_narrow : kDynamicCausalMinSeqlenK;
@@ -103,7 +103,7 @@ constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE !=
 // warpgroup skips the blocks none of its rows sees (Mask::hidden_blocks: the top block above the
 // causal diagonal, every block of a tail tile's slices past seqlen_q), waiting for and releasing
 // their slots only: +4% at d64 causal 4k, +1.8-4.5% at 2k, level on full masks (bench/RESULTS.md
-// run 50b, H100). Where the tile is no taller than its blocks (d128, d64's causal 128-row tile)
+// run 50d, H100). Where the tile is no taller than its blocks (d128, d64's causal 128-row tile)
 // only a tail tile or an offset diagonal could skip, and the code alone cost 1.5% at d64 causal
 // 1k. 0: every consumer computes every block of its tile, masked.
 #ifndef HATTN_FWD_SKIP_HIDDEN_BLOCKS
