@@ -28,7 +28,7 @@ D=-DHATTN_FWD_
 defs() {
   case "$1" in
     base) echo "" ;;
-    narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;
+    narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;  # d64 causal on 192-row tiles at every length (on the dynamic walk from 1 key)
     narrow512) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=512" ;;  # d64 causal on 128-row tiles up to 512 keys
     narrow1k|narrow2k|narrow4k|narrow8k) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=$((${1//[a-z]/} * 1024))" ;;  # d64 causal on 128-row tiles up to 1k/2k/4k/8k keys (1k: before run 50)
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
@@ -49,7 +49,7 @@ defs() {
     early) echo "-DHATTN_SCHED_CLAIM_AFTER_LOADS=0" ;;  # the dynamic walk claims the next tile right after the current tile's Q load (run 46a)
     announce) echo "${D}TILE_ANNOUNCE=1" ;;  # the tile index on its own mbarrier, ahead of Q (the default since run 47)
     announce0) echo "${D}TILE_ANNOUNCE=0" ;;  # the tile index with Q (before run 47)
-    dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k)
+    dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k; d64's 192-row tile 641)
     ctile) echo "${D}PERSISTENT_CAUSAL_MAX_SEQLEN_K=0" ;;  # causal problems the dynamic walk does not take (< 1k keys) on one CTA per tile
     skip0) echo "${D}SKIP_HIDDEN_BLOCKS=0" ;;  # consumers compute (masked) the blocks none of their rows sees (before run 50)
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
