@@ -93,7 +93,7 @@ typedef struct hattn_fwd_params {
     /* Optional (NULL: none): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned,
      * zero-filled once before its first use (cudaMemset); every call leaves it zero-filled again.
      * With it, causal problems run on one thread block per SM that take their tiles from a
-     * counter in the workspace, longest first, from 1k keys on (faster: bench/RESULTS.md run 46);
+     * counter in the workspace, longest first, from 1k keys on (d64: 641; faster: bench/RESULTS.md runs 46 and 50);
      * without it they keep a fixed tile order. Two calls in flight at once (on different streams)
      * need separate workspaces (not checked). workspace_size is its size in bytes. */
     void* workspace;
@@ -353,9 +353,9 @@ typedef struct hattn_fwd_fp8_params {
 
     /* Optional (NULL: none), as hattn_fwd_params.workspace (one buffer may serve both forwards on
      * a stream): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned, zero-filled
-     * before the first call and left zero-filled by every call. With it causal problems of >= 1k
-     * keys run on one thread block per SM that takes its tiles from a counter there, longest first
-     * (faster: bench/RESULTS.md run 47). schedule_workspace_size is its size in bytes. */
+     * before the first call and left zero-filled by every call. With it causal problems of >= 1280
+     * keys (d64: >= 512; d256 never) run on one thread block per SM that takes its tiles from a
+     * counter there, longest first (faster: bench/RESULTS.md runs 47 and 51). schedule_workspace_size is its size in bytes. */
     void* schedule_workspace;
     size_t schedule_workspace_size;
 } hattn_fwd_fp8_params;

@@ -14,8 +14,8 @@
 #             matching SANITIZE_FILTER and on causal `hattn fwd` runs on a persistent grid with and
 #             without the scheduler workspace. Default filters: the cases with a workspace (the
 #             dynamic causal walk) at every head dim on small shapes -- 16-bit: 1031 x 1100 keys
-#             both ways and one with many tiles per thread block; FP8: 1031 x 1100 with the
-#             in-kernel V transpose and three CTAs claiming 36 tiles
+#             both ways and one with many tiles per thread block; FP8: 1031 x 1300 with the
+#             in-kernel V transpose, three CTAs claiming 28-44 tiles, and d64 at 600 x 700
 # Writes $OUT/summary.txt (printed last) and $OUT/logs.tgz.
 # Environment: FORWARD (bf16 | fp8), OUT (./gpu_fwd_check_out), JOBS (nproc), BUDGET_S (300),
 #   STEPS ("tests sanitize"), SANITIZE_FILTER, RACECHECK_FILTER (racecheck's, when SANITIZE_FILTER is
@@ -31,7 +31,7 @@ STEPS=${STEPS:-tests sanitize}
 case "$FORWARD" in
   bf16)
     TEST=fwd_test SHARDS=2 HOST_TESTS="host_fwd_validation_test host_sm90_blocks_test"
-    CLI_ARGS=(--dim 64)
+    CLI_ARGS=(--dim 64 --seqlen 1100)
     DEFAULT_FILTER='Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*'
     # racecheck runs 10-40x slower than the others: the bf16 cases of the first set, causal both
     # ways, and d64's 192-row tiles walking ~2 tiles per thread block fit its 150 s (about 110 s;
@@ -39,8 +39,8 @@ case "$FORWARD" in
     DEFAULT_RACECHECK_FILTER='Workspace/*_bf16_*_q1031_k1100_*:Workspace/*_bf16_causal_*_q1100_k1031_*:Workspace/*_q1100_k1300_*' ;;
   fp8)
     TEST=fwd_fp8_test SHARDS=4 HOST_TESTS="host_fwd_fp8_validation_test"
-    CLI_ARGS=(--dtype e4m3 --dim 128)
-    DEFAULT_FILTER='Cases/Fp8Kernel.*/b2_hq3_hkv3_sq1031_sk1100_d*_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1100_sk1100_d*_causal_bf16_ctas3_sched'
+    CLI_ARGS=(--dtype e4m3 --dim 128 --seqlen 1300)  # d128's dynamic walk starts at 1280 keys
+    DEFAULT_FILTER='Cases/Fp8Kernel.*/b2_hq3_hkv3_sq1031_sk1300_d*_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1300_sk1300_d*_causal_bf16_ctas3_sched:Cases/Fp8Kernel.*/b2_hq4_hkv2_sq600_sk700_d64_causal_bf16_sched'
     DEFAULT_RACECHECK_FILTER=$DEFAULT_FILTER ;;
   *) echo "gpu_fwd_check.sh: FORWARD='$FORWARD' is not bf16 or fp8" >&2; exit 2 ;;
 esac
@@ -91,7 +91,7 @@ if grep -q '^build .*PASS' "$STATUS"; then
         >"$LOGS/san_${TEST}_$tool.log" 2>&1 & pids+=("$!:${TEST}_$tool")
       for ws in "" --no-workspace; do
         timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 build/bin/hattn fwd "${CLI_ARGS[@]}" --batch 4 \
-          --heads 40 --seqlen 1100 --causal --no-verify --iters 0 --warmup 0 $ws \
+          --heads 40 --causal --no-verify --iters 0 --warmup 0 $ws \
           >"$LOGS/san_cli_${tool}${ws:+_nows}.log" 2>&1 & pids+=("$!:cli_${tool}${ws:+_nows}")
       done
     done

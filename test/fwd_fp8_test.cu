@@ -417,18 +417,19 @@ std::vector<Case> kernel_cases() {
         // accumulation stops taking the small ones (run 43a: rel L2 0.32 for the row sums chained
         // through P V's pad columns), so every sum the kernel chains across blocks must hold here.
         all.push_back({1, 1, 1, 64, 16384, false, false, HATTN_DTYPE_BF16, d});
-        // With a schedule workspace: causal problems of >= 1k keys on the dynamic walk (d256
-        // keeps the fixed walk, Config::kTileHandOff), tiles longest first across the causal
-        // sections, handed out to whichever CTA frees up: odd lengths, rows with no key, GQA,
-        // fp16 O and strides, the in-kernel V transpose (few query rows per KV head) and the
-        // transpose pass (many), many tiles per CTA; shorter causal problems and full masks
-        // ignore it. Each must leave the workspace zero-filled.
-        all.push_back(scheduled({2, 3, 3, 1031, 1100, true, false, HATTN_DTYPE_BF16, d}));
-        all.push_back(scheduled({2, 3, 3, 1100, 1031, true, true, HATTN_DTYPE_FP16, d}));
-        all.push_back(scheduled({1, 2, 1, 4097, 1000, true, false, HATTN_DTYPE_BF16, d}));   // rows with no key
+        // With a schedule workspace: causal problems of >= 1280 keys (d64: 512) on the dynamic
+        // walk (d256 keeps the fixed walk, Config::kTileHandOff), tiles longest first across the
+        // causal sections, handed out to whichever CTA frees up: odd lengths, rows with no key,
+        // GQA, fp16 O and strides, the in-kernel V transpose (few query rows per KV head) and the
+        // transpose pass (many), many tiles per CTA; shorter causal problems (d64: dynamic at 700
+        // keys, d128 fixed) and full masks ignore it. Each must leave the workspace zero-filled.
+        all.push_back(scheduled({2, 3, 3, 1031, 1300, true, false, HATTN_DTYPE_BF16, d}));
+        all.push_back(scheduled({2, 3, 3, 1300, 1291, true, true, HATTN_DTYPE_FP16, d}));
+        all.push_back(scheduled({1, 2, 1, 4097, 1300, true, false, HATTN_DTYPE_BF16, d}));   // rows with no key
         all.push_back(scheduled({1, 2, 1, 17, 4097, true, false, HATTN_DTYPE_BF16, d}));
         all.push_back(scheduled({1, 4, 1, 2049, 2049, true, false, HATTN_DTYPE_BF16, d}));   // MQA, transpose pass
-        all.push_back(scheduled(walked({1, 4, 2, 1100, 1100, true, false, HATTN_DTYPE_BF16, d}, 3)));  // 3 CTAs claim 36 tiles
+        all.push_back(scheduled(walked({1, 4, 2, 1300, 1300, true, false, HATTN_DTYPE_BF16, d}, 3)));  // 3 CTAs claim 28-44 tiles
+        all.push_back(scheduled({2, 4, 2, 600, 700, true, false, HATTN_DTYPE_BF16, d}));     // d64 dynamic, d128 fixed
         all.push_back(scheduled({1, 4, 4, 300, 390, true, false, HATTN_DTYPE_BF16, d}));     // short: fixed walk
         all.push_back(scheduled({2, 3, 1, 1031, 1100, false, false, HATTN_DTYPE_BF16, d}));  // full: ignored
     }

@@ -58,7 +58,7 @@
 //     ratios stay far from fp32's range limits.
 //   * Grid: without a mask one persistent CTA per SM walking the tiles; causal, the same for short
 //     keys and one CTA per tile past kPersistentCausalMaxSeqlenK, or with a schedule workspace,
-//     from kDynamicCausalMinSeqlenK keys on, one CTA per SM claiming tiles from a counter
+//     from dynamic_causal_min_seqlen_k keys on, one CTA per SM claiming tiles from a counter
 //     (+2-6% at d64/d128 2k-16k over those, bench/RESULTS.md run 47a). On a walk the schedule runs on
 //     across tile boundaries as in the 16-bit forward: the ping-pong turn passes straight to the
 //     next tile, Q is freed after the last QK^T into one of two slots, and the O store's read wait
@@ -111,23 +111,35 @@ constexpr int kSharedAlign = 1024;
 constexpr int kMaxSharedBytes = 227 * 1024;
 
 // The tile walk (sm90::TileScheduler), as in the 16-bit forward (kernels/fwd_rules.h): with
-// Fp8FwdArgs::schedule_workspace, a causal problem of at least HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K
-// keys runs on a persistent grid whose producers claim tiles, longest first, from a counter (0
-// turns that off: the workspace is ignored; d256 keeps the fixed walk, Config::kTileHandOff). The producer announces each tile's index on an
-// mbarrier of its own before Q's TMA (HATTN_FWD_FP8_TILE_ANNOUNCE; 0: the index arrives with Q), so
-// the consumers read the tile's descales while Q loads.
+// Fp8FwdArgs::schedule_workspace, a causal problem of at least dynamic_causal_min_seqlen_k keys
+// runs on a persistent grid whose producers claim tiles, longest first, from a counter
+// (HATTN_FWD_FP8_DYNAMIC_CAUSAL=0 turns that off: the workspace is ignored; d256 keeps the fixed
+// walk, Config::kTileHandOff). The producer announces each tile's index on an mbarrier of its own
+// before Q's TMA (HATTN_FWD_FP8_TILE_ANNOUNCE; 0: the index arrives with Q), so the consumers read
+// the tile's descales while Q loads.
 #ifndef HATTN_FWD_FP8_DYNAMIC_CAUSAL
 #define HATTN_FWD_FP8_DYNAMIC_CAUSAL 1
-#endif
-#ifndef HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K
-#define HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K 1024
 #endif
 #ifndef HATTN_FWD_FP8_TILE_ANNOUNCE
 #define HATTN_FWD_FP8_TILE_ANNOUNCE 1
 #endif
 constexpr bool kDynamicCausal = HATTN_FWD_FP8_DYNAMIC_CAUSAL != 0;
-constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
 constexpr bool kTileAnnounce = HATTN_FWD_FP8_TILE_ANNOUNCE != 0;
+// Where the dynamic walk starts, per tile height. d64's 192-row tiles (three consumers) pad short
+// rows unevenly (640 rows are four tiles, 576 three), and on the fixed walk a CTA with a padded
+// tile holds its SM while others finish: claiming tiles gains +8-18% at 512-640 keys and +14% at
+// 1k, +2-7% at 768 and 1.5k-2k. Two consumers' 128-row tiles (d128) lose 1.6-4.8% to the claim's
+// round trip at 512-1k keys and gain 3% at 1.5k, 2% at 2k (bench/RESULTS.md run 51c, H100).
+// -DHATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K=N sets one start for every tile (A/B runs).
+constexpr int kDynamicCausalMinSeqlenKThreeConsumers = 512;
+constexpr int kDynamicCausalMinSeqlenKTwoConsumers = 1280;
+constexpr int dynamic_causal_min_seqlen_k(int consumers) {
+#ifdef HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K
+    return (void)consumers, HATTN_FWD_FP8_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
+#else
+    return consumers == 3 ? kDynamicCausalMinSeqlenKThreeConsumers : kDynamicCausalMinSeqlenKTwoConsumers;
+#endif
+}
 // 1: with three consumers (d64's 192-row tiles on 128-key blocks), a consumer skips the blocks
 // none of its rows sees (Mask::hidden_blocks: the top block above the causal diagonal, every block
 // of a tail tile's slices past seqlen_q), as the 16-bit forward does (kernels/fwd_rules.h): +2-3%
@@ -982,7 +994,7 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     p.scale = a.softmax_scale;
     // Causal with a workspace: the dynamic walk on a persistent grid (kDynamicCausal).
     const bool dynamic = Cfg::kTileHandOff && a.causal && kDynamicCausal && a.schedule_workspace != nullptr &&
-                         a.seqlen_k >= kDynamicCausalMinSeqlenK;
+                         a.seqlen_k >= dynamic_causal_min_seqlen_k(Cfg::kConsumers);
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= fwd::kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) p.scheduler.tile_counter = static_cast<int32_t*>(a.schedule_workspace);
 

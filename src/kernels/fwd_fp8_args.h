@@ -63,7 +63,7 @@ struct Fp8FwdArgs {
     void* schedule_workspace = nullptr;  // optional: fwd::kWorkspaceBytes of zero-filled device memory
                                 // (aligned to fwd::kWorkspaceAlign), left zero-filled by every call;
                                 // with it causal problems take their tiles from a counter
-                                // (kDynamicCausalMinSeqlenK, fwd_fp8.cuh)
+                                // (dynamic_causal_min_seqlen_k, fwd_fp8.cuh)
 };
 
 // V^T's row length (keys) and its byte size.
