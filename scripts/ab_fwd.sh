@@ -11,7 +11,8 @@
 # case each in defs() below; "base" is the default build. The tile-boundary schedule A/B'd with
 # this script (early Q release, turns carried across tiles, deferred O-store wait, two Q slots:
 # +3-11% at 512-2k together) is the default path now; "narrow0" turns the d64 causal 128-row
-# tile off; "chain" reduces the softmax's row max and row sum in one dependent chain per row (the
+# tile off (the A/B passes a workspace, so by default it is off there already), "narrow640" etc.
+# put it back on short causal problems with a workspace; "chain" reduces the softmax's row max and row sum in one dependent chain per row (the
 # default is a balanced tree, kernels/sm90/fragment.cuh's row_reduce).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,9 +29,10 @@ D=-DHATTN_FWD_
 defs() {
   case "$1" in
     base) echo "" ;;
-    narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;  # d64 causal on 192-row tiles at every length (on the dynamic walk from 1 key)
-    narrow512) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=512" ;;  # d64 causal on 128-row tiles up to 512 keys
-    narrow1k|narrow2k|narrow4k|narrow8k) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=$((${1//[a-z]/} * 1024))" ;;  # d64 causal on 128-row tiles up to 1k/2k/4k/8k keys (1k: before run 50)
+    narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;  # d64 causal on 192-row tiles at every length, with a workspace or not
+    narrow640) echo "${D}D64_NARROW_WITH_WORKSPACE=1" ;;  # d64 causal on 128-row tiles up to 640 keys with a workspace too (before run 51)
+    narrow512) echo "${D}D64_NARROW_WITH_WORKSPACE=1 ${D}D64_CAUSAL_NARROW_MAX_SEQLEN=512" ;;  # ... up to 512 keys
+    narrow1k|narrow2k|narrow4k|narrow8k) echo "${D}D64_NARROW_WITH_WORKSPACE=1 ${D}D64_CAUSAL_NARROW_MAX_SEQLEN=$((${1//[a-z]/} * 1024))" ;;  # ... up to 1k/2k/4k/8k keys (1k: before run 50)
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
     ref) echo "" ;;  # the default build of the source tree in REF_TREE (e.g. an earlier commit)
     eager) echo "${D}LAZY_RESCALE=0" ;;  # O rescaled after every block
@@ -49,7 +51,7 @@ defs() {
     early) echo "-DHATTN_SCHED_CLAIM_AFTER_LOADS=0" ;;  # the dynamic walk claims the next tile right after the current tile's Q load (run 46a)
     announce) echo "${D}TILE_ANNOUNCE=1" ;;  # the tile index on its own mbarrier, ahead of Q (the default since run 47)
     announce0) echo "${D}TILE_ANNOUNCE=0" ;;  # the tile index with Q (before run 47)
-    dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k; d64's 192-row tile 641)
+    dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k; d64's 192-row tile at every length)
     ctile) echo "${D}PERSISTENT_CAUSAL_MAX_SEQLEN_K=0" ;;  # causal problems the dynamic walk does not take (< 1k keys) on one CTA per tile
     skip0) echo "${D}SKIP_HIDDEN_BLOCKS=0" ;;  # consumers compute (masked) the blocks none of their rows sees (before run 50)
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail

@@ -495,12 +495,13 @@ cudaError_t launch_fwd_head_dim(const FwdArgs& a, cudaStream_t stream, std::stri
         if (error) *error = "ablation variants are built for head_dim 128 bf16 only";
         return cudaErrorInvalidValue;
     }
-    // The tile per length (kernels/fwd_rules.h): for d = 64 on short causal problems 128-row
-    // tiles with 2 K/V stages.
+    // The tile per length (kernels/fwd_rules.h): for d = 64 on short causal problems without the
+    // dynamic walk 128-row tiles with 2 K/V stages.
     constexpr int kConsumers = default_consumers(kHeadDim);
     if constexpr (kHeadDim == 64) {
         const int longest = std::max(a.seqlen_q, a.seqlen_k);
-        if (a.causal && longest <= kD64CausalNarrowMaxSeqlen) return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);
+        if (d64_narrow_tile(a.causal, longest, kDynamicCausal && a.workspace != nullptr))
+            return launch_fwd_dtype<64, 2, 128, 2>(a, stream, error);
     }
     return launch_fwd_dtype<kHeadDim, kConsumers, default_block_n(kHeadDim), default_stages(kHeadDim)>(a, stream, error);
 }

@@ -17,14 +17,21 @@
 #ifndef HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K
 #define HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K 4096
 #endif
-// d = 64, causal, both lengths at most this: 128-row tiles (2 consumer warpgroups) and 2 K/V
-// stages instead of 192-row tiles and 3 stages. It was +13-16% at 512-1k (bench/RESULTS.md run
-// 16: a 192-row tile pads 512 to 576 and 1024 to 1152 rows, and its diagonal blocks mask more).
-// Since its consumers skip the blocks none of their rows sees (skip_hidden_blocks below), the
-// 192-row tile wins from 768 keys (+6% at 768 and 896, +2.4% at 1k) and the narrow one holds at
-// 512 (level) and 640 (+23%) (run 50e, H100). 0 turns it off.
+// d = 64, causal, both lengths at most this, on the fixed walk (no workspace): 128-row tiles (2
+// consumer warpgroups) and 2 K/V stages instead of 192-row tiles and 3 stages. It was +13-16% at
+// 512-1k (bench/RESULTS.md run 16: a 192-row tile pads 512 to 576 and 1024 to 1152 rows, and its
+// diagonal blocks mask more). Since its consumers skip the blocks none of their rows sees
+// (skip_hidden_blocks below), the 192-row tile wins from 768 keys (+6% at 768 and 896, +2.4% at
+// 1k) and the narrow one holds at 512 (level) and 640 (+23%) on the fixed walk (run 50e, H100);
+// on the dynamic walk the 192-row tile wins at every length up to 640 but 640 itself (+8.5% at
+// 384, +9.5% at 448, +3.3% at 512, +25% at 576, -1.1% at 640; run 51e), so with a workspace d64
+// causal problems always take the 192-row tile (dynamic_causal_min_seqlen_k). 0 turns it off;
+// HATTN_FWD_D64_NARROW_WITH_WORKSPACE=1 takes it with a workspace too (the rule before run 51).
 #ifndef HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
 #define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 640
+#endif
+#ifndef HATTN_FWD_D64_NARROW_WITH_WORKSPACE
+#define HATTN_FWD_D64_NARROW_WITH_WORKSPACE 0
 #endif
 
 // 1: causal problems on a grid of one CTA per tile take sm90::TileScheduler's sections of heads
@@ -80,12 +87,18 @@ constexpr int persistent_max_seqlen_k(int head_dim) {
 }
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
 constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;
-// Where the dynamic walk starts for a tile of block_m rows: d64's 192-row causal tile takes it
-// wherever it runs past the narrow tile's lengths (+11% at 700 keys, +15% at 1000, +2% at 768
-// over the fixed walk, where some lengths fell 10-20% behind the narrow tile; run 50e, H100).
+// Where the dynamic walk starts for a tile of block_m rows: d64's 192-row causal tile takes it at
+// every length (over the fixed walk +11% at 700 keys, +15% at 1000, +2% at 768, where some lengths
+// fell 10-20% behind the narrow tile, run 50e; over the narrow tile +3-25% at 384-576, run 51e;
+// H100); the narrow tile (d64 without a workspace) never meets it.
+constexpr bool kD64NarrowWithWorkspace = HATTN_FWD_D64_NARROW_WITH_WORKSPACE != 0;
 constexpr int dynamic_causal_min_seqlen_k(int block_m) {
-    const int after_narrow = kD64CausalNarrowMaxSeqlen + 1;
-    return block_m > 128 && after_narrow < kDynamicCausalMinSeqlenK ? after_narrow : kDynamicCausalMinSeqlenK;
+    if (block_m <= 128) return kDynamicCausalMinSeqlenK;
+    return kD64NarrowWithWorkspace ? kD64CausalNarrowMaxSeqlen + 1 : 1;
+}
+// d64's 128-row tile on short causal problems without the dynamic walk.
+constexpr bool d64_narrow_tile(bool causal, int longest, bool dynamic_walk) {
+    return causal && longest <= kD64CausalNarrowMaxSeqlen && (!dynamic_walk || kD64NarrowWithWorkspace);
 }
 
 // d = 128 takes 128-key blocks at every length. FA3's 176-key blocks for seqlen_k >= 4k (+1-6%
