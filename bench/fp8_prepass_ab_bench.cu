@@ -69,7 +69,7 @@ constexpr Fp8PrepassVariant kVariants[] = {{2, 1},
                                            {2, 4},
                                            {4, 4},
                                            {8, 4},
-                                           {hattn::fp8::kFp8MmaChunks, 1},
+                                           {hattn::fp8::kFp8MmaChunks, 1, 1},  // one thread block per block
                                            {hattn::fp8::kFp8MmaChunks, 1, hattn::fp8::kFp8MmaPairCtas}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -81,7 +81,8 @@ Rope rope_of(hattn_rope r) {
 const char* variant_mark(int d, const Mode& m, const Fp8PrepassVariant& v) {
     const Fp8PrepassVariant run =
         hattn::fp8::fp8_variant_run(d, v.chunks, v.blocks_per_cta, rope_of(m.rope), m.hadamard, v.ctas_per_block);
-    return run.chunks == v.chunks && run.blocks_per_cta == v.blocks_per_cta && run.ctas_per_block == v.ctas_per_block
+    const auto ctas = [](int n) { return n > 1 ? n : 1; };  // 0 and 1 both name one thread block
+    return run.chunks == v.chunks && run.blocks_per_cta == v.blocks_per_cta && ctas(run.ctas_per_block) == ctas(v.ctas_per_block)
                ? ""
                : "*";
 }

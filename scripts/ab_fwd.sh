@@ -11,8 +11,8 @@
 # case each in defs() below; "base" is the default build. The tile-boundary schedule A/B'd with
 # this script (early Q release, turns carried across tiles, deferred O-store wait, two Q slots:
 # +3-11% at 512-2k together) is the default path now; "narrow0" turns the d64 causal 128-row
-# tile off (the A/B passes a workspace, so by default it is off there already), "narrow640" etc.
-# put it back on short causal problems with a workspace; "chain" reduces the softmax's row max and row sum in one dependent chain per row (the
+# tile off (the A/B passes a workspace: there it holds up to 256 keys), "narrow640" etc. take it
+# further with a workspace; "chain" reduces the softmax's row max and row sum in one dependent chain per row (the
 # default is a balanced tree, kernels/sm90/fragment.cuh's row_reduce).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,10 +29,9 @@ D=-DHATTN_FWD_
 defs() {
   case "$1" in
     base) echo "" ;;
-    narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0" ;;  # d64 causal on 192-row tiles at every length, with a workspace or not
-    narrow640) echo "${D}D64_NARROW_WITH_WORKSPACE=1" ;;  # d64 causal on 128-row tiles up to 640 keys with a workspace too (before run 51)
-    narrow512) echo "${D}D64_NARROW_WITH_WORKSPACE=1 ${D}D64_CAUSAL_NARROW_MAX_SEQLEN=512" ;;  # ... up to 512 keys
-    narrow1k|narrow2k|narrow4k|narrow8k) echo "${D}D64_NARROW_WITH_WORKSPACE=1 ${D}D64_CAUSAL_NARROW_MAX_SEQLEN=$((${1//[a-z]/} * 1024))" ;;  # ... up to 1k/2k/4k/8k keys (1k: before run 50)
+    narrow0) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN=0 ${D}D64_CAUSAL_NARROW_MAX_SEQLEN_WS=0" ;;  # d64 causal on 192-row tiles at every length, with a workspace or not
+    narrow512|narrow640) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN_WS=${1#narrow}" ;;  # d64 causal on 128-row tiles up to 512 / 640 keys with a workspace (640: before run 51)
+    narrow1k|narrow2k|narrow4k|narrow8k) echo "${D}D64_CAUSAL_NARROW_MAX_SEQLEN_WS=$((${1//[a-z]/} * 1024))" ;;  # ... up to 1k/2k/4k/8k keys (1k: before run 50)
     chain) echo "-DHATTN_ROW_REDUCE_TREE=0" ;;  # the softmax's row max / row sum as one dependent chain
     ref) echo "" ;;  # the default build of the source tree in REF_TREE (e.g. an earlier commit)
     eager) echo "${D}LAZY_RESCALE=0" ;;  # O rescaled after every block

@@ -39,7 +39,7 @@ STATUS="$LOGS/status.txt"
 : >"$STATUS"
 SECONDS=0
 
-read -r -a VARIANTS <<<"${VARIANTS:-default 2x1 4x1 8x1 2x4 4x4 8x4 16x1 16x1x2}"
+read -r -a VARIANTS <<<"${VARIANTS:-default 2x1 4x1 8x1 2x4 4x4 8x4 16x1x1 16x1x2}"
 STEPS=${STEPS:-bench tests sanitize}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 SHARDS=2
@@ -102,7 +102,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if step sanitize && [ -x "$SAN" ]; then
-    for v in default 4x4 16x1 16x1x2; do
+    for v in default 4x4 16x1x1 16x1x2; do
       [[ " ${VARIANTS[*]} " == *" $v "* ]] || continue
       env_v=$v; [ "$v" = default ] && env_v=
       run "memcheck[$v]" 30 env HATTN_FP8_PREPASS_VARIANT=$env_v "$SAN" --tool memcheck --error-exitcode 1 \

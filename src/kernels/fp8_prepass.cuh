@@ -864,7 +864,9 @@ cudaError_t launch_hadamard_mma_qk_rope(const Fp8PrepassArgs& a, cudaStream_t st
 template <int kHeadDim, bool kIsBf16>
 cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream) {
     if constexpr (fp8_mma_pair_built(kHeadDim)) {
-        if (a.variant.ctas_per_block == kFp8MmaPairCtas) {
+        const int ctas = a.variant.ctas_per_block != 0 ? a.variant.ctas_per_block
+                                                       : fp8_default_variant(kHeadDim, a.rope, true).ctas_per_block;
+        if (ctas == kFp8MmaPairCtas) {
             switch (a.rope) {
                 case Rope::kNone: return launch_hadamard_mma_qk_rope<kHeadDim, kIsBf16, Rope::kNone, kFp8MmaPairCtas>(a, stream);
                 case Rope::kInterleaved:

@@ -67,11 +67,14 @@ constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged va
 //                      best were 2 x 4 at d 64 (83%), 4 x 4 at 128 (81%), 8 x 4 at 256 (71%))
 //   RoPE + Hadamard    the tensor-core kernel too, run 36 (RoPE in fp32 rounded to bf16 for the
 //                      mma; % of copy at 64k: 79 / 80 / 72 at d 64 / 128 / 256; the butterfly
-//                      layouts' best 54 / 57 / 54: 2 x 1 at d 64 / 128, 4 x 1 at 256)
+//                      layouts' best 54 / 57 / 54: 2 x 1 at d 64 / 128, 4 x 1 at 256); at d 256
+//                      on cluster pairs (16x1x2), run 45c: 77.0 / 75.8% (half / interleaved) at
+//                      64k against 71.1% for one thread block per block (tests and sanitizers on
+//                      the GPU: run 51)
 //   RoPE only          2 x 1 at d 64 / 128, 4 x 1 at 256 (the butterfly kernels without the transform)
 // (One launch quantizes Q, K and V: the transform is Q's and K's.)
 constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool hadamard) {
-    if (hadamard) return {kFp8MmaChunks, 1};
+    if (hadamard) return {kFp8MmaChunks, 1, fp8_mma_pair_built(head_dim) && rope != Rope::kNone ? kFp8MmaPairCtas : 0};
     if (rope != Rope::kNone) return {head_dim == 256 ? 4 : 2, 1};
     return {head_dim == 256 ? 4 : 2, kFp8StagedBlocks};
 }
@@ -94,7 +97,9 @@ constexpr bool fp8_variant_built(int head_dim, int chunks, int blocks_per_cta, R
 constexpr Fp8PrepassVariant fp8_variant_run(int head_dim, int chunks, int blocks_per_cta, Rope rope, bool hadamard,
                                             int ctas_per_block = 0) {
     if (fp8_variant_built(head_dim, chunks, blocks_per_cta, rope, hadamard)) {
-        const bool pair = chunks == kFp8MmaChunks && ctas_per_block == kFp8MmaPairCtas && fp8_mma_pair_built(head_dim);
+        // 0 CTAs per block: the default's (a pair for d = 256's RoPE + Hadamard).
+        const int ctas = ctas_per_block != 0 ? ctas_per_block : fp8_default_variant(head_dim, rope, hadamard).ctas_per_block;
+        const bool pair = chunks == kFp8MmaChunks && ctas == kFp8MmaPairCtas && fp8_mma_pair_built(head_dim);
         return {chunks, blocks_per_cta, pair ? kFp8MmaPairCtas : 0};
     }
     if (chunks == kFp8MmaChunks) return fp8_default_variant(head_dim, rope, hadamard);

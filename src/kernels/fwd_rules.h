@@ -22,16 +22,16 @@
 // 512-1k (bench/RESULTS.md run 16: a 192-row tile pads 512 to 576 and 1024 to 1152 rows, and its
 // diagonal blocks mask more). Since its consumers skip the blocks none of their rows sees
 // (skip_hidden_blocks below), the 192-row tile wins from 768 keys (+6% at 768 and 896, +2.4% at
-// 1k) and the narrow one holds at 512 (level) and 640 (+23%) on the fixed walk (run 50e, H100);
-// on the dynamic walk the 192-row tile wins at every length up to 640 but 640 itself (+8.5% at
-// 384, +9.5% at 448, +3.3% at 512, +25% at 576, -1.1% at 640; run 51e), so with a workspace d64
-// causal problems always take the 192-row tile (dynamic_causal_min_seqlen_k). 0 turns it off;
-// HATTN_FWD_D64_NARROW_WITH_WORKSPACE=1 takes it with a workspace too (the rule before run 51).
+// 1k) and the narrow one holds at 512 (level) and 640 (+23%) on the fixed walk (run 50e, H100).
+// With a workspace, the 192-row tile on the dynamic walk against the narrow tile: 256 keys -15%
+// (one and a third tiles: a third of its rows are padding), 384 +6.4%, 448 +9.5%, 512 +3.3-3.8%,
+// 576 +25%, 640 -0.7 to -1.1% (runs 51e/f), so there the narrow tile keeps only up to 256
+// (..._NARROW_MAX_SEQLEN_WS; 640 is the rule before run 51). 0 turns either off.
 #ifndef HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
 #define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN 640
 #endif
-#ifndef HATTN_FWD_D64_NARROW_WITH_WORKSPACE
-#define HATTN_FWD_D64_NARROW_WITH_WORKSPACE 0
+#ifndef HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN_WS
+#define HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN_WS 256
 #endif
 
 // 1: causal problems on a grid of one CTA per tile take sm90::TileScheduler's sections of heads
@@ -87,18 +87,17 @@ constexpr int persistent_max_seqlen_k(int head_dim) {
 }
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
 constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;
-// Where the dynamic walk starts for a tile of block_m rows: d64's 192-row causal tile takes it at
-// every length (over the fixed walk +11% at 700 keys, +15% at 1000, +2% at 768, where some lengths
-// fell 10-20% behind the narrow tile, run 50e; over the narrow tile +3-25% at 384-576, run 51e;
-// H100); the narrow tile (d64 without a workspace) never meets it.
-constexpr bool kD64NarrowWithWorkspace = HATTN_FWD_D64_NARROW_WITH_WORKSPACE != 0;
+// Where the dynamic walk starts for a tile of block_m rows: d64's 192-row causal tile takes it
+// wherever it runs with a workspace, i.e. past the narrow tile's lengths there (over the fixed walk
+// +11% at 700 keys, +15% at 1000, +2% at 768, where some lengths fell 10-20% behind the narrow
+// tile, run 50e; over the narrow tile +3-25% at 384-576, runs 51e/f; H100).
+constexpr int kD64CausalNarrowMaxSeqlenWs = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN_WS;
 constexpr int dynamic_causal_min_seqlen_k(int block_m) {
-    if (block_m <= 128) return kDynamicCausalMinSeqlenK;
-    return kD64NarrowWithWorkspace ? kD64CausalNarrowMaxSeqlen + 1 : 1;
+    return block_m > 128 ? kD64CausalNarrowMaxSeqlenWs + 1 : kDynamicCausalMinSeqlenK;
 }
-// d64's 128-row tile on short causal problems without the dynamic walk.
+// d64's 128-row tile on short causal problems (dynamic_walk: the call has a workspace).
 constexpr bool d64_narrow_tile(bool causal, int longest, bool dynamic_walk) {
-    return causal && longest <= kD64CausalNarrowMaxSeqlen && (!dynamic_walk || kD64NarrowWithWorkspace);
+    return causal && longest <= (dynamic_walk ? kD64CausalNarrowMaxSeqlenWs : kD64CausalNarrowMaxSeqlen);
 }
 
 // d = 128 takes 128-key blocks at every length. FA3's 176-key blocks for seqlen_k >= 4k (+1-6%
