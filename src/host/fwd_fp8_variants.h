@@ -37,7 +37,8 @@ struct Fp8VariantInfo {
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
 // "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn_qreg" at 256 and "lazy_p2_c3_sturn" at 64.
 // (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone; so are the 192-key blocks of
-// run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes.)
+// run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes, and three
+// consumers on 64-key blocks at d128, 5-13% under the default in run 51b.)
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
 // _p2: P's fragment in two register sets, written straight from the softmax. _c3: three consumer
 // warpgroups (192-row tiles) at d64, whose exps take twice its GEMMs' time: one more softmax in
@@ -61,11 +62,6 @@ struct Fp8VariantInfo {
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
 // it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
 // shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
-// _c3n64 (up to d128): three consumer warpgroups (192-row tiles) on 64-key blocks, a probe of run
-// 50c's finding that the d128 step is latency-bound at two consumer warps per scheduler: one more
-// warp per scheduler to hide the fixed-latency waits, S and P half as large so 160 registers hold
-// them (no spills at d128 with the d128 default's options, nor with d64's _p2 + _sturn); blocks
-// half as wide cost twice the per-block waits and turns.
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -92,9 +88,6 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
     {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
-    {"lazy_rowsum_early_noturn_c3n64", true, false, 64, 0, true, false, 3, 0, true, false, false, false, 128},
-    {"lazy_rowsum_noturn_c3n64", true, false, 64, 0, true, false, 3, 0, false, false, false, false, 128},
-    {"lazy_p2_c3n64_sturn", true, false, 64, 0, false, true, 3, 0, false, true, true, false, 128},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
