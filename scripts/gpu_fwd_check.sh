@@ -5,7 +5,7 @@
 #   OUT=/some/dir bash scripts/gpu_fwd_check.sh                 # the 16-bit forward
 #   OUT=/some/dir FORWARD=fp8 bash scripts/gpu_fwd_check.sh     # the FP8 (e4m3) forward
 #
-# Configures build/ as CI does (scripts/configure.sh), builds that forward's targets with every
+# Configures build/ (build-defs/ with CUDA_DEFS) as CI does (scripts/configure.sh), builds that forward's targets with every
 # core, then, each step under its own timeout:
 #   tests     fwd_test (two shards at once), host_fwd_validation_test, host_sm90_blocks_test; or with
 #             FORWARD=fp8 fwd_fp8_test (four shards: its float64 reference is CPU-bound),
@@ -19,7 +19,8 @@
 # Writes $OUT/summary.txt (printed last) and $OUT/logs.tgz.
 # Environment: FORWARD (bf16 | fp8), OUT (./gpu_fwd_check_out), JOBS (nproc), BUDGET_S (300),
 #   STEPS ("tests sanitize"), SANITIZE_FILTER, RACECHECK_FILTER (racecheck's, when SANITIZE_FILTER is
-#   not given: a part of the default set that fits its time).
+#   not given: a part of the default set that fits its time), CUDA_DEFS (compile-time knobs, e.g.
+#   -DHATTN_FWD_FP8_OVERLAP_TILES=1: then built in build-defs/).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -28,6 +29,7 @@ OUT=${OUT:-gpu_fwd_check_out}
 JOBS=${JOBS:-$(nproc)}
 BUDGET_S=${BUDGET_S:-300}
 STEPS=${STEPS:-tests sanitize}
+CUDA_DEFS=${CUDA_DEFS:-}
 case "$FORWARD" in
   bf16)
     TEST=fwd_test SHARDS=2 HOST_TESTS="host_fwd_validation_test host_sm90_blocks_test"
@@ -60,9 +62,14 @@ step() { [[ " $STEPS " == *" $1 "* ]]; }
 source scripts/gpu_steps.sh  # limit, record, run
 
 # shellcheck disable=SC2086  # HOST_TESTS is a list of target names
-run build 200 bash -c "bash scripts/configure.sh >/dev/null && cmake --build build -j $JOBS --target \
-  $TEST $HOST_TESTS hattn_cli hattn_shared"
-T=build/test
+# With CUDA_DEFS, its own build folder configured with them (configure.sh passes extra arguments
+# to cmake).
+B=build
+[ -n "$CUDA_DEFS" ] && B=build-defs
+run build 200 env BUILD_DIR="$B" CUDA_DEFS="$CUDA_DEFS" bash -c 'if [ -n "$CUDA_DEFS" ]; then
+    bash scripts/configure.sh "-DCMAKE_CUDA_FLAGS=$CUDA_DEFS" "-DCMAKE_CXX_FLAGS=$CUDA_DEFS"
+  else bash scripts/configure.sh; fi >/dev/null && cmake --build "$BUILD_DIR" -j '"$JOBS"' --target '"$TEST $HOST_TESTS"' hattn_cli hattn_shared'
+T=$B/test
 if grep -q '^build .*PASS' "$STATUS"; then
   if step tests; then
     lim=$(limit 150)
@@ -90,7 +97,7 @@ if grep -q '^build .*PASS' "$STATUS"; then
       timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 "$T/$TEST" --gtest_filter="$filter" \
         >"$LOGS/san_${TEST}_$tool.log" 2>&1 & pids+=("$!:${TEST}_$tool")
       for ws in "" --no-workspace; do
-        timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 build/bin/hattn fwd "${CLI_ARGS[@]}" --batch 4 \
+        timeout -k 5 "$lim" "$SAN" --tool "$tool" --error-exitcode 99 "$B/bin/hattn" fwd "${CLI_ARGS[@]}" --batch 4 \
           --heads 40 --causal --no-verify --iters 0 --warmup 0 $ws \
           >"$LOGS/san_cli_${tool}${ws:+_nows}.log" 2>&1 & pids+=("$!:cli_${tool}${ws:+_nows}")
       done
