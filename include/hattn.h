@@ -93,7 +93,7 @@ typedef struct hattn_fwd_params {
     /* Optional (NULL: none): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned,
      * zero-filled once before its first use (cudaMemset); every call leaves it zero-filled again.
      * With it, causal problems run on one thread block per SM that take their tiles from a
-     * counter in the workspace, longest first, from 1k keys on (d64: 257; faster: bench/RESULTS.md runs 46, 50, 51);
+     * counter in the workspace, longest first, from 1k keys on (d64: over 256; faster: bench/RESULTS.md runs 46, 50, 51);
      * without it they keep a fixed tile order. Two calls in flight at once (on different streams)
      * need separate workspaces (not checked). workspace_size is its size in bytes. */
     void* workspace;

@@ -595,11 +595,12 @@ std::vector<Case> rising_max_cases() {
     return finish(cases, 7);
 }
 
-// With the workspace: causal problems of at least 1k keys (257 on d64's 192-row tile;
-// fwd_rules.h) on the dynamic walk (a persistent grid whose thread blocks take tiles from a
-// counter), each head dim and dtype, odd lengths, rows with no key, GQA, the causal sections (several heads' tiles
-// longest first), and many tiles per thread block; shorter causal problems (d64's 128-row tile up to 256
-// keys among them) and full masks ignore the workspace (and must leave it zero-filled too).
+// With the workspace: causal problems of at least 1k keys (d64: those on its 192-row tile, over
+// 256; fwd_rules.h) on the dynamic walk (a persistent grid whose thread blocks take tiles from a
+// counter), each head dim and dtype, odd lengths, rows with no key, GQA, the causal sections
+// (several heads' tiles longest first), and many tiles per thread block; shorter causal problems
+// (d64's 128-row tile up to 256 keys among them) and full masks ignore the workspace (and must
+// leave it zero-filled too).
 std::vector<Case> workspace_cases() {
     std::vector<Case> cases;
     for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(1031, 1100))
@@ -609,6 +610,7 @@ std::vector<Case> workspace_cases() {
     cases.push_back(make_case(1, 2, 1, 4097, 1000, 256, HATTN_DTYPE_BF16, true));  // rows with no key
     cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, true));    // d64 192-row tiles, dynamic
     cases.push_back(make_case(4, 24, 8, 200, 256, 64, HATTN_DTYPE_FP16, true));    // d64 128-row tiles
+    cases.push_back(make_case(2, 8, 4, 600, 200, 64, HATTN_DTYPE_BF16, true));     // ... 192-row, rows with no key
     cases.push_back(make_case(2, 24, 8, 1100, 1300, 64, HATTN_DTYPE_FP16, true));  // d64 192-row tiles
     cases.push_back(make_case(3, 8, 4, 700, 1000, 64, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(2, 8, 2, 1000, 641, 64, HATTN_DTYPE_FP16, true));

@@ -88,12 +88,13 @@ constexpr int persistent_max_seqlen_k(int head_dim) {
 constexpr int kPersistentCausalMaxSeqlenK = HATTN_FWD_PERSISTENT_CAUSAL_MAX_SEQLEN_K;
 constexpr int kD64CausalNarrowMaxSeqlen = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN;
 // Where the dynamic walk starts for a tile of block_m rows: d64's 192-row causal tile takes it
-// wherever it runs with a workspace, i.e. past the narrow tile's lengths there (over the fixed walk
-// +11% at 700 keys, +15% at 1000, +2% at 768, where some lengths fell 10-20% behind the narrow
-// tile, run 50e; over the narrow tile +3-25% at 384-576, runs 51e/f; H100).
+// wherever it runs with a workspace, i.e. past the narrow tile's lengths there, at any seqlen_k
+// (over the fixed walk +11% at 700 keys, +15% at 1000, +2% at 768, where some lengths fell 10-20%
+// behind the narrow tile, run 50e; over the narrow tile +3-25% at 384-576, runs 51e/f; H100).
 constexpr int kD64CausalNarrowMaxSeqlenWs = HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN_WS;
+constexpr int kTallTileDynamicMinSeqlenK = 1;
 constexpr int dynamic_causal_min_seqlen_k(int block_m) {
-    return block_m > 128 ? kD64CausalNarrowMaxSeqlenWs + 1 : kDynamicCausalMinSeqlenK;
+    return block_m > 128 ? kTallTileDynamicMinSeqlenK : kDynamicCausalMinSeqlenK;
 }
 // d64's 128-row tile on short causal problems (dynamic_walk: the call has a workspace).
 constexpr bool d64_narrow_tile(bool causal, int longest, bool dynamic_walk) {
