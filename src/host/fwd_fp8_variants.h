@@ -32,6 +32,7 @@ struct Fp8VariantInfo {
     bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv;
                                  // one V descale per head: fwd_fp8_test gives it such V)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
+    bool overlap_tiles = false;   // the next tile's first QK^T under the epilogue (fwd_fp8::Tuning::kOverlapTiles)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -62,6 +63,8 @@ struct Fp8VariantInfo {
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
 // it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
 // shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
+// _ot: the d128 default with the next tile's first QK^T under the epilogue on a walk
+// (Tuning::kOverlapTiles; run 51j's probe of the tile-boundary bubble; at d64 the base kernel).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -88,6 +91,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
     {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
+    {"lazy_rowsum_early_noturn_ot", true, false, 0, 0, true, false, 2, 0, true, false, false, false, 128, false, false, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

@@ -150,7 +150,8 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #define HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS 1
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
-// 1 (an A/B option, off until measured): on a walk, a consumer issues the next tile's first QK^T
+// 1 (an A/B option for every kernel of a build, off until measured; Tuning::kOverlapTiles per
+// variant, "_ot" in src/host/fwd_fp8_variants.h): on a walk, a consumer issues the next tile's first QK^T
 // right behind its last P V of the current tile, and runs the epilogue while that GEMM is on the
 // tensor cores, instead of waiting for the last P V, storing O, and only then issuing the next
 // tile's first GEMM and waiting for it alone. Why: both consumers of a tile start and finish it
@@ -207,9 +208,11 @@ constexpr int kPGainLog2 = 8;
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
+//   kOverlapTiles    (an A/B option, HATTN_FWD_FP8_OVERLAP_TILES) on a walk, the next tile's first
+//                    QK^T runs under this tile's epilogue (Config::kOverlapTiles says where)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
-          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false>
+          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false, bool kOverlapTiles_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -222,11 +225,12 @@ struct Tuning {
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kRowSumInPv = kRowSumInPv_;
     static constexpr bool kQInRegisters = kQInRegisters_;
+    static constexpr bool kOverlapTiles = kOverlapTiles_ || HATTN_FWD_FP8_OVERLAP_TILES != 0;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     template <bool kTranspose>
-    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose>;
+    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_, kPingPong_,
+                                  kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose, kOverlapTiles_>;
     static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
                   "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
@@ -323,7 +327,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     // (the next tile's first block is then block 0), with Q in shared memory, and not beside the
     // in-kernel V transpose (its consumers' 232 registers spill with S held over the epilogue).
     // (d128 only for now: the lever is for its gap to cuDNN FP8, run 51i.)
-    static constexpr bool kOverlapTiles = HATTN_FWD_FP8_OVERLAP_TILES != 0 && kHeadDim_ == 128 && !Opt::kPingPong &&
+    static constexpr bool kOverlapTiles = Opt::kOverlapTiles && kHeadDim_ == 128 && !Opt::kPingPong &&
                                           !kSkipHiddenBlocks && !Opt::kQInRegisters && !Opt::kTransposeV;
     static_assert(!Opt::kRowSumMma || (Opt::kLazyRescale && kDescaleGroups == 1),
                   "row sums on the tensor cores: the lazy path, one V descale per block (its 1 / v_ds)");
