@@ -82,9 +82,9 @@ const char* variant_mark(int d, const Mode& m, const Fp8PrepassVariant& v) {
     const Fp8PrepassVariant run =
         hattn::fp8::fp8_variant_run(d, v.chunks, v.blocks_per_cta, rope_of(m.rope), m.hadamard, v.ctas_per_block);
     const auto ctas = [](int n) { return n > 1 ? n : 1; };  // 0 and 1 both name one thread block
-    return run.chunks == v.chunks && run.blocks_per_cta == v.blocks_per_cta && ctas(run.ctas_per_block) == ctas(v.ctas_per_block)
-               ? ""
-               : "*";
+    const bool same = run.chunks == v.chunks && run.blocks_per_cta == v.blocks_per_cta &&
+                      ctas(run.ctas_per_block) == ctas(v.ctas_per_block);
+    return same ? "" : "*";
 }
 
 // "<chunks>x<blocks per CTA>[x<CTAs per block>]", as HATTN_FP8_PREPASS_VARIANT spells it.

@@ -93,8 +93,8 @@ typedef struct hattn_fwd_params {
     /* Optional (NULL: none): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned,
      * zero-filled once before its first use (cudaMemset); every call leaves it zero-filled again.
      * With it, causal problems run on one thread block per SM that take their tiles from a
-     * counter in the workspace, longest first, from 1k keys on (d64: over 256; faster: bench/RESULTS.md runs 46, 50, 51);
-     * without it they keep a fixed tile order. Two calls in flight at once (on different streams)
+     * counter in the workspace, longest first, from 1k keys on (d64: over 256; faster:
+     * bench/RESULTS.md runs 46, 50, 51); without it they keep a fixed tile order. Two calls in flight at once (on different streams)
      * need separate workspaces (not checked). workspace_size is its size in bytes. */
     void* workspace;
     size_t workspace_size;
@@ -355,7 +355,8 @@ typedef struct hattn_fwd_fp8_params {
      * a stream): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned, zero-filled
      * before the first call and left zero-filled by every call. With it causal problems of >= 1280
      * keys (d64: >= 512; d256 never) run on one thread block per SM that takes its tiles from a
-     * counter there, longest first (faster: bench/RESULTS.md runs 47 and 51). schedule_workspace_size is its size in bytes. */
+     * counter there, longest first (faster: bench/RESULTS.md runs 47 and 51).
+     * schedule_workspace_size is its size in bytes. */
     void* schedule_workspace;
     size_t schedule_workspace_size;
 } hattn_fwd_fp8_params;

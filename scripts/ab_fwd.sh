@@ -12,8 +12,8 @@
 # this script (early Q release, turns carried across tiles, deferred O-store wait, two Q slots:
 # +3-11% at 512-2k together) is the default path now; "narrow0" turns the d64 causal 128-row
 # tile off (the A/B passes a workspace: there it holds up to 256 keys), "narrow640" etc. take it
-# further with a workspace; "chain" reduces the softmax's row max and row sum in one dependent chain per row (the
-# default is a balanced tree, kernels/sm90/fragment.cuh's row_reduce).
+# further with a workspace; "chain" reduces the softmax's row max and row sum in one dependent
+# chain per row (the default is a balanced tree, kernels/sm90/fragment.cuh's row_reduce).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ab_fwd_out}

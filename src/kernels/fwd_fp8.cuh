@@ -151,9 +151,9 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
 // 1 (an A/B option for every kernel of a build, off until measured; Tuning::kOverlapTiles per
-// variant, "_ot" in src/host/fwd_fp8_variants.h): on a walk, a consumer issues the next tile's first QK^T
-// right behind its last P V of the current tile, and runs the epilogue while that GEMM is on the
-// tensor cores, instead of waiting for the last P V, storing O, and only then issuing the next
+// variant, "_ot" in src/host/fwd_fp8_variants.h): on a walk, a consumer issues the next tile's
+// first QK^T right behind its last P V of the current tile, and runs the epilogue while that GEMM
+// is on the tensor cores, instead of waiting for the last P V, storing O, and only then issuing the next
 // tile's first GEMM and waiting for it alone. Why: both consumers of a tile start and finish it
 // together, so each tile boundary left the tensor cores idle for two GEMMs and an epilogue; at
 // d128 2k keys the per-tile code held 23% of the warp samples (bench/RESULTS.md run 51i). Built
@@ -597,7 +597,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // on a consumer's barrier, the arriving consumer waits for a hand-over that follows that
         // wait.)
         if (Opt::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
-        // Which tile pass `for_pass` takes (past the last: done): announced ahead of its Q, or with it.
+        // Which tile pass `for_pass` takes (past the last: done): announced ahead of its Q, or
+        // with it.
         auto fetch_tile = [&](int for_pass, Tile& tile, int& tile_m0, int& tile_blocks) {
             if constexpr (Cfg::kTileHandOff) {
                 const int index = smem.hand_off.consumer_index(smem.q_ring, q_state, me.lane);
@@ -753,8 +754,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             auto store_tile = [&] {
                 float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
                 if constexpr (Opt::kRowSumInPv) {
-                    // Column kHeadDim of each row half (its pad columns all hold the row's sum, in O's
-                    // units: times the head's V descale, which 1 / v_ds takes out again).
+                    // Column kHeadDim of each row half (its pad columns all hold the row's sum, in
+                    // O's units: times the head's V descale, which 1 / v_ds takes out again).
 #pragma unroll
                     for (int r = 0; r < kAccRowsPerThread; ++r) l[r] = o[kHeadDim / 2 + 2 * r] * inv_v_in_flight;
                     softmax.finalize_with_sums(l, inv_sum, lse);
@@ -769,15 +770,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     for (int r = 0; r < kAccRowsPerThread; ++r)
                         if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
                 }
-                // O is in units of o_unit (the P gain cancels against the row sum's; lazy: o_unit stays 1).
+                // O is in units of o_unit (the P gain cancels against the row sum's; lazy: o_unit
+                // stays 1).
 #pragma unroll
                 for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
                 rescale_rows(o, inv_sum);
                 // The barrier keeps us from overwriting our rows of the staging buffer before the
-                // previous tile's store has read them out. Thread 0 waits for those reads only here,
-                // not right after issuing the store: a bulk group is tracked per issuing thread and
-                // nothing else touches our rows of the O buffer in between, so the reads overlap this
-                // tile's GEMMs instead of delaying its start.
+                // previous tile's store has read them out. Thread 0 waits for those reads only
+                // here, not right after issuing the store: a bulk group is tracked per issuing
+                // thread and nothing else touches our rows of the O buffer in between, so the
+                // reads overlap this tile's GEMMs instead of delaying its start.
                 if (me.tid == 0) ptx::bulk_wait_group_read<0>();
                 me.epilogue.sync();
                 store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
