@@ -40,6 +40,7 @@ defs() {
     c2) echo "${D}D64_CONSUMERS=2" ;;  # d64 with two consumer warpgroups (128-row tiles)
     d64n96) echo "${D}D64_BLOCK_N=96" ;;  # d64 with 96-key blocks
     d64n64) echo "${D}D64_BLOCK_N=64" ;;  # d64 with 64-key blocks
+    d64n176noovl) echo "${D}D64_BLOCK_N=176 ${D}D64_INTRA_WG_OVERLAP=0" ;;  # d64 on FA3's long-sequence tile: 176-key blocks, no intra-warpgroup overlap (run 52c: -20%)
     d256n64) echo "${D}D256_BLOCK_N=64" ;;  # d256 with 64-key blocks (the default since run 47e)
     d256n80) echo "${D}D256_BLOCK_N=80" ;;  # d256 with 80-key blocks (before run 47e)
     spec0) echo "${D}SPECULATIVE_MAX=0" ;;  # the row max before the exps in every step (before run 48)

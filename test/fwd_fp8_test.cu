@@ -456,9 +456,8 @@ std::vector<Case> kernel_cases() {
         for (const Case& c : vc)
             if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(per_head ? v_per_head(c) : c);
         // Walks: each variant's own per-tile state (the lazy rescale's flags, two-level's second
-        // accumulator, the plain path's O unit) must start afresh on every tile; with _ot a tile's
-        // first QK^T is issued in the last one's drain (d128: a full-mask walk, and a causal one
-        // with sq > sk whose first tiles see no key, so that some tiles carry it and some do not).
+        // accumulator, the plain path's O unit) must start afresh on every tile (d128 also a
+        // full-mask walk, and a causal one with sq > sk whose first tiles see no key).
         const Case walks[] = {
             walked({1, 4, 2, 1000, 1000, true, false, HATTN_DTYPE_BF16, 128, v}, 2),
             walked({2, 4, 1, 1000, 1000, false, true, HATTN_DTYPE_BF16, 64, v}, 3),

@@ -32,14 +32,14 @@ struct Fp8VariantInfo {
     bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv;
                                  // one V descale per head: fwd_fp8_test gives it such V)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
-    bool overlap_tiles = false;   // the next tile's first QK^T under the epilogue (fwd_fp8::Tuning::kOverlapTiles)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
 // "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn_qreg" at 256 and "lazy_p2_c3_sturn" at 64.
 // (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone; so are the 192-key blocks of
 // run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes, and three
-// consumers on 64-key blocks at d128, 5-13% under the default in run 51b.)
+// consumers on 64-key blocks at d128, 5-13% under the default in run 51b; so is _ot, the next
+// tile's first QK^T under the epilogue at d128, 1-3% under the default in run 52b.)
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
 // _p2: P's fragment in two register sets, written straight from the softmax. _c3: three consumer
 // warpgroups (192-row tiles) at d64, whose exps take twice its GEMMs' time: one more softmax in
@@ -63,8 +63,6 @@ struct Fp8VariantInfo {
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
 // it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
 // shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
-// _ot: the d128 default with the next tile's first QK^T under the epilogue on a walk
-// (Tuning::kOverlapTiles; run 51j's probe of the tile-boundary bubble; at d64 the base kernel).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -91,7 +89,6 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
     {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
-    {"lazy_rowsum_early_noturn_ot", true, false, 0, 0, true, false, 2, 0, true, false, false, false, 128, false, false, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

@@ -150,18 +150,6 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #define HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS 1
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
-// 1 (an A/B option for every kernel of a build, off until measured; Tuning::kOverlapTiles per
-// variant, "_ot" in src/host/fwd_fp8_variants.h): on a walk, a consumer issues the next tile's
-// first QK^T right behind its last P V of the current tile, and runs the epilogue while that GEMM
-// is on the tensor cores, instead of waiting for the last P V, storing O, and only then issuing the next
-// tile's first GEMM and waiting for it alone. Why: both consumers of a tile start and finish it
-// together, so each tile boundary left the tensor cores idle for two GEMMs and an epilogue; at
-// d128 2k keys the per-tile code held 23% of the warp samples (bench/RESULTS.md run 51i). Built
-// at d128 where the consumers issue without turns, see every block of their tile and read Q from
-// shared memory (Config::kOverlapTiles: d128's default).
-#ifndef HATTN_FWD_FP8_OVERLAP_TILES
-#define HATTN_FWD_FP8_OVERLAP_TILES 0
-#endif
 // P in [0, 1] is computed and quantized as e4m3(P * 2^kPGainLog2): the power of two moves P's small
 // values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
 // nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
@@ -208,11 +196,9 @@ constexpr int kPGainLog2 = 8;
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
-//   kOverlapTiles    (an A/B option, HATTN_FWD_FP8_OVERLAP_TILES) on a walk, the next tile's first
-//                    QK^T runs under this tile's epilogue (Config::kOverlapTiles says where)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
-          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false, bool kOverlapTiles_ = false>
+          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -225,12 +211,11 @@ struct Tuning {
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kRowSumInPv = kRowSumInPv_;
     static constexpr bool kQInRegisters = kQInRegisters_;
-    static constexpr bool kOverlapTiles = kOverlapTiles_ || HATTN_FWD_FP8_OVERLAP_TILES != 0;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     template <bool kTranspose>
-    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_, kPingPong_,
-                                  kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose, kOverlapTiles_>;
+    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
+                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose>;
     static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
                   "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
@@ -322,13 +307,6 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     // hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems keep
     // the fixed walk.
     static constexpr bool kTileHandOff = !Opt::kQInRegisters;
-    // The next tile's first QK^T under this tile's epilogue (HATTN_FWD_FP8_OVERLAP_TILES): without
-    // turns (a GEMM issued in another tile's turn would upset their count), without skipped blocks
-    // (the next tile's first block is then block 0), with Q in shared memory, and not beside the
-    // in-kernel V transpose (its consumers' 232 registers spill with S held over the epilogue).
-    // (d128 only for now: the lever is for its gap to cuDNN FP8, run 51i.)
-    static constexpr bool kOverlapTiles = Opt::kOverlapTiles && kHeadDim_ == 128 && !Opt::kPingPong &&
-                                          !kSkipHiddenBlocks && !Opt::kQInRegisters && !Opt::kTransposeV;
     static_assert(!Opt::kRowSumMma || (Opt::kLazyRescale && kDescaleGroups == 1),
                   "row sums on the tensor cores: the lazy path, one V descale per block (its 1 / v_ds)");
 };
@@ -597,29 +575,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // on a consumer's barrier, the arriving consumer waits for a hand-over that follows that
         // wait.)
         if (Opt::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
-        // Which tile pass `for_pass` takes (past the last: done): announced ahead of its Q, or
-        // with it.
-        auto fetch_tile = [&](int for_pass, Tile& tile, int& tile_m0, int& tile_blocks) {
+        for (int pass = 0;; ++pass) {
+            // Which tile it is (past the last: done): announced ahead of its Q, or with it.
             if constexpr (Cfg::kTileHandOff) {
                 const int index = smem.hand_off.consumer_index(smem.q_ring, q_state, me.lane);
-                return p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, tile, tile_m0, tile_blocks);
-            } else {
-                return p.scheduler.template tile_for_pass<kBlockM, kBlockN>(for_pass, p.mask, tile, tile_m0, tile_blocks);
-            }
-        };
-        // kOverlapTiles: the next tile, fetched during the last one's drain (next_known), and
-        // whether its first QK^T is already in flight (carried).
-        bool next_known = false, next_exists = false, carried = false;
-        Tile t_next;
-        int m0_next = 0, n_blocks_next = 0;
-        for (int pass = 0;; ++pass) {
-            if (Cfg::kOverlapTiles && next_known) {
-                next_known = false;
-                if (!next_exists) break;
-                t = t_next;
-                m0 = m0_next;
-                n_blocks = n_blocks_next;
-            } else if (!fetch_tile(pass, t, m0, n_blocks)) {
+                if (!p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, t, m0, n_blocks)) break;
+            } else if (!p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks)) {
                 break;
             }
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
@@ -748,48 +709,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 }
             };
 
-            // ============================== epilogue ==============================
-            // (A lambda: with kOverlapTiles the drain runs it while the next tile's first QK^T is
-            // in flight, else it follows the tile.)
-            auto store_tile = [&] {
-                float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
-                if constexpr (Opt::kRowSumInPv) {
-                    // Column kHeadDim of each row half (its pad columns all hold the row's sum, in
-                    // O's units: times the head's V descale, which 1 / v_ds takes out again).
-#pragma unroll
-                    for (int r = 0; r < kAccRowsPerThread; ++r) l[r] = o[kHeadDim / 2 + 2 * r] * inv_v_in_flight;
-                    softmax.finalize_with_sums(l, inv_sum, lse);
-                } else if constexpr (Opt::kRowSumMma) {
-                    softmax.finalize_with_sums(l, inv_sum, lse);
-                } else {
-                    softmax.finalize(inv_sum, lse);
-                }
-                if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
-                    float* lse_row = p.lse + q_head * p.mask.seqlen_q;
-#pragma unroll
-                    for (int r = 0; r < kAccRowsPerThread; ++r)
-                        if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
-                }
-                // O is in units of o_unit (the P gain cancels against the row sum's; lazy: o_unit
-                // stays 1).
-#pragma unroll
-                for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
-                rescale_rows(o, inv_sum);
-                // The barrier keeps us from overwriting our rows of the staging buffer before the
-                // previous tile's store has read them out. Thread 0 waits for those reads only
-                // here, not right after issuing the store: a bulk group is tracked per issuing
-                // thread and nothing else touches our rows of the O buffer in between, so the
-                // reads overlap this tile's GEMMs instead of delaying its start.
-                if (me.tid == 0) ptx::bulk_wait_group_read<0>();
-                me.epilogue.sync();
-                store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
-                store_fence();
-                me.epilogue.sync();
-                if (me.tid == 0) {
-                    smem.o.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
-                    ptx::bulk_commit_group();
-                }
-            };
             zero_fill(o);
             if constexpr (Opt::kTwoLevel) zero_fill(o_part);
             if constexpr (Opt::kRowSumMma) {
@@ -797,7 +716,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 zero_fill(l_part);  // the first step adds "the P V in flight" before there is one
             }
             softmax.init();
-            if (!(Cfg::kOverlapTiles && carried)) smem.q_ring.consumer_wait(q_state);
+            smem.q_ring.consumer_wait(q_state);
             if constexpr (Opt::kQInRegisters) load_a_fragments_e4m3(qf, smem.q[q_state.stage], me.first_row_in_tile);
 
             // Blocks no row of ours sees, passed over with the turns computing them would take
@@ -814,17 +733,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // Prologue: S of the first block we see alone, its softmax.
                 {
                     const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(first);
-                    if (!(Cfg::kOverlapTiles && carried)) {  // (else issued in the last tile's drain)
-                        smem.k_ring.consumer_wait(k_state);
-                        take_turn();
-                        ptx::wgmma_fence();
-                        gemm_qk(k_state.stage);
-                        ptx::wgmma_commit_group();
-                        pass_turn();
-                        ptx::wgmma_wait_group<0>();
-                        ptx::wgmma_fence_operand(s);
-                    }
-                    carried = false;
+                    smem.k_ring.consumer_wait(k_state);
+                    take_turn();
+                    ptx::wgmma_fence();
+                    gemm_qk(k_state.stage);
+                    ptx::wgmma_commit_group();
+                    pass_turn();
+                    ptx::wgmma_wait_group<0>();
+                    ptx::wgmma_fence_operand(s);
                     release(smem.k_ring, k_state);
                     k_state.advance();
                     if (first < n_masked) mask(first);
@@ -909,13 +825,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     // (Two sets: the branch on the set goes around the whole issue, fence to commit;
                     // one between them makes ptxas inject warpgroup.arrives, C7519.)
-                    auto finish_drain = [&] {  // the last P V is complete
-                        fence_pv();
-                        inv_v_in_flight = inv_v_next;
-                        add_pv();
-                        release(smem.v_ring, v_state);
-                        v_state.advance();
-                    };
                     auto issue_pv = [&](auto set) {
                         take_turn();
                         ptx::wgmma_fence();
@@ -926,41 +835,55 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if constexpr (kPBuffers == 1) issue_pv(kSet0);
                     else if ((n_blocks - 1 - first) % 2 == 0) issue_pv(kSet0);
                     else issue_pv(kSet1);
-                    if constexpr (Cfg::kOverlapTiles) {
-                        // The next tile (its Q slot is the next one) and, if it sees a key, its
-                        // first QK^T behind this P V: only the P V is waited for here.
-                        q_state.advance();
-                        next_exists = fetch_tile(pass + 1, t_next, m0_next, n_blocks_next);
-                        next_known = true;
-                        carried = next_exists && n_blocks_next > 0;
-                        if (carried) {
-                            smem.q_ring.consumer_wait(q_state);
-                            smem.k_ring.consumer_wait(k_state);
-                            ptx::wgmma_fence();
-                            gemm_qk(k_state.stage);
-                            ptx::wgmma_commit_group();
-                            ptx::wgmma_wait_group<1>();
-                            finish_drain();
-                            store_tile();
-                            // (Waited for before this branch ends: at a join with S in flight
-                            // ptxas would copy its registers, and then serializes every wgmma.)
-                            ptx::wgmma_wait_group<0>();
-                            ptx::wgmma_fence_operand(s);
-                        } else {
-                            ptx::wgmma_wait_group<0>();
-                            finish_drain();
-                        }
-                    } else {
-                        ptx::wgmma_wait_group<0>();
-                        finish_drain();
-                    }
+                    ptx::wgmma_wait_group<0>();
+                    fence_pv();
+                    inv_v_in_flight = inv_v_next;
+                    add_pv();
+                    release(smem.v_ring, v_state);
+                    v_state.advance();
                 }
             } else {
                 release(smem.q_ring, q_state);  // a slice that sees no key never reads its Q
             }
 
-            if (!(Cfg::kOverlapTiles && carried)) store_tile();  // (else stored in the drain)
-            if (!(Cfg::kOverlapTiles && next_known)) q_state.advance();  // (else advanced in the drain)
+            // ============================== epilogue ==============================
+            float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
+            if constexpr (Opt::kRowSumInPv) {
+                // Column kHeadDim of each row half (its pad columns all hold the row's sum, in O's
+                // units: times the head's V descale, which 1 / v_ds takes out again).
+#pragma unroll
+                for (int r = 0; r < kAccRowsPerThread; ++r) l[r] = o[kHeadDim / 2 + 2 * r] * inv_v_in_flight;
+                softmax.finalize_with_sums(l, inv_sum, lse);
+            } else if constexpr (Opt::kRowSumMma) {
+                softmax.finalize_with_sums(l, inv_sum, lse);
+            } else {
+                softmax.finalize(inv_sum, lse);
+            }
+            if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
+                float* lse_row = p.lse + q_head * p.mask.seqlen_q;
+#pragma unroll
+                for (int r = 0; r < kAccRowsPerThread; ++r)
+                    if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
+            }
+            // O is in units of o_unit (the P gain cancels against the row sum's; lazy: o_unit stays 1).
+#pragma unroll
+            for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
+            rescale_rows(o, inv_sum);
+            // The barrier keeps us from overwriting our rows of the staging buffer before the
+            // previous tile's store has read them out. Thread 0 waits for those reads only here,
+            // not right after issuing the store: a bulk group is tracked per issuing thread and
+            // nothing else touches our rows of the O buffer in between, so the reads overlap this
+            // tile's GEMMs instead of delaying its start.
+            if (me.tid == 0) ptx::bulk_wait_group_read<0>();
+            me.epilogue.sync();
+            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
+            store_fence();
+            me.epilogue.sync();
+            if (me.tid == 0) {
+                smem.o.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
+                ptx::bulk_commit_group();
+            }
+            q_state.advance();
         }
         if (Opt::kPingPong && me.cw == 0) me.my_turn.sync();  // the opening grant's arrival
         if (me.tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
