@@ -30,6 +30,25 @@ __device__ __forceinline__ float4 ld_global_nc_v4_f32(const float* p) {
     return r;
 }
 
+// PTX ISA 9.7.9.18 createpolicy.fractional: an L2 eviction policy (an opaque 64-bit value for the
+// loads below) under which every line a load touches is evicted last: for a table many thread
+// blocks re-read while tensors stream past it once.
+__device__ __forceinline__ uint64_t createpolicy_fractional_l2_evict_last() {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+// PTX ISA 9.7.9.9 ld.global.nc.L2::cache_hint: ld_global_nc_v4_f32 under an L2 eviction policy
+// (createpolicy_fractional_l2_evict_last).
+__device__ __forceinline__ float4 ld_global_nc_l2_hint_v4_f32(const float* p, uint64_t policy) {
+    float4 r;
+    asm("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+        : "l"(p), "l"(policy));
+    return r;
+}
+
 // PTX ISA 9.7.9.11 st: 8 bytes to global memory (8-byte aligned).
 __device__ __forceinline__ void st_global_v2_b32(void* p, uint32_t a, uint32_t b) {
     asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));

@@ -21,7 +21,9 @@
 # Environment: OUT (default ./ab_prepass_out), BUILD_DIR (build-prepass), JOBS (16),
 #   BUDGET_S (180: the whole run; each step's timeout is clipped to what is left),
 #   STEPS ("bench tests sanitize": the steps to run), VARIANTS (default: every layout below, e.g.
-#   "default 16x1x2" for the tests and sanitizers of one candidate beside the default).
+#   "default 16x1x2" for the tests and sanitizers of one candidate beside the default), CUDA_DEFS
+#   (compile-time knobs for every kernel, e.g. -DHATTN_FP8_PREPASS_TABLE_EVICT_LAST=0; give such a
+#   build its own BUILD_DIR).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -53,7 +55,8 @@ select_generator "$BUILD_DIR"
 TARGETS=(reference_fp8_test host_fp8_prepass_validation_test ptx_fp8_prepass_wrappers_test fp8_prepass_test
          fp8_prepass_ab_bench)
 run build 120 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
-  -DHATTN_BUILD_CLI=OFF -DHATTN_FP8_BLOCKS_PER_CTA=0 && cmake --build '$BUILD_DIR' -j $JOBS --target ${TARGETS[*]}"
+  -DHATTN_BUILD_CLI=OFF -DHATTN_FP8_BLOCKS_PER_CTA=0 '-DCMAKE_CUDA_FLAGS=${CUDA_DEFS:-}' \
+  && cmake --build '$BUILD_DIR' -j $JOBS --target ${TARGETS[*]}"
 BUILD_OK=0
 grep -q '^build .*PASS' "$STATUS" && BUILD_OK=1
 

@@ -38,14 +38,18 @@ __global__ void __launch_bounds__(kThreads) e4m3_kernel(const float* in, uint16_
     }
 }
 
-// Each thread copies 16 bytes through both load wrappers and the two store wrappers.
+// Each thread copies 16 bytes through the load wrappers and the two store wrappers (the fp32 load
+// plain in even threads, under an evict_last L2 policy in odd ones).
 __global__ void __launch_bounds__(kThreads) copy_kernel(const uint32_t* in, uint32_t* out_b32, float* out_f32, int n) {
     const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i >= n) return;
     const uint4 v = hattn::ptx::ld_global_nc_na_v4_b32(in + i);
     hattn::ptx::st_global_v2_b32(out_b32 + i, v.x, v.y);
     hattn::ptx::st_global_v2_b32(out_b32 + i + 2, v.z, v.w);
-    const float4 f = hattn::ptx::ld_global_nc_v4_f32(reinterpret_cast<const float*>(in) + i);
+    const float* in_f32 = reinterpret_cast<const float*>(in) + i;
+    const float4 f = (i / 4) % 2 == 0 ? hattn::ptx::ld_global_nc_v4_f32(in_f32)
+                                      : hattn::ptx::ld_global_nc_l2_hint_v4_f32(
+                                            in_f32, hattn::ptx::createpolicy_fractional_l2_evict_last());
     hattn::ptx::st_global_f32(out_f32 + i + 0, f.x);
     hattn::ptx::st_global_f32(out_f32 + i + 1, f.y);
     hattn::ptx::st_global_f32(out_f32 + i + 2, f.z);

@@ -125,6 +125,25 @@ __device__ __forceinline__ void widen_chunk_bf16_signed(const uint4 raw, const u
     }
 }
 
+// RoPE's tables (fp32 cos and sin, head_dim / 2 per position) are read by every head of every
+// batch of Q and K while the tensors stream past them once. At d256 a 16k-position call's tables
+// are 16 MB, and without a hint many of their lines fell out of L2 between two readers (ncu,
+// bench/RESULTS.md run 52d: 863 MB of DRAM traffic for 805 MB of tensors at 64k tokens). So their
+// loads ask L2 to evict them last, which also keeps them there from one call to the next (a model
+// applies the same tables in every layer): +1 to +5 points of the copy bandwidth on every RoPE
+// mode in back-to-back calls (most at d128, 16k tokens), Hadamard alone unchanged (run 52e, H100;
+// one cold call reads 3% fewer DRAM bytes in the same time). 0 turns the hint off.
+#ifndef HATTN_FP8_PREPASS_TABLE_EVICT_LAST
+#define HATTN_FP8_PREPASS_TABLE_EVICT_LAST 1
+#endif
+struct TableLoad {  // a table's 16-byte loads, under that policy (one createpolicy per thread)
+    uint64_t policy = HATTN_FP8_PREPASS_TABLE_EVICT_LAST != 0 ? ptx::createpolicy_fractional_l2_evict_last() : 0;
+    __device__ __forceinline__ float4 operator()(const float* p) const {
+        if constexpr (HATTN_FP8_PREPASS_TABLE_EVICT_LAST != 0) return ptx::ld_global_nc_l2_hint_v4_f32(p, policy);
+        else return ptx::ld_global_nc_v4_f32(p);
+    }
+};
+
 // (a, b) -> (a cos - b sin, a sin + b cos)
 __device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {
     const float a0 = a;
@@ -135,7 +154,7 @@ __device__ __forceinline__ void rotate(float& a, float& b, float c, float s) {
 // v: the values of one row held by one thread, v[8k..8k+7] = columns col + k d / kChunks .. +7.
 template <int kHeadDim, int kChunks, Rope kRope>
 __device__ __forceinline__ void apply_rope(float* v, const float* __restrict__ cos_row,
-                                           const float* __restrict__ sin_row, int col) {
+                                           const float* __restrict__ sin_row, int col, const TableLoad& load) {
     using L = Layout<kHeadDim, kChunks>;
     constexpr int kThreadRowElems = L::kThreadRowElems;
     if constexpr (kRope == Rope::kInterleaved) {
@@ -144,8 +163,8 @@ __device__ __forceinline__ void apply_rope(float* v, const float* __restrict__ c
 #pragma unroll
         for (int chunk = 0; chunk < kChunks; ++chunk) {
             const int pair0 = (col + chunk * L::kChunkStride) / 2;
-            const float4 c = ptx::ld_global_nc_v4_f32(cos_row + pair0);
-            const float4 s = ptx::ld_global_nc_v4_f32(sin_row + pair0);
+            const float4 c = load(cos_row + pair0);
+            const float4 s = load(sin_row + pair0);
             float* x = v + chunk * kChunkElems;
             rotate(x[0], x[1], c.x, s.x);
             rotate(x[2], x[3], c.y, s.y);
@@ -159,8 +178,8 @@ __device__ __forceinline__ void apply_rope(float* v, const float* __restrict__ c
         for (int quad = 0; quad < kThreadRowElems / 2 / 4; ++quad) {
             const int chunk = quad * 4 / kChunkElems, in_chunk = quad * 4 % kChunkElems;
             const int column = col + chunk * L::kChunkStride + in_chunk;
-            const float4 c = ptx::ld_global_nc_v4_f32(cos_row + column);
-            const float4 s = ptx::ld_global_nc_v4_f32(sin_row + column);
+            const float4 c = load(cos_row + column);
+            const float4 s = load(sin_row + column);
             float* lo = v + 4 * quad;
             float* hi = v + kThreadRowElems / 2 + 4 * quad;
             rotate(lo[0], hi[0], c.x, s.x);
@@ -614,6 +633,7 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim, kCtasPerBlock>::kThreads,
     const int lane_row = warp * L::kWarpRows + g;
     const int odd_row_shift = (g & 1) != 0 ? kSpanBytes : 0;
     MmaCursor next = at;
+    const TableLoad load_table;
 #pragma unroll 1
     for (int64_t i = 0; i < count; ++i) {
         const Fp8Tensor& tensor = tensors.t[at.which];
@@ -681,8 +701,8 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim, kCtasPerBlock>::kThreads,
                 for (int r = 0; r < kRowsPerLane; ++r) {
                     const float* cp = cos_row[r] + kMmaSpanCols * m;
                     const float* sp = sin_row[r] + kMmaSpanCols * m;
-                    const float4 c0 = ptx::ld_global_nc_v4_f32(cp), c1 = ptx::ld_global_nc_v4_f32(cp + 4);
-                    const float4 s0 = ptx::ld_global_nc_v4_f32(sp), s1 = ptx::ld_global_nc_v4_f32(sp + 4);
+                    const float4 c0 = load_table(cp), c1 = load_table(cp + 4);
+                    const float4 s0 = load_table(sp), s1 = load_table(sp + 4);
                     rope_words_half<kIsBf16>(lo[r].x, hi[r].x, make_float2(c0.x, c0.y), make_float2(s0.x, s0.y));
                     rope_words_half<kIsBf16>(lo[r].y, hi[r].y, make_float2(c0.z, c0.w), make_float2(s0.z, s0.w));
                     rope_words_half<kIsBf16>(lo[r].z, hi[r].z, make_float2(c1.x, c1.y), make_float2(s1.x, s1.y));
@@ -700,8 +720,8 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim, kCtasPerBlock>::kThreads,
                     // Word j of span m is pair 16m + 4q + j.
 #pragma unroll
                     for (int r = 0; r < kRowsPerLane; ++r) {
-                        const float4 c = ptx::ld_global_nc_v4_f32(cos_row[r] + kMmaSpanCols / 2 * m);
-                        const float4 s = ptx::ld_global_nc_v4_f32(sin_row[r] + kMmaSpanCols / 2 * m);
+                        const float4 c = load_table(cos_row[r] + kMmaSpanCols / 2 * m);
+                        const float4 s = load_table(sin_row[r] + kMmaSpanCols / 2 * m);
                         x[r].x = rope_word_interleaved<kIsBf16>(x[r].x, c.x, s.x);
                         x[r].y = rope_word_interleaved<kIsBf16>(x[r].y, c.y, s.y);
                         x[r].z = rope_word_interleaved<kIsBf16>(x[r].z, c.z, s.z);
@@ -910,6 +930,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
     const int row_slot = static_cast<int>(threadIdx.x) / L::kLanesPerRow;
     const int col = lane_in_row * kChunkElems;  // first column of chunk 0; chunk k at col + k d / kChunks
     const int g0 = static_cast<int>(blockIdx.x) * kBlocksPerCta;
+    const TableLoad load_table;
     if constexpr (kStaged) {
         stage_block<kHeadDim, kChunks>(tensors, place_block(tensors, g0, q_blocks, k_blocks, row_slot), col, stage,
                                        0);
@@ -999,7 +1020,7 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
                 const int row = first_row + r * kRowSlots;
                 if (row < t.seqlen) {
                     const int64_t table_row = static_cast<int64_t>(row + t.rope_offset) * L::kHalf;
-                    apply_rope<kHeadDim, kChunks, kRope>(v[r], rope_cos + table_row, rope_sin + table_row, col);
+                    apply_rope<kHeadDim, kChunks, kRope>(v[r], rope_cos + table_row, rope_sin + table_row, col, load_table);
                 }
             }
         }
