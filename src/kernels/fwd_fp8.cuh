@@ -741,9 +741,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 pass_softmax_turn();
             });
             if (Opt::kSerialStep && n_blocks > first) {
-                // Serial steps (Tuning::kSerialStep): QK^T, softmax, P V of one block after another,
-                // each GEMM waited for before the next issue (the turns, if any, interleave the
-                // other consumer's); two issues per block, the same count for every consumer.
+                // Serial steps (Tuning::kSerialStep): QK^T, softmax, P V of one block after another.
+                // Each GEMM is waited for before the next issue, so P may take S's registers (what
+                // lets a block be 256 keys wide); the other consumer's GEMMs, interleaved by the
+                // turns if any, fill the tensor cores meanwhile. Two issues per block: the same
+                // count for every consumer of the tile.
                 for (int it = first; it < n_blocks; ++it) {
                     const BlockDescales ds = load_descales(it);
                     smem.k_ring.consumer_wait(k_state);
