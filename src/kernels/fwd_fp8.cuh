@@ -740,6 +740,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 take_softmax_turn();
                 pass_softmax_turn();
             });
+            // S of the next block with nothing else in flight: its K slot waited for, issued in
+            // our turn, completed, the slot released.
+            auto qk_alone = [&] {
+                smem.k_ring.consumer_wait(k_state);
+                take_turn();
+                ptx::wgmma_fence();
+                gemm_qk(k_state.stage);
+                ptx::wgmma_commit_group();
+                pass_turn();
+                ptx::wgmma_wait_group<0>();
+                ptx::wgmma_fence_operand(s);
+                release(smem.k_ring, k_state);
+                k_state.advance();
+            };
             if (Opt::kSerialStep && n_blocks > first) {
                 // Serial steps (Tuning::kSerialStep): QK^T, softmax, P V of one block after another.
                 // Each GEMM is waited for before the next issue, so P may take S's registers (what
@@ -748,16 +762,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // count for every consumer of the tile.
                 for (int it = first; it < n_blocks; ++it) {
                     const BlockDescales ds = load_descales(it);
-                    smem.k_ring.consumer_wait(k_state);
-                    take_turn();
-                    ptx::wgmma_fence();
-                    gemm_qk(k_state.stage);
-                    ptx::wgmma_commit_group();
-                    pass_turn();
-                    ptx::wgmma_wait_group<0>();
-                    ptx::wgmma_fence_operand(s);
-                    release(smem.k_ring, k_state);
-                    k_state.advance();
+                    qk_alone();
                     if (it < n_masked) mask(it);
                     softmax_update(ds, std::false_type{}, [] {});
                     rescale_o(0.f);  // (lazy: O takes this softmax's scale when it moved)
@@ -778,16 +783,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // Prologue: S of the first block we see alone, its softmax.
                 {
                     const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(first);
-                    smem.k_ring.consumer_wait(k_state);
-                    take_turn();
-                    ptx::wgmma_fence();
-                    gemm_qk(k_state.stage);
-                    ptx::wgmma_commit_group();
-                    pass_turn();
-                    ptx::wgmma_wait_group<0>();
-                    ptx::wgmma_fence_operand(s);
-                    release(smem.k_ring, k_state);
-                    k_state.advance();
+                    qk_alone();
                     if (first < n_masked) mask(first);
                     take_softmax_turn();
                     const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(first) : ds_top;
