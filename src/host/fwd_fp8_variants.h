@@ -32,7 +32,6 @@ struct Fp8VariantInfo {
     bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv;
                                  // one V descale per head: fwd_fp8_test gives it such V)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
-    bool serial_step = false;     // no overlap inside a warpgroup (fwd_fp8::Tuning::kSerialStep)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -41,10 +40,6 @@ struct Fp8VariantInfo {
 // run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes, and three
 // consumers on 64-key blocks at d128, 5-13% under the default in run 51b; so is _ot, the next
 // tile's first QK^T under the epilogue at d128, 1-3% under the default in run 52b.)
-// _serial: no overlap inside a warpgroup (Tuning::kSerialStep), each block's QK^T, softmax and
-// P V in turn, with the ping-pong turns between the two consumers or without (_noturn); _n256 on
-// 256-key blocks (2 K/V slots of 64 KB), the layout cuDNN's FP8 kernel names, _n192 on 192-key
-// ones (3 slots of 48 KB); without, the default's 128 (run 52k's probe of the d128 gap).
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
 // _p2: P's fragment in two register sets, written straight from the softmax. _c3: three consumer
 // warpgroups (192-row tiles) at d64, whose exps take twice its GEMMs' time: one more softmax in
@@ -94,10 +89,6 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
     {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
-    {"lazy_serial", true, false, 0, 0, false, false, 2, 0, false, true, false, false, 128, false, false, true},
-    {"lazy_serial_n256", true, false, 256, 2, false, false, 2, 0, false, true, false, false, 128, false, false, true},
-    {"lazy_serial_n256_noturn", true, false, 256, 2, false, false, 2, 0, false, false, false, false, 128, false, false, true},
-    {"lazy_serial_n192", true, false, 192, 3, false, false, 2, 0, false, true, false, false, 128, false, false, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

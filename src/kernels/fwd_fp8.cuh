@@ -196,14 +196,9 @@ constexpr int kPGainLog2 = 8;
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
-//   kSerialStep      (an A/B option) no overlap inside a warpgroup: each block's QK^T, softmax and
-//                    P V in turn, each waited for before the next issue, the other consumer's GEMMs
-//                    filling the tensor cores meanwhile; P then needs no registers of its own, so
-//                    a block can be 256 keys wide (half the wgmma issues and per-block softmax
-//                    work per key; the tile cuDNN's FP8 kernel names, bench/RESULTS.md run 51i)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
-          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false, bool kSerialStep_ = false>
+          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -216,20 +211,15 @@ struct Tuning {
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kRowSumInPv = kRowSumInPv_;
     static constexpr bool kQInRegisters = kQInRegisters_;
-    static constexpr bool kSerialStep = kSerialStep_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     template <bool kTranspose>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose,
-                                  kSerialStep_>;
+                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose>;
     static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
                   "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
-    static_assert(!kSerialStep || (kLazyRescale && !kTwoLevel && !kRowSumMma && !kRowSumInPv && !kTwoPBuffers &&
-                                   !kEarlyExp && !kSoftmaxTurns && !kQInRegisters && !kTransposeV && kPvPadRows == 0),
-                  "serial steps: the lazy path with its row sums in the softmax, one P set, Q and V^T in shared memory");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -317,7 +307,6 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     // hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems keep
     // the fixed walk.
     static constexpr bool kTileHandOff = !Opt::kQInRegisters;
-    static_assert(!Opt::kSerialStep || !kSkipHiddenBlocks, "serial steps: every consumer sees every block");
     static_assert(!Opt::kRowSumMma || (Opt::kLazyRescale && kDescaleGroups == 1),
                   "row sums on the tensor cores: the lazy path, one V descale per block (its 1 / v_ds)");
 };
@@ -740,50 +729,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 take_softmax_turn();
                 pass_softmax_turn();
             });
-            // S of the next block with nothing else in flight: its K slot waited for, issued in
-            // our turn, completed, the slot released.
-            auto qk_alone = [&] {
-                smem.k_ring.consumer_wait(k_state);
-                take_turn();
-                ptx::wgmma_fence();
-                gemm_qk(k_state.stage);
-                ptx::wgmma_commit_group();
-                pass_turn();
-                ptx::wgmma_wait_group<0>();
-                ptx::wgmma_fence_operand(s);
-                release(smem.k_ring, k_state);
-                k_state.advance();
-            };
-            if (Opt::kSerialStep && n_blocks > first) {
-                // Serial steps (Tuning::kSerialStep): QK^T, softmax, P V of one block after another.
-                // Each GEMM is waited for before the next issue, so P may take S's registers (what
-                // lets a block be 256 keys wide); the other consumer's GEMMs, interleaved by the
-                // turns if any, fill the tensor cores meanwhile. Two issues per block: the same
-                // count for every consumer of the tile.
-                for (int it = first; it < n_blocks; ++it) {
-                    const BlockDescales ds = load_descales(it);
-                    qk_alone();
-                    if (it < n_masked) mask(it);
-                    softmax_update(ds, std::false_type{}, [] {});
-                    rescale_o(0.f);  // (lazy: O takes this softmax's scale when it moved)
-                    acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
-                    smem.v_ring.consumer_wait(v_state);
-                    take_turn();
-                    ptx::wgmma_fence();
-                    gemm_pv(v_state.stage, kSet0);
-                    ptx::wgmma_commit_group();
-                    pass_turn();
-                    ptx::wgmma_wait_group<0>();
-                    fence_pv();
-                    release(smem.v_ring, v_state);
-                    v_state.advance();
-                }
-                release(smem.q_ring, q_state);
-            } else if (n_blocks > first) {
+            if (n_blocks > first) {
                 // Prologue: S of the first block we see alone, its softmax.
                 {
                     const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(first);
-                    qk_alone();
+                    smem.k_ring.consumer_wait(k_state);
+                    take_turn();
+                    ptx::wgmma_fence();
+                    gemm_qk(k_state.stage);
+                    ptx::wgmma_commit_group();
+                    pass_turn();
+                    ptx::wgmma_wait_group<0>();
+                    ptx::wgmma_fence_operand(s);
+                    release(smem.k_ring, k_state);
+                    k_state.advance();
                     if (first < n_masked) mask(first);
                     take_softmax_turn();
                     const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(first) : ds_top;
