@@ -80,6 +80,15 @@ def main() -> int:
     gen = torch.Generator(device=dev).manual_seed(1)
     q, k, v, dout = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16, generator=gen) for _ in range(4))
     lib = hattn.library()
+
+    class Unplanned(capi.Hattn):
+        """A handle that remembers no layout: every call runs every check (hattn before run 53)."""
+
+        @property
+        def _plans(self):
+            return {}
+
+    unplanned = Unplanned(lib.path)
     say(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, python {sys.version.split()[0]}; "
         f"b{b} s{s} h{h} d{d} bf16; host us per call (median of {REPEATS} x {CALLS} calls)")
 
@@ -115,6 +124,28 @@ def main() -> int:
             out = hattn.attention(qg, kg, vg, causal=causal)
             torch.autograd.grad(out, (qg, kg, vg), dout)
 
+        class ViaOps(torch.autograd.Function):
+            """hattn.attention's autograd.Function as it runs under torch.compile: through the
+            custom ops (what eager calls skip)."""
+
+            @staticmethod
+            def forward(ctx, q_, k_, v_):
+                o_, lse_ = torch.ops.hattn.fwd(q_, k_, v_, causal, 0.0)
+                ctx.save_for_backward(q_, k_, v_, o_, lse_)
+                return o_
+
+            @staticmethod
+            def backward(ctx, do_):
+                q_, k_, v_, o_, lse_ = ctx.saved_tensors
+                return torch.ops.hattn.bwd(do_.contiguous(), q_, k_, v_, o_, lse_, causal, 0.0, False)
+
+        def via_ops_fwd_bwd():
+            out = ViaOps.apply(qg, kg, vg)
+            torch.autograd.grad(out, (qg, kg, vg), dout)
+
+        def fwd_torch_unplanned():
+            unplanned.fwd_torch(q, k, v, causal=causal)
+
         def sdpa(backend):
             def run():
                 with torch.nn.attention.sdpa_kernel(backend):
@@ -131,12 +162,14 @@ def main() -> int:
         from torch.nn.attention import SDPBackend
 
         cases = [("C API hattn_fwd (ctypes, params built once)", c_api),
-                 ("capi.Hattn.fwd_torch", fwd_torch),
+                 ("capi.Hattn.fwd_torch, every check each call", fwd_torch_unplanned),
+                 ("capi.Hattn.fwd_torch (remembered layout)", fwd_torch),
                  ("torch.ops.hattn.fwd (custom op)", custom_op),
                  ("hattn.attention (no grad)", attention),
                  ("SDPA flash (no grad)", sdpa(SDPBackend.FLASH_ATTENTION)),
                  ("SDPA cuDNN (no grad)", sdpa(SDPBackend.CUDNN_ATTENTION)),
                  ("hattn.attention fwd + autograd.grad", attention_fwd_bwd),
+                 ("the same through the custom ops (as under torch.compile)", via_ops_fwd_bwd),
                  ("SDPA flash fwd + autograd.grad", sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION))]
         for name, fn in cases:
             try:

@@ -236,6 +236,67 @@ def test_strided_views_are_not_copied():
             assert _kernel_layout(t) is not t, f"{name}: a layout the kernel cannot take was not copied"
 
 
+# ---- layouts remembered by capi.Hattn.fwd_torch / bwd_torch -------------------------------------
+def test_remembered_layouts_give_the_same_results():
+    """A layout's later calls reuse its first call's checked params (only the addresses change):
+    forward and backward results must be bit-identical to those of a library handle that has seen
+    no call, full and causal, on layouts read in place."""
+    need_gpu()
+    lib = hattn.library()
+    for name in ("packed_qkv", "bhsd_transposed"):
+        q, k, v = layouts(s=300)[name]
+        dout = randn(*q.shape, seed=5)
+        for causal in (False, True):
+            for _ in range(3):
+                o, lse = lib.fwd_torch(q, k, v, causal=causal)
+                grads = lib.bwd_torch(q, k, v, o, lse, dout, causal=causal, deterministic=True)
+            fresh = hattn.capi.Hattn(lib.path)
+            o_ref, lse_ref = fresh.fwd_torch(q, k, v, causal=causal)
+            ref = fresh.bwd_torch(q, k, v, o_ref, lse_ref, dout, causal=causal, deterministic=True)
+            assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref), f"{name} causal={causal}: forward differs"
+            for what, got, want in zip(("dq", "dk", "dv"), grads, ref):
+                assert torch.equal(got, want), f"{name} causal={causal}: {what} differs"
+    kinds = {key[0] for key in lib._plans}
+    assert kinds == {"fwd", "bwd"}, f"no layout was remembered: {kinds}"
+
+
+def test_remembered_layouts_still_check_addresses():
+    """A misaligned start with a remembered layout's shapes and strides is refused as the checks
+    would refuse it, with the same error, and launches nothing."""
+    need_gpu()
+    lib = hattn.library()
+    b, s, h, d = 1, 64, 2, 64
+    n = b * s * h * d
+    flat = randn(8 * n + 8, seed=3)
+    good = [flat[i * n:(i + 1) * n].view(b, s, h, d) for i in range(4)]
+    bad = flat[4 * n + 1:5 * n + 1].view(b, s, h, d)  # a 2-byte offset, the same shape and strides
+    for _ in range(2):
+        o, lse = lib.fwd_torch(good[0], good[1], good[2])
+        lib.bwd_torch(good[0], good[1], good[2], o, lse, good[3])
+    fresh = hattn.capi.Hattn(lib.path)
+    calls = [lambda l: l.fwd_torch(bad, good[1], good[2]),
+             lambda l: l.fwd_torch(good[0], good[1], bad),
+             lambda l: l.bwd_torch(good[0], good[1], good[2], o, lse, bad),
+             lambda l: l.bwd_torch(bad, good[1], good[2], o, lse, good[3])]
+    for call in calls:
+        with pytest.raises(hattn.HattnArgumentError) as planned:
+            call(lib)
+        with pytest.raises(hattn.HattnArgumentError) as checked:
+            call(fresh)
+        assert str(planned.value) == str(checked.value)
+    torch.cuda.synchronize()
+
+
+def test_remembered_layouts_are_bounded():
+    need_gpu()
+    lib = hattn.capi.Hattn(hattn.library().path)
+    lib.PLAN_CACHE_SIZE = 4
+    for s in range(1, 12):
+        q = randn(1, s, 2, 64, seed=s)
+        lib.fwd_torch(q, q, q)
+        assert len(lib._plans) <= 4
+
+
 # ---- the ops themselves -------------------------------------------------------------------------
 def test_opcheck():
     need_gpu()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import ops  # noqa: F401  (registers torch.ops.hattn.*)
+from . import ops  # (also registers torch.ops.hattn.*)
 
 # TMA reads global memory in 16-byte units: every stride must be a multiple.
 _TMA_ALIGN_BYTES = 16
@@ -15,16 +15,31 @@ def _kernel_layout(t: Tensor) -> Tensor:
     """t itself when the kernel can read it in place (contiguous head dim; batch, seq and head
     strides positive multiples of 16 bytes), else a contiguous copy. (A start that is not 16-byte
     aligned, which only the data pointer tells and torch.compile cannot trace, is the ops' to copy.)"""
+    if t.is_contiguous():  # (what .contiguous() below would return anyway)
+        return t
     size = t.element_size()
     in_place = t.dim() == 4 and t.stride(3) == 1 and all(
         t.shape[i] == 1 or (t.stride(i) > 0 and t.stride(i) * size % _TMA_ALIGN_BYTES == 0) for i in range(3))
     return t if in_place else t.contiguous()
 
 
+def _eager(*tensors: Tensor) -> bool:
+    """True when a call may go straight to the library instead of through the custom op: not
+    while torch.compile or torch.export traces it, and only on plain tensors (not fake tensors or
+    other subclasses). The custom op's dispatch costs ~50 us of host time per call in eager mode
+    (more under autograd, bench/RESULTS.md run 53), as much as a small problem's kernel; both
+    paths run the same checks and the same launch."""
+    return not torch.compiler.is_compiling() and all(type(t) is Tensor for t in tensors)
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, softmax_scale: float, deterministic: bool):
-        o, lse = torch.ops.hattn.fwd(q, k, v, causal, softmax_scale)
+        if _eager(q, k, v):
+            o, lse = ops.library().fwd_torch(*(ops._aligned(t) for t in (q, k, v)), causal=causal,
+                                             softmax_scale=softmax_scale)
+        else:
+            o, lse = torch.ops.hattn.fwd(q, k, v, causal, softmax_scale)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
         ctx.mark_non_differentiable(lse)
@@ -34,8 +49,13 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
         # The incoming gradient may be any layout (expanded from a sum, say): copy it if needed.
-        dq, dk, dv = torch.ops.hattn.bwd(_kernel_layout(dout), q, k, v, o, lse, ctx.causal, ctx.softmax_scale,
-                                         ctx.deterministic)
+        dout = _kernel_layout(dout)
+        if _eager(dout, q, k, v, o, lse):
+            dq, dk, dv = ops.library().bwd_torch(*(ops._aligned(t) for t in (q, k, v, o)), lse, ops._aligned(dout),
+                                                 causal=ctx.causal, softmax_scale=ctx.softmax_scale,
+                                                 deterministic=ctx.deterministic)
+        else:
+            dq, dk, dv = torch.ops.hattn.bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic)
         return dq, dk, dv, None, None, None
 
 

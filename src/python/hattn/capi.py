@@ -720,6 +720,14 @@ class Hattn:
             s = torch.cuda.current_stream().cuda_stream if stream is None else stream
         return self.fwd_workspace_torch(device, s)
 
+    def _call_workspace(self, device, stream: int | None):
+        """fwd_workspace_torch for a call on `stream` (None: the current stream of `device`)."""
+        import torch
+
+        with torch.cuda.device(device):
+            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
+        return self.fwd_workspace_torch(device, s)
+
     def bwd_params_torch(self, q, k, v, o, lse, dout, dq, dk, dv, workspace, *, causal: bool = False,
                          softmax_scale: float = 0.0, flags: int = 0, address=None) -> HattnBwdParams:
         """hattn_bwd_params for these tensors (same checks as fwd_params_torch; workspace: a uint8
@@ -775,9 +783,20 @@ class Hattn:
     def fwd_torch(self, q, k, v, *, causal: bool = False, softmax_scale: float = 0.0, flags: int = 0,
                   out=None, lse=None, want_lse: bool = True, stream: int | None = None):
         """O (contiguous unless out is given) and LSE (fp32 [b, heads_q, s_q], when want_lse or lse
-        is given) on the current stream of q's device. Returns (o, lse or None)."""
+        is given) on the current stream of q's device. Returns (o, lse or None).
+
+        A call that allocates its outputs on the current stream and whose layout (shapes, strides,
+        dtypes, devices, mask, scale, flags) has passed every check before reuses that call's
+        params (_plans): only the addresses change, and the C API still validates them."""
         import torch
 
+        planned = out is None and lse is None and stream is None
+        if planned:
+            key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+                   q.device, k.device, v.device, bool(causal), float(softmax_scale), flags, bool(want_lse))
+            plan = self._plans.get(key)
+            if plan is not None:
+                return self._fwd_planned(plan, q, k, v)
         b, sq, hq, _ = _check_rank(q=q)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
         if lse is None and want_lse:
@@ -793,23 +812,93 @@ class Hattn:
             status = self.lib.hattn_fwd(ctypes.byref(p), ctypes.c_void_p(s or None))
         if status != HATTN_SUCCESS:
             raise error_for(status, self.describe(status, p))
+        if planned:
+            self._remember(key, (bytes(p), bool(causal), None if lse is None else tuple(lse.shape)))
         return out, lse
+
+    # Layouts remembered by fwd_torch / bwd_torch; past this many the memory starts afresh (a
+    # workload of ever-new shapes then pays what it would without it).
+    PLAN_CACHE_SIZE = 256
+
+    @property
+    def _plans(self) -> dict:
+        return self.__dict__.setdefault("_plan_cache", {})
+
+    def _remember(self, key, plan) -> None:
+        plans = self._plans
+        if len(plans) >= self.PLAN_CACHE_SIZE:
+            plans.clear()
+        plans[key] = plan
+
+    def _current_stream(self, device) -> tuple[int, bool]:
+        """(the current stream of device, whether device is the current device). Launching on
+        another device's stream needs that device current (a torch.cuda.device guard)."""
+        import torch
+
+        if device.index == torch.cuda.current_device():
+            return torch.cuda.current_stream().cuda_stream, True
+        with torch.cuda.device(device):
+            return torch.cuda.current_stream().cuda_stream, False
+
+    def _launch_planned(self, entry, p, device, describe):
+        """entry(p) on device's current stream; a failing status raises what the checks would."""
+        import torch
+
+        s, here = self._current_stream(device)
+        if here:
+            status = entry(ctypes.byref(p), ctypes.c_void_p(s or None))
+        else:
+            with torch.cuda.device(device):
+                status = entry(ctypes.byref(p), ctypes.c_void_p(s or None))
+        if status != HATTN_SUCCESS:
+            raise error_for(status, describe(status, p))
+        return s
+
+    def _fwd_planned(self, plan, q, k, v):
+        import torch
+
+        template, causal, lse_shape = plan
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = None if lse_shape is None else torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        p = HattnFwdParams.from_buffer_copy(template)
+        p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
+        p.lse = None if lse is None else lse.data_ptr()
+        if causal:  # the stream's workspace (made by the first call of this layout on this stream)
+            s, _ = self._current_stream(q.device)
+            workspace = self.__dict__.get("_fwd_workspaces", {}).get((q.device, s))
+            if workspace is None:
+                workspace = self._call_workspace(q.device, None)
+            p.workspace, p.workspace_size = (None, 0) if workspace is None else (workspace.data_ptr(), workspace.numel())
+        self._launch_planned(self.lib.hattn_fwd, p, q.device, self._fwd_failure)
+        return out, lse
+
+    def _fwd_failure(self, status: int, p) -> str:
+        self.check_fwd(p)  # an address the checks reject raises what fwd_torch's checks would
+        return self.describe(status, p)
 
     def bwd_torch(self, q, k, v, o, lse, dout, *, causal: bool = False, softmax_scale: float = 0.0,
                   deterministic: bool = False, flags: int = 0, dq=None, dk=None, dv=None, workspace=None,
                   stream: int | None = None):
         """(dq, dk, dv) for the forward that gave o and lse (same q, k, v, causal and scale), on the
         current stream of q's device; dk and dv are [b, s_k, heads_kv, d] (summed over each GQA group).
-        Allocates what is not given (contiguous; the workspace with bwd_workspace_torch)."""
+        Allocates what is not given (contiguous; the workspace with bwd_workspace_torch). Like
+        fwd_torch, a call that allocates everything reuses the params of an earlier call of its layout."""
         import torch
 
         self._need_bwd()
+        flags |= HATTN_BWD_DETERMINISTIC if deterministic else 0
+        planned = dq is None and dk is None and dv is None and workspace is None and stream is None
+        if planned:
+            key = ("bwd",) + tuple(x for t in (q, k, v, o, lse, dout) for x in (t.shape, t.stride(), t.dtype, t.device))
+            key += (bool(causal), float(softmax_scale), flags)
+            plan = self._plans.get(key)
+            if plan is not None:
+                return self._bwd_planned(plan, q, k, v, o, lse, dout)
         _check_rank(q=q, k=k, v=v)
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device) if dq is None else dq
         dk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if dk is None else dk
         dv = torch.empty(v.shape, dtype=v.dtype, device=v.device) if dv is None else dv
         workspace = self.bwd_workspace_torch(q) if workspace is None else workspace
-        flags |= HATTN_BWD_DETERMINISTIC if deterministic else 0
         p = self.bwd_params_torch(q, k, v, o, lse, dout, dq, dk, dv, workspace, causal=causal,
                                   softmax_scale=softmax_scale, flags=flags)
         self.check_bwd(p)
@@ -819,7 +908,28 @@ class Hattn:
             status = self.lib.hattn_bwd(ctypes.byref(p), ctypes.c_void_p(s or None))
         if status != HATTN_SUCCESS:
             raise error_for(status, self.describe_bwd(status, p))
+        if planned:
+            self._remember(key, (bytes(p), workspace.numel()))
         return dq, dk, dv
+
+    def _bwd_planned(self, plan, q, k, v, o, lse, dout):
+        import torch
+
+        template, workspace_size = plan
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        workspace = _aligned_bytes(workspace_size, BWD_WORKSPACE_ALIGN, q.device)
+        p = HattnBwdParams.from_buffer_copy(template)
+        p.q, p.k, p.v, p.o, p.dout = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr()
+        p.lse, p.dq, p.dk, p.dv = lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+        p.workspace = workspace.data_ptr()
+        self._launch_planned(self.lib.hattn_bwd, p, q.device, self._bwd_failure)
+        return dq, dk, dv
+
+    def _bwd_failure(self, status: int, p) -> str:
+        self.check_bwd(p)
+        return self.describe_bwd(status, p)
 
 
     # ---- the FP8 path on PyTorch tensors (same order of checks as fwd_torch) ----
