@@ -707,9 +707,10 @@ class Hattn:
         cache = self.__dict__.setdefault("_fwd_workspaces", {})
         if key not in cache:
             size = self.fwd_workspace_size()
-            if size == 0 or torch.cuda.is_current_stream_capturing():
-                return None
-            cache[key] = torch.zeros(size, dtype=torch.uint8, device=device)  # 512-byte-aligned blocks
+            with torch.cuda.device(device):  # (the capture state asked of device's current stream)
+                if size == 0 or torch.cuda.is_current_stream_capturing():
+                    return None
+                cache[key] = torch.zeros(size, dtype=torch.uint8, device=device)  # 512-byte-aligned blocks
         return cache[key]
 
     def _call_workspace(self, device, stream: int | None):
@@ -766,19 +767,12 @@ class Hattn:
         """A uint8 tensor of hattn_bwd_workspace_size bytes for q's shape ([b, s, h, d]), on q's
         device, BWD_WORKSPACE_ALIGN-byte aligned. torch's CUDA caching allocator hands out
         512-byte-aligned blocks; another allocator's block is over-allocated and sliced."""
-        import torch
-
         b, s, h, d = q.shape
         size = self.bwd_workspace_size(b, h, s if seqlen_q is None else seqlen_q, d)
         if size == 0:
             raise HattnArgumentError(f"hattn_bwd_workspace_size({b}, {h}, {s}, {d}) = 0: bad or overflowing sizes",
                                      HATTN_ERROR_SIZE_OVERFLOW)
-        ws = torch.empty(size, dtype=torch.uint8, device=q.device)
-        if ws.data_ptr() % BWD_WORKSPACE_ALIGN:
-            ws = torch.empty(size + BWD_WORKSPACE_ALIGN, dtype=torch.uint8, device=q.device)
-            skip = -ws.data_ptr() % BWD_WORKSPACE_ALIGN
-            ws = ws[skip:skip + size]
-        return ws
+        return _aligned_bytes(size, BWD_WORKSPACE_ALIGN, q.device)
 
     def fwd_torch(self, q, k, v, *, causal: bool = False, softmax_scale: float = 0.0, flags: int = 0,
                   out=None, lse=None, want_lse: bool = True, stream: int | None = None):
@@ -840,19 +834,18 @@ class Hattn:
         with torch.cuda.device(device):
             return torch.cuda.current_stream().cuda_stream, False
 
-    def _launch_planned(self, entry, p, device, describe):
-        """entry(p) on device's current stream; a failing status raises what the checks would."""
+    def _launch_planned(self, entry, p, device, stream: tuple[int, bool], failure) -> None:
+        """entry(p) on stream = _current_stream(device); a failing status raises failure's error."""
         import torch
 
-        s, here = self._current_stream(device)
+        s, here = stream
         if here:
             status = entry(ctypes.byref(p), ctypes.c_void_p(s or None))
         else:
             with torch.cuda.device(device):
                 status = entry(ctypes.byref(p), ctypes.c_void_p(s or None))
         if status != HATTN_SUCCESS:
-            raise error_for(status, describe(status, p))
-        return s
+            raise error_for(status, failure(status, p))
 
     def _fwd_planned(self, plan, q, k, v):
         import torch
@@ -863,13 +856,11 @@ class Hattn:
         p = HattnFwdParams.from_buffer_copy(template)
         p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
         p.lse = None if lse is None else lse.data_ptr()
-        if causal:  # the stream's workspace (made by the first call of this layout on this stream)
-            s, _ = self._current_stream(q.device)
-            workspace = self.__dict__.get("_fwd_workspaces", {}).get((q.device, s))
-            if workspace is None:
-                workspace = self._call_workspace(q.device, None)
+        stream = self._current_stream(q.device)
+        if causal:  # the dynamic causal walk's workspace, one per stream
+            workspace = self.fwd_workspace_torch(q.device, stream[0])
             p.workspace, p.workspace_size = (None, 0) if workspace is None else (workspace.data_ptr(), workspace.numel())
-        self._launch_planned(self.lib.hattn_fwd, p, q.device, self._fwd_failure)
+        self._launch_planned(self.lib.hattn_fwd, p, q.device, stream, self._fwd_failure)
         return out, lse
 
     def _fwd_failure(self, status: int, p) -> str:
@@ -924,7 +915,7 @@ class Hattn:
         p.q, p.k, p.v, p.o, p.dout = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr()
         p.lse, p.dq, p.dk, p.dv = lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
         p.workspace = workspace.data_ptr()
-        self._launch_planned(self.lib.hattn_bwd, p, q.device, self._bwd_failure)
+        self._launch_planned(self.lib.hattn_bwd, p, q.device, self._current_stream(q.device), self._bwd_failure)
         return dq, dk, dv
 
     def _bwd_failure(self, status: int, p) -> str:
