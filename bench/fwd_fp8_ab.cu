@@ -18,8 +18,8 @@
 // HATTN_FWD_FP8_V_TRANSPOSED: no transpose pass); vt columns are named +vt, and a last table
 // gives each vt column's ratio to its rows column.
 //
-// --v-per-head: the pre-pass gives V one descale per head (HATTN_FP8_PREPASS_V_PER_HEAD), as the
-// _pvsum variant needs (it reads each head's first V descale).
+// --v-per-head: the pre-pass gives V one descale per head (HATTN_FP8_PREPASS_V_PER_HEAD): the
+// kernels then see one V descale for all of a head's blocks.
 // Inputs per shape: bf16 N(0, 1) Q, K, V (batch = tokens / seqlen, heads = width / head_dim)
 // through hattn_fp8_prepass (random-sign Hadamard) into e4m3 and per-block descales, two input
 // sets rotated from call to call (a K or V tensor of e4m3 is 32 MB at 16k tokens: most of one

@@ -32,7 +32,7 @@
 #   TESTS (1; 0: no fwd_fp8_test, for a measurement-only call), CUDA_DEFS (compile-time knobs for
 #   every kernel, e.g. -DHATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS=0; give such a build its own BUILD_DIR),
 #   PREPASS_TESTS (0; 1: also fp8_prepass_test, 4 shards, after fwd_fp8_test),
-#   V_PER_HEAD (0; 1: the A/B's inputs with one V descale per head, as the _pvsum variant needs),
+#   V_PER_HEAD (0; 1: the A/B's inputs with one V descale per head, HATTN_FP8_PREPASS_V_PER_HEAD),
 #   ACCURACY_VARIANTS (empty: skip; e.g. base,twolevel: bench/fwd_fp8_accuracy_ab after the A/B,
 #   those variants beside the library kernel on FlashAttention-3's outlier inputs),
 #   ACCURACY_HEAD_DIMS (128), ACCURACY_SEQLENS (4096,16384,65536,131072), ACCURACY_TIMEOUT_S (150).

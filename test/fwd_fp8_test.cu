@@ -299,7 +299,7 @@ hattn_fwd_fp8_params params_for(const Case& c, const Layout& ql, const Layout& k
 // Whether the case's kernel sums P as rounded to e4m3 (the LSE bounds above).
 bool quantized_row_sums(const Case& c) {
 #ifdef HATTN_FP8_VARIANTS
-    if (c.variant > 0) return hattn::host::kFp8Variants[c.variant].row_sum_mma || hattn::host::kFp8Variants[c.variant].row_sum_in_pv;
+    if (c.variant > 0) return hattn::host::kFp8Variants[c.variant].row_sum_mma;
 #endif
     return hattn::fwd_fp8::row_sums_of_e4m3_p(c.head_dim);
 }
@@ -451,10 +451,8 @@ std::vector<Case> kernel_cases() {
             k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, 64, v}, 10),
             k_jump({1, 2, 1, 300, 1000, true, false, HATTN_DTYPE_BF16, 256, v}, 10),
         };
-        // (Row sums in P V's pad columns: right for one V descale per head only.)
-        const bool per_head = hattn::host::kFp8Variants[v].row_sum_in_pv;
         for (const Case& c : vc)
-            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(per_head ? v_per_head(c) : c);
+            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);
         // Walks: each variant's own per-tile state (the lazy rescale's flags, two-level's second
         // accumulator, the plain path's O unit) must start afresh on every tile (d128 also a
         // full-mask walk, and a causal one with sq > sk whose first tiles see no key).
@@ -466,7 +464,7 @@ std::vector<Case> kernel_cases() {
             walked({1, 4, 2, 900, 300, true, false, HATTN_DTYPE_BF16, 128, v}, 2),
         };
         for (const Case& c : walks)
-            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(per_head ? v_per_head(c) : c);
+            if (hattn::host::fp8_variant_built(v, c.head_dim)) all.push_back(c);
     }
 #endif
     return all;

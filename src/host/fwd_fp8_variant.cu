@@ -16,8 +16,8 @@ constexpr int kHeadDim = HATTN_FP8_VARIANT_HEAD_DIM;
 constexpr Fp8VariantInfo kInfo = kFp8Variants[kVariant];
 static_assert(fp8_variant_built(kVariant, kHeadDim), "CMake builds only the pairs fp8_variant_built allows");
 using Opt = fwd_fp8::Tuning<kInfo.lazy_rescale, kInfo.two_level, kInfo.row_sum_mma, kInfo.two_p_buffers,
-                            kInfo.pv_pad_rows, kInfo.early_exp, kInfo.ping_pong,
-                            kInfo.softmax_turns, kInfo.transpose_v, kInfo.row_sum_in_pv, kInfo.q_in_registers>;
+                            kInfo.early_exp, kInfo.ping_pong, kInfo.softmax_turns, kInfo.transpose_v,
+                            kInfo.q_in_registers>;
 constexpr int kBlockN = kInfo.block_n > 0 ? kInfo.block_n : fwd_fp8::default_block_n(kHeadDim);
 constexpr int kStages = kInfo.stages > 0 ? kInfo.stages : fwd_fp8::default_stages(kHeadDim);
 using Cfg = fwd_fp8::Config<kHeadDim, sm90::Bf16, kInfo.consumers, kBlockN, kStages, Opt>;

@@ -23,14 +23,11 @@ struct Fp8VariantInfo {
     bool row_sum_mma = false;  // P's row sums on the tensor cores (fwd_fp8::Tuning::kRowSumMma)
     bool two_p_buffers = false;  // P's fragment in two register sets (fwd_fp8::Tuning::kTwoPBuffers)
     int consumers = 2;           // consumer warpgroups of 64 query rows (3: 192-row tiles, 160 registers)
-    int pv_pad_rows = 0;         // P V at N = head_dim + this (fwd_fp8::Tuning::kPvPadRows, a rate probe)
     bool early_exp = false;      // exps before the block max is known (fwd_fp8::Tuning::kEarlyExp)
     bool ping_pong = true;       // the consumers take turns on the tensor cores (fwd_fp8::Tuning::kPingPong)
     bool softmax_turns = false;  // ... around each softmax instead (fwd_fp8::Tuning::kSoftmaxTurns)
     bool transpose_v = false;    // V's rows transposed inside the kernel (fwd_fp8::Tuning::kTransposeV)
     int max_head_dim = 0;        // > 0: built only up to this head dim (fp8_variant_built's rule otherwise)
-    bool row_sum_in_pv = false;  // P's row sums as P V's pad columns (fwd_fp8::Tuning::kRowSumInPv;
-                                 // one V descale per head: fwd_fp8_test gives it such V)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
 };
 
@@ -39,13 +36,15 @@ struct Fp8VariantInfo {
 // (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone; so are the 192-key blocks of
 // run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes, and three
 // consumers on 64-key blocks at d128, 5-13% under the default in run 51b; so is _ot, the next
-// tile's first QK^T under the epilogue at d128, 1-3% under the default in run 52b.)
+// tile's first QK^T under the epilogue at d128, 1-3% under the default in run 52b; so are two
+// probes of P V 16 columns wider than head_dim (zero or one rows after V^T): _pv16, the wgmma rate
+// of wider chains (run 38d), and _pvsum, P's row sums as those pad columns, +2-4% but its sums
+// chained across blocks lose the small weights past ~1k keys, run 43a: rel L2 0.07 at 4k.)
 // _rowsum: P's row sums on the tensor cores (P times a tile of ones beside each P V), no FADD per weight.
 // _p2: P's fragment in two register sets, written straight from the softmax. _c3: three consumer
 // warpgroups (192-row tiles) at d64, whose exps take twice its GEMMs' time: one more softmax in
 // flight per SM (lazy alone and with the row sums spill 12 / 60 bytes there; with _p2 it fits).
-// _pv16: P V 16 columns wider than head_dim (zero rows after V^T, d <= 128), the wgmma rate probe
-// (with three consumers it spills 32 bytes). _early: the steady state's exps taken against the
+// _early: the steady state's exps taken against the
 // rows' current references while the block max is found beside them (Tuning::kEarlyExp), on
 // lazy and on lazy_rowsum (on lazy_p2_c3 it spills 104 bytes, 620 without turns). _noturn: no
 // ping-pong turns between the consumers (the default at every head dim since run 40a; lazy_rowsum
@@ -55,10 +54,7 @@ struct Fp8VariantInfo {
 // maxima and their exps follow one another; with _early the turn holds the exps (run 41b: d64 c3
 // +3-7%, the default there since; d128 / d256 -6 to -9%). _tv: the head dims' defaults with V's rows
 // transposed inside the kernel by the producer warpgroup (Tuning::kTransposeV; given V^T, they run
-// their base variant's kernel). _pvsum: P's row sums as 16 pad columns of P V (N = 144, the pad
-// rows of V^T's slots ones) instead of the 64 x 8 wgmmas, for one V descale per head: a rate probe
-// (+2-4%), not a kernel to use, since its sums chained across blocks lose the small weights past
-// ~1k keys (run 43a: rel L2 0.07 at 4k, 0.32 at 16k).
+// their base variant's kernel).
 // _qreg: Q's A fragments in registers, S = Q K^T as an RS wgmma (Tuning::kQInRegisters), on the d256
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
 // it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
@@ -67,28 +63,26 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
     {"twolevel", false, true},
-    {"lazy_twolevel", true, true, 0, 0, false, false, 2, 0, false, true, false, false, 64},  // spills 4 bytes at d128
+    {"lazy_twolevel", true, true, 0, 0, false, false, 2, false, true, false, false, 64},  // spills 4 bytes at d128
     {"lazy_rowsum", true, false, 0, 0, true},
     {"lazy_twolevel_rowsum", true, true, 0, 0, true},
     {"lazy_p2", true, false, 0, 0, false, true},
     {"lazy_twolevel_p2", true, true, 0, 0, false, true},
     {"lazy_rowsum_p2", true, false, 0, 0, true, true},
     {"lazy_p2_c3", true, false, 0, 0, false, true, 3},
-    {"lazy_pv16", true, false, 0, 0, false, false, 2, 16},
-    {"lazy_early", true, false, 0, 0, false, false, 2, 0, true},
-    {"lazy_rowsum_early", true, false, 0, 0, true, false, 2, 0, true},
-    {"lazy_early_noturn", true, false, 0, 0, false, false, 2, 0, true, false},
-    {"lazy_rowsum_early_noturn", true, false, 0, 0, true, false, 2, 0, true, false},
-    {"lazy_rowsum_noturn", true, false, 0, 0, true, false, 2, 0, false, false},
-    {"lazy_p2_c3_noturn", true, false, 0, 0, false, true, 3, 0, false, false},
-    {"lazy_rowsum_early_sturn", true, false, 0, 0, true, false, 2, 0, true, true, true},
-    {"lazy_rowsum_sturn", true, false, 0, 0, true, false, 2, 0, false, true, true},
-    {"lazy_p2_c3_sturn", true, false, 0, 0, false, true, 3, 0, false, true, true},
-    {"lazy_rowsum_early_noturn_tv", true, false, 0, 0, true, false, 2, 0, true, false, false, true, 128},
-    {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, 0, false, false, false, true},
-    {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, 0, false, true, true, true},
-    {"lazy_early_noturn_pvsum", true, false, 0, 0, false, false, 2, 16, true, false, false, false, 128, true},
-    {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, 0, false, false, false, false, 0, false, true},
+    {"lazy_early", true, false, 0, 0, false, false, 2, true},
+    {"lazy_rowsum_early", true, false, 0, 0, true, false, 2, true},
+    {"lazy_early_noturn", true, false, 0, 0, false, false, 2, true, false},
+    {"lazy_rowsum_early_noturn", true, false, 0, 0, true, false, 2, true, false},
+    {"lazy_rowsum_noturn", true, false, 0, 0, true, false, 2, false, false},
+    {"lazy_p2_c3_noturn", true, false, 0, 0, false, true, 3, false, false},
+    {"lazy_rowsum_early_sturn", true, false, 0, 0, true, false, 2, true, true, true},
+    {"lazy_rowsum_sturn", true, false, 0, 0, true, false, 2, false, true, true},
+    {"lazy_p2_c3_sturn", true, false, 0, 0, false, true, 3, false, true, true},
+    {"lazy_rowsum_early_noturn_tv", true, false, 0, 0, true, false, 2, true, false, false, true, 128},
+    {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, false, false, false, true},
+    {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, false, true, true, true},
+    {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, false, false, false, false, 0, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
@@ -114,7 +108,7 @@ constexpr bool fp8_variant_built(int variant, int head_dim) {
     const bool two_level_plus = v.two_level && (v.block_n > 128 || v.row_sum_mma);
     const int max_head_dim = v.max_head_dim > 0                                     ? v.max_head_dim
                              : two_level_plus || v.consumers == 3                   ? 64
-                             : v.two_level || v.block_n > 128 || v.pv_pad_rows > 0 ? 128
+                             : v.two_level || v.block_n > 128                       ? 128
                                                                                  : 256;
     return head_dim <= max_head_dim;
 }

@@ -39,7 +39,7 @@
 //     variant that fits their 160 registers; d = 128 and 256 sum P's rows on the tensor cores (an
 //     m64n8 wgmma of P against a tile of ones), so their LSE comes from P as rounded to e4m3; d = 128
 //     also takes the early exps (the block max beside the exps, not ahead of them). The row sums
-//     cannot ride along as pad columns of P V (kRowSumInPv, 2-4% faster): FP8 wgmma adds in a
+//     cannot ride along as pad columns of P V (a probe of run 43a, 2-4% faster): FP8 wgmma adds in a
 //     window of ~13 bits below its largest term, so a sum of positive weights chained over
 //     thousands of keys stops taking the small ones (run 43a: rel L2 0.07 at 4k keys, 0.32 at 16k),
 //     and restarting the pad columns each block, a partial write of the accumulator by ALU or by a
@@ -168,9 +168,6 @@ constexpr int kPGainLog2 = 8;
 //                    straight from the softmax while P_{j-1} V_{j-1} reads the other set, instead of
 //                    after that wgmma's wait (ptxas otherwise stages it in temporaries + PRMT and
 //                    converts after the turn is taken, on the way to the next GEMM issue)
-//   kPvPadRows       (a rate probe) P V at N = head_dim + this, V^T's slots padded with as many rows
-//                    of zeros, the extra accumulator columns discarded: waited-for chains of
-//                    accumulating wgmmas ran at 77% of peak 128 wide and 100% 144 wide (run 38d)
 //   kEarlyExp        (lazy) the steady state's exps against the rows' current references, the
 //                    block max checked beside them (LazyBlockScaledSoftmax::online_update_early);
 //                    K's slot is then held to the end of the softmax, for the rare block whose
@@ -186,38 +183,29 @@ constexpr int kPGainLog2 = 8;
 //                    slot and the producer warpgroup's three other warps write its V^T slot
 //                    (sm90::transpose_v_tile), instead of a transpose pass before the kernel; a
 //                    caller's V^T (v_transposed) runs the same kernel without it
-//   kRowSumInPv      (lazy, with kPvPadRows) the pad rows of V^T's slots are ones, so P V's extra
-//                    columns are P's row sums as rounded to e4m3 (no FADD per weight, no 64 x 8
-//                    wgmmas). They carry V's descale as O does, so it needs one V descale per
-//                    head and reads each head's first: l = column / v_ds. An A/B probe only: its
-//                    chained sums lose the small weights past ~1k keys (run 43a)
 //   kQInRegisters    (an A/B option) Q's A fragments loaded once per tile into registers (ldmatrix),
 //                    S = Q K^T then an RS wgmma: shared memory serves K alone. At d256 the 64-key
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
-          int kPvPadRows_ = 0, bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false,
-          bool kTransposeV_ = false, bool kRowSumInPv_ = false, bool kQInRegisters_ = false>
+          bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
+          bool kQInRegisters_ = false>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
     static constexpr bool kRowSumMma = kRowSumMma_;
     static constexpr bool kTwoPBuffers = kTwoPBuffers_;
-    static constexpr int kPvPadRows = kPvPadRows_;
     static constexpr bool kEarlyExp = kEarlyExp_;
     static constexpr bool kPingPong = kPingPong_;
     static constexpr bool kSoftmaxTurns = kSoftmaxTurns_;
     static constexpr bool kTransposeV = kTransposeV_;
-    static constexpr bool kRowSumInPv = kRowSumInPv_;
     static constexpr bool kQInRegisters = kQInRegisters_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     template <bool kTranspose>
-    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kPvPadRows_, kEarlyExp_,
-                                  kPingPong_, kSoftmaxTurns_, kTranspose, kRowSumInPv_, kQInRegisters_ && !kTranspose>;
-    static_assert(!kRowSumInPv || (kLazyRescale && kPvPadRows > 0 && !kRowSumMma && !kTwoLevel),
-                  "row sums in P V: the lazy path's O with pad rows, instead of kRowSumMma");
+    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kEarlyExp_, kPingPong_,
+                                  kSoftmaxTurns_, kTranspose, kQInRegisters_ && !kTranspose>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
 };
@@ -237,9 +225,8 @@ struct Tuning {
 // (one IADD per 4 weights) lost 15% (run 49b): the conversion's place in the step matters more
 // than the instructions saved.
 template <int kHeadDim>
-using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, 0, early_exps(kHeadDim),
-                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, false,
-                             q_in_registers(kHeadDim)>;
+using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, early_exps(kHeadDim),
+                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, q_in_registers(kHeadDim)>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -258,9 +245,6 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
     using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim>;
-    // P V's width and V^T's slot (kPvPadRows: zero rows after the tile, read as more rows of it).
-    static constexpr int kPvN = kHeadDim + Opt::kPvPadRows;
-    using VtSlot = std::conditional_t<(Opt::kPvPadRows > 0), TileWithExtraRows<VtTile, Opt::kPvPadRows>, VtTile>;
     // kRowSumMma's B operand: kRowSumCols rows of kBlockN ones, K-major like V^T.
     using OnesTile = std::conditional_t<Opt::kRowSumMma, SwizzledTile<E4m3, kRowSumCols, Shape::kBlockN, kVtSpan>, NoTile>;
     // kTransposeV: V's rows staged as a K tile is (TMA), two slots: a block's rows land while
@@ -281,7 +265,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     // the next tile's Q then loads during the current tile and is there when the consumers
     // arrive, instead of after every consumer's last QK^T.
     static constexpr int kQStages =
-        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtSlot)) + sizeof(OTile) + sizeof(OnesTile) +
+        2 * sizeof(QTile) + Shape::kStages * (sizeof(KTile) + sizeof(VtTile)) + sizeof(OTile) + sizeof(OnesTile) +
                     kVRowStages * sizeof(VRowTile) + 2 * kSharedAlign <=
                 kMaxSharedBytes
             ? 2
@@ -315,7 +299,7 @@ template <class Cfg>
 struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KTile k[Cfg::kStages];
-    typename Cfg::VtSlot vt[Cfg::kStages];
+    typename Cfg::VtTile vt[Cfg::kStages];
     typename Cfg::OTile o;
     typename Cfg::VRowTile v_rows[Cfg::kVRowStages];  // kTransposeV only
     Ring<Cfg::kQStages> q_ring;
@@ -403,14 +387,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
     const uint32_t warpgroup = ptx::warpgroup_index();
 
-    if constexpr (Cfg::Opt::kRowSumMma) fill_words(smem.ones.bytes, sizeof(smem.ones.bytes), kE4m3OnesWord);
-    if constexpr (Cfg::Opt::kPvPadRows > 0) {
-        const uint32_t pad = Cfg::Opt::kRowSumInPv ? kE4m3OnesWord : 0u;
-        for (int stage = 0; stage < Cfg::kStages; ++stage) fill_words(smem.vt[stage].extra, sizeof(smem.vt[stage].extra), pad);
+    if constexpr (Cfg::Opt::kRowSumMma) {
+        fill_words(smem.ones.bytes, sizeof(smem.ones.bytes), kE4m3OnesWord);
+        // Those writes go through the generic proxy, the GEMMs read through the async one; then
+        // init_barriers' __syncthreads.
+        ptx::fence_proxy_async_shared_cta();
     }
-    // Those writes go through the generic proxy, the GEMMs read through the async one; then
-    // init_barriers' __syncthreads.
-    if constexpr (Cfg::Opt::kRowSumMma || Cfg::Opt::kPvPadRows > 0) ptx::fence_proxy_async_shared_cta();
     // O has its own staging buffer, so Q is free after the last QK^T (one lane per consumer warp).
     init_barriers([&] {
         prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_v, &tmap_o);
@@ -481,9 +463,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const ConsumerRole<Cfg::kConsumers> me(warpgroup);
 
         using Opt = typename Cfg::Opt;
-        constexpr int kPvN = Cfg::kPvN;
-        float o[kPvN / 2];  // O (kPvPadRows: then columns that are discarded)
-        float o_part[Opt::kTwoLevel ? kPvN / 2 : 1];  // two-level: the P V in flight
+        float o[kHeadDim / 2];
+        float o_part[Opt::kTwoLevel ? kHeadDim / 2 : 1];  // two-level: the P V in flight
         // kRowSumMma: the row sums of P (units of O) and those of the P in flight (each register
         // pair of l_part is one row's, 8 equal columns)
         float l[kAccRowsPerThread], l_part[Opt::kRowSumMma ? kRowSumCols / 2 : 1];
@@ -492,7 +473,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumMma && !Opt::kRowSumInPv>,
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumMma>,
                            BlockScaledSoftmax<kBlockN, kPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
@@ -521,9 +502,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
                 if constexpr (Opt::kTwoLevel)
-                    mma_rs_e4m3<kPvN>(o_part, p[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    mma_rs_e4m3<kHeadDim>(o_part, p[kk], smem.vt[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
                 else
-                    mma_rs_e4m3<kPvN>(o, p[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
+                    mma_rs_e4m3<kHeadDim>(o, p[kk], smem.vt[stage].desc_k_major(0, kk), 1u);
             }
             if constexpr (Opt::kRowSumMma) {
 #pragma unroll
@@ -617,7 +598,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             auto add_pv = [&] {
                 if constexpr (Opt::kTwoLevel) {
 #pragma unroll
-                    for (int i = 0; i < kPvN / 2; ++i) o[i] += o_part[i];
+                    for (int i = 0; i < kHeadDim / 2; ++i) o[i] += o_part[i];
                 }
                 if constexpr (Opt::kRowSumMma) {
 #pragma unroll
@@ -659,8 +640,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     // (A block's first descale block always exists; a later one may lie past seqlen_k.)
                     const int index = j == 0 ? descale_index(it) : min(descale_index(it) + j, p.kv_descale_blocks - 1);
                     d.k[j] = k_ds_row[index];
-                    // (kRowSumInPv: the head's one V descale, its first block's.)
-                    d.v[j] = Opt::kLazyRescale ? v_ds_row[Opt::kRowSumInPv ? 0 : index] : 0.f;
+                    d.v[j] = Opt::kLazyRescale ? v_ds_row[index] : 0.f;
                 }
                 return d;
             };
@@ -848,13 +828,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             // ============================== epilogue ==============================
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
-            if constexpr (Opt::kRowSumInPv) {
-                // Column kHeadDim of each row half (its pad columns all hold the row's sum, in O's
-                // units: times the head's V descale, which 1 / v_ds takes out again).
-#pragma unroll
-                for (int r = 0; r < kAccRowsPerThread; ++r) l[r] = o[kHeadDim / 2 + 2 * r] * inv_v_in_flight;
-                softmax.finalize_with_sums(l, inv_sum, lse);
-            } else if constexpr (Opt::kRowSumMma) {
+            if constexpr (Opt::kRowSumMma) {
                 softmax.finalize_with_sums(l, inv_sum, lse);
             } else {
                 softmax.finalize(inv_sum, lse);

@@ -125,14 +125,6 @@ struct alignas(1024) SwizzledTile {
     }
 };
 
-// A one-atom tile followed by kExtraRows more rows of its span: a K-major wgmma operand of
-// kRows + kExtraRows rows, the extra rows whatever the kernel writes there (TMA loads only the tile).
-template <class Tile, int kExtraRows>
-struct alignas(1024) TileWithExtraRows : Tile {
-    static_assert(Tile::kAtoms == 1 && kExtraRows % kSwizzleRowsPerAtom == 0, "whole 8-row groups after a one-atom tile");
-    uint8_t extra[kExtraRows * Tile::kSpan];
-};
-
 // What a kernel's shared-memory layout holds in place of a tile it does not use.
 struct NoTile {};
 
