@@ -12,7 +12,12 @@
 // and the step's period per consumer; how much of one consumer's softmax overlaps the other's on
 // the same SM sub-partition (warp w of each warpgroup shares scheduler w); the spread of a
 // warpgroup's four warps after the issue; and the traced kernel's time beside the library's (the
-// stamps' own cost: within 1% on an H200). Built with HATTN_FP8_VARIANTS (bench/CMakeLists.txt).
+// stamps' own cost: within 1% on an H200). Then each tile's phases (HATTN_FP8_TRACE_TILE, seven
+// points of passes 0 .. kTilePasses - 1 of the walk; passes 1 .. kTilePasses - 2 averaged): the tile
+// index, Q and K and the first QK^T, the first softmax, the steady steps, the drain's P V, the
+// epilogue, the gap to the next tile; without a mask, the tile's cost beyond its blocks at the
+// steady state's rate (what a persistent walk pays per tile). Built with HATTN_FP8_VARIANTS
+// (bench/CMakeLists.txt).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -28,6 +33,8 @@ constexpr int kConsumers = 2;
 constexpr int kWarps = 4;
 constexpr int kSteps = 64;
 constexpr int kPoints = 7;
+constexpr int kTilePasses = 8;  // tiles stamped per consumer warp (a CTA's first passes of its walk)
+constexpr int kTilePoints = 7;
 }  // namespace trace
 
 __device__ long long hattn_fp8_trace_clock[trace::kCtas][trace::kConsumers][trace::kWarps][trace::kSteps][trace::kPoints];
@@ -37,6 +44,17 @@ __device__ long long hattn_fp8_trace_clock[trace::kCtas][trace::kConsumers][trac
         if (blockIdx.x < trace::kCtas && (consumer) < trace::kConsumers && (pass) == 0 && (step) < trace::kSteps && \
             threadIdx.x % 32 == 0)                                                                             \
             hattn_fp8_trace_clock[blockIdx.x][consumer][warp][step][point] = clock64();                         \
+    } while (0)
+
+// Tile points of pass `pass`: 0 top of the pass, 1 tile index known, 2 the first QK^T done, 3 the
+// first softmax done (P ready), 4 the steady steps done, 5 the drain's P V done, 6 O's store issued.
+__device__ long long hattn_fp8_trace_tile[trace::kCtas][trace::kConsumers][trace::kWarps][trace::kTilePasses][trace::kTilePoints];
+
+#define HATTN_FP8_TRACE_TILE(consumer, warp, pass, point)                                                      \
+    do {                                                                                                       \
+        if (blockIdx.x < trace::kCtas && (consumer) < trace::kConsumers && (pass) < trace::kTilePasses &&       \
+            threadIdx.x % 32 == 0)                                                                             \
+            hattn_fp8_trace_tile[blockIdx.x][consumer][warp][pass][point] = clock64();                          \
     } while (0)
 
 #include "hattn.h"
@@ -65,8 +83,12 @@ constexpr uint64_t kSeed = 0x7ace;
         }                                                                                             \
     } while (0)
 
+// The library's default d128 kernel on V^T (the only one this program runs: its calls pass V^T).
 cudaError_t traced_launch(const hattn::fwd_fp8::Fp8FwdArgs& args, cudaStream_t stream, std::string* error) {
-    return hattn::fwd_fp8::launch_fwd_fp8_head_dim<kHeadDim>(args, stream, error);
+    namespace f = hattn::fwd_fp8;
+    using Cfg = f::Config<kHeadDim, hattn::sm90::Bf16, f::default_consumers(kHeadDim), f::default_block_n(kHeadDim),
+                          f::default_stages(kHeadDim), f::DefaultTuning<kHeadDim>>;
+    return f::launch_fwd_fp8<Cfg>(args, stream, error);
 }
 
 float median_ms(const hattn_fwd_fp8_params& p, bool traced) {
@@ -195,6 +217,47 @@ int main(int argc, char** argv) {
     std::printf("consumer 0's softmax overlapped by consumer 1's on the same scheduler: %.0f%%\n", 100.0 * both / soft0);
     std::printf("consumer 1's step starts at %.2f of consumer 0's (mean phase)\n", offsets ? offset / offsets : -1.0);
     std::printf("spread of a warpgroup's four warps after the issue: %.0f cycles\n", spread / spreads);
+
+    // Each tile's phases on the persistent walk (passes 1 .. kTilePasses - 2 of each traced CTA),
+    // and, without a mask, what a tile costs beyond its blocks at the steady state's rate.
+    using TileClocks = long long[trace::kCtas][trace::kConsumers][trace::kWarps][trace::kTilePasses][trace::kTilePoints];
+    std::vector<long long> tile_host(sizeof(TileClocks) / sizeof(long long));
+    TR_CHECK(cudaMemcpyFromSymbol(tile_host.data(), hattn_fp8_trace_tile, sizeof(TileClocks)));
+    const auto& tc = *reinterpret_cast<const TileClocks*>(tile_host.data());
+    const char* phase[] = {"tile index", "Q, K, first QK^T", "first softmax", "steady steps", "drain P V",
+                           "epilogue", "to next tile"};
+    const int n_blocks = (s + 127) / 128;
+    for (int cw = 0; cw < trace::kConsumers; ++cw) {
+        double sum[trace::kTilePoints] = {}, period = 0;
+        int n = 0;
+        for (int cta = 0; cta < trace::kCtas; ++cta)
+            for (int w = 0; w < trace::kWarps; ++w)
+                for (int pass = 1; pass + 1 < trace::kTilePasses; ++pass) {
+                    const long long* q = tc[cta][cw][w][pass];
+                    const long long next = tc[cta][cw][w][pass + 1][0];
+                    bool complete = next > q[trace::kTilePoints - 1];
+                    for (int k = 0; k + 1 < trace::kTilePoints; ++k) complete = complete && q[k + 1] >= q[k] && q[k] > 0;
+                    if (!complete) continue;  // a walk shorter than the traced passes
+                    for (int k = 0; k + 1 < trace::kTilePoints; ++k) sum[k] += q[k + 1] - q[k];
+                    sum[trace::kTilePoints - 1] += next - q[trace::kTilePoints - 1];
+                    period += next - q[0];
+                    ++n;
+                }
+        if (n == 0) {
+            std::printf("consumer %d: no complete tile traced\n", cw);
+            continue;
+        }
+        std::printf("consumer %d: tile %.0f cycles over %d tiles =", cw, period / n, n);
+        for (int k = 0; k < trace::kTilePoints; ++k)
+            std::printf(" %s %.0f%s", phase[k], sum[k] / n, k + 1 < trace::kTilePoints ? " +" : "\n");
+        if (!causal && n_blocks > 1) {
+            const double per_block = sum[3] / n / (n_blocks - 1);
+            std::printf("consumer %d: %d blocks a tile, %.0f cycles a steady block; the tile beyond n x that: %.0f "
+                        "cycles (%.1f blocks)\n",
+                        cw, n_blocks, per_block, period / n - n_blocks * per_block,
+                        (period / n - n_blocks * per_block) / per_block);
+        }
+    }
     // One CTA's raw stamps of warp 0, relative to consumer 0's first traced top, for a look by eye.
     const long long base = c[0][0][0][kFirstStep][0];
     std::printf("CTA 0 warp 0, steps %d..%d (cycles from consumer 0's step %d top; points 0..6):\n", kFirstStep,

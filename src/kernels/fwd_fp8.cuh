@@ -97,10 +97,14 @@
 #include "ptx/wgmma.cuh"
 
 // A timeline probe (bench/fwd_fp8_trace.cu) defines HATTN_FP8_TRACE_POINT(consumer, warp, pass,
-// step, point) before including this file to stamp the clock at the steady state's steps; the
-// library's kernels leave it empty.
+// step, point) and HATTN_FP8_TRACE_TILE(consumer, warp, pass, point) before including this file to
+// stamp the clock at the steady state's steps and at each tile's phases; the library's kernels
+// leave them empty.
 #ifndef HATTN_FP8_TRACE_POINT
 #define HATTN_FP8_TRACE_POINT(consumer, warp, pass, step, point)
+#endif
+#ifndef HATTN_FP8_TRACE_TILE
+#define HATTN_FP8_TRACE_TILE(consumer, warp, pass, point)
 #endif
 
 namespace hattn::fwd_fp8 {
@@ -557,6 +561,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // wait.)
         if (Opt::kPingPong && me.cw == Cfg::kConsumers - 1) TurnBarrier{kTurnFirst}.arrive();
         for (int pass = 0;; ++pass) {
+            HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 0);
             // Which tile it is (past the last: done): announced ahead of its Q, or with it.
             if constexpr (Cfg::kTileHandOff) {
                 const int index = smem.hand_off.consumer_index(smem.q_ring, q_state, me.lane);
@@ -564,6 +569,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             } else if (!p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks)) {
                 break;
             }
+            HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 1);
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
             const int first =  // blocks none of our rows sees, skipped (see skip_hidden_blocks)
@@ -721,6 +727,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     pass_turn();
                     ptx::wgmma_wait_group<0>();
                     ptx::wgmma_fence_operand(s);
+                    HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 2);
                     release(smem.k_ring, k_state);
                     k_state.advance();
                     if (first < n_masked) mask(first);
@@ -729,6 +736,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     softmax_update(ds, std::false_type{}, [] {});  // (no reference yet to take the exps against)
                     pass_softmax_turn();
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
+                    HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 3);
                 }
                 auto v_release = v_state;
 
@@ -789,6 +797,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 int it = first + 1;
                 steps(it, n_masked, std::true_type{});
                 steps(it, n_blocks, std::false_type{});
+                HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 4);
                 // Our last QK^T has completed (waited for in the last step, or in the prologue) and
                 // the drain's P V reads only P (registers) and V^T: Q is free one softmax and one
                 // P V before the epilogue, and the producer can fill the slot for a later tile.
@@ -821,6 +830,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     add_pv();
                     release(smem.v_ring, v_state);
                     v_state.advance();
+                    HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 5);
                 }
             } else {
                 release(smem.q_ring, q_state);  // a slice that sees no key never reads its Q
@@ -858,6 +868,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 ptx::bulk_commit_group();
             }
             q_state.advance();
+            HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 6);
         }
         if (Opt::kPingPong && me.cw == 0) me.my_turn.sync();  // the opening grant's arrival
         if (me.tid == 0) ptx::bulk_wait_group_read<0>();  // shared memory outlives the last store's reads
