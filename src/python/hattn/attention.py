@@ -35,11 +35,8 @@ def _eager(*tensors: Tensor) -> bool:
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, softmax_scale: float, deterministic: bool):
-        if _eager(q, k, v):
-            o, lse = ops.library().fwd_torch(*(ops._aligned(t) for t in (q, k, v)), causal=causal,
-                                             softmax_scale=softmax_scale)
-        else:
-            o, lse = torch.ops.hattn.fwd(q, k, v, causal, softmax_scale)
+        fwd = ops.fwd_direct if _eager(q, k, v) else torch.ops.hattn.fwd
+        o, lse = fwd(q, k, v, causal, softmax_scale)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal, ctx.softmax_scale, ctx.deterministic = causal, softmax_scale, deterministic
         ctx.mark_non_differentiable(lse)
@@ -50,12 +47,8 @@ class _Attention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         # The incoming gradient may be any layout (expanded from a sum, say): copy it if needed.
         dout = _kernel_layout(dout)
-        if _eager(dout, q, k, v, o, lse):
-            dq, dk, dv = ops.library().bwd_torch(*(ops._aligned(t) for t in (q, k, v, o)), lse, ops._aligned(dout),
-                                                 causal=ctx.causal, softmax_scale=ctx.softmax_scale,
-                                                 deterministic=ctx.deterministic)
-        else:
-            dq, dk, dv = torch.ops.hattn.bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic)
+        bwd = ops.bwd_direct if _eager(dout, q, k, v, o, lse) else torch.ops.hattn.bwd
+        dq, dk, dv = bwd(dout, q, k, v, o, lse, ctx.causal, ctx.softmax_scale, ctx.deterministic)
         return dq, dk, dv, None, None, None
 
 

@@ -41,12 +41,18 @@ def _static(*tensors: Tensor) -> bool:
     return all(isinstance(x, int) for t in tensors for x in (*t.shape, *t.stride(), t.storage_offset()))
 
 
+def fwd_direct(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_scale: float = 0.0):
+    """hattn::fwd's body: what the op runs, and what hattn.attention calls in eager mode without the
+    op's dispatch (the same checks and launch, ~50 us less host time a call)."""
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
+    return library().fwd_torch(q, k, v, causal=causal, softmax_scale=softmax_scale)
+
+
 @torch.library.custom_op("hattn::fwd", mutates_args=())
 def fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_scale: float = 0.0) -> tuple[Tensor, Tensor]:
     """(O, LSE) of attention on [batch, seqlen, heads, head_dim] tensors; LSE is fp32
     [batch, heads_q, seqlen_q] (natural log). softmax_scale 0 means 1/sqrt(head_dim)."""
-    q, k, v = _aligned(q), _aligned(k), _aligned(v)
-    return library().fwd_torch(q, k, v, causal=causal, softmax_scale=softmax_scale)
+    return fwd_direct(q, k, v, causal, softmax_scale)
 
 
 @fwd.register_fake
@@ -61,14 +67,20 @@ def _fwd_fake(q, k, v, causal=False, softmax_scale=0.0):
     return o, lse
 
 
+def bwd_direct(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool = False,
+               softmax_scale: float = 0.0, deterministic: bool = False):
+    """hattn::bwd's body (as fwd_direct)."""
+    dout, q, k, v, o = _aligned(dout), _aligned(q), _aligned(k), _aligned(v), _aligned(o)
+    return library().bwd_torch(q, k, v, o, lse, dout, causal=causal, softmax_scale=softmax_scale,
+                               deterministic=deterministic)
+
+
 @torch.library.custom_op("hattn::bwd", mutates_args=())
 def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, causal: bool = False,
         softmax_scale: float = 0.0, deterministic: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """(dQ, dK, dV) for dout = dL/dO of the forward that gave o and lse (same q, k, v, causal and
     scale); dK and dV are summed over each GQA group. deterministic: bit-identical dQ run to run."""
-    dout, q, k, v, o = _aligned(dout), _aligned(q), _aligned(k), _aligned(v), _aligned(o)
-    return library().bwd_torch(q, k, v, o, lse, dout, causal=causal, softmax_scale=softmax_scale,
-                               deterministic=deterministic)
+    return bwd_direct(dout, q, k, v, o, lse, causal, softmax_scale, deterministic)
 
 
 @bwd.register_fake
