@@ -721,14 +721,6 @@ class Hattn:
             s = torch.cuda.current_stream().cuda_stream if stream is None else stream
         return self.fwd_workspace_torch(device, s)
 
-    def _call_workspace(self, device, stream: int | None):
-        """fwd_workspace_torch for a call on `stream` (None: the current stream of `device`)."""
-        import torch
-
-        with torch.cuda.device(device):
-            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-        return self.fwd_workspace_torch(device, s)
-
     def bwd_params_torch(self, q, k, v, o, lse, dout, dq, dk, dv, workspace, *, causal: bool = False,
                          softmax_scale: float = 0.0, flags: int = 0, address=None) -> HattnBwdParams:
         """hattn_bwd_params for these tensors (same checks as fwd_params_torch; workspace: a uint8
