@@ -566,7 +566,12 @@ phase_robust() {
       skipped=$((skipped + s))
       grep -hoE '(GPU test skipped|Skipped): .*|needs [0-9.]+ GB.*' "$log" | sort | uniq -c | head -3 | sed 's/^/  /' >>"$DETAILS"
     fi
-    if [ "$rc" -eq 200 ]; then cut=$((cut + 1)); elif [ "$rc" -ne 0 ]; then failures=$((failures + 1)); fi
+    if [ "$rc" -eq 200 ]; then
+      cut=$((cut + 1))
+      grep -q '^\[  FAILED  \] [A-Za-z]' "$log" && failures=$((failures + 1))  # a failure before the cut still counts
+    elif [ "$rc" -ne 0 ]; then
+      failures=$((failures + 1))
+    fi
   done
 
   # Invalid input from PyTorch processes (one child per case).
