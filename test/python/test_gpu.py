@@ -273,18 +273,23 @@ def test_remembered_layouts_still_check_addresses():
     for _ in range(2):
         o, lse = lib.fwd_torch(good[0], good[1], good[2])
         lib.bwd_torch(good[0], good[1], good[2], o, lse, good[3])
+    refused_alike(lib, [lambda l: l.fwd_torch(bad, good[1], good[2]),
+                        lambda l: l.fwd_torch(good[0], good[1], bad),
+                        lambda l: l.bwd_torch(good[0], good[1], good[2], o, lse, bad),
+                        lambda l: l.bwd_torch(bad, good[1], good[2], o, lse, good[3])])
+
+
+def refused_alike(lib, calls):
+    """Each call(handle) must raise the same HattnArgumentError on lib, whose layouts are
+    remembered, as on a fresh handle, which runs every check."""
     fresh = hattn.capi.Hattn(lib.path)
-    calls = [lambda l: l.fwd_torch(bad, good[1], good[2]),
-             lambda l: l.fwd_torch(good[0], good[1], bad),
-             lambda l: l.bwd_torch(good[0], good[1], good[2], o, lse, bad),
-             lambda l: l.bwd_torch(bad, good[1], good[2], o, lse, good[3])]
     for call in calls:
         with pytest.raises(hattn.HattnArgumentError) as planned:
             call(lib)
         with pytest.raises(hattn.HattnArgumentError) as checked:
             call(fresh)
         assert str(planned.value) == str(checked.value)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize()  # nothing was launched: the context is healthy
 
 
 def test_remembered_layouts_are_bounded():
