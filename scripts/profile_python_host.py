@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Host time per call of hattn's Python layers, beside PyTorch SDPA, on a GPU host.
 
-What a small problem costs on the CPU decides whether the GPU waits for Python: a d128 forward at
-512 tokens runs in ~10-20 us on an H100, so a wrapper that spends more than that on the host
-leaves the GPU idle between calls. For each layer, from the C API up to hattn.attention with
-autograd, this times N calls issued back to back behind a queued GPU sleep (so no launch waits for
-the GPU) and prints the median host microseconds per call over several repeats; then cProfile's
-top functions for hattn.attention's forward and forward + backward.
+What a small problem costs on the CPU decides whether the GPU waits for Python: where a wrapper
+spends more host time per call than the kernel takes on the GPU, the GPU idles between calls. For
+scale, the first row per mask is the GPU time of one forward at the shape (C API calls back to
+back); then, for each layer from the C API up to hattn.attention with autograd, this times N calls
+issued back to back behind a queued GPU sleep (so no launch waits for the GPU) and prints the
+median host microseconds per call over several repeats; then cProfile's top functions for
+hattn.attention's forward and forward + backward.
 
   PYTHONPATH=src/python HATTN_LIB=build/libhattn.so python3 scripts/profile_python_host.py [--out DIR]
 """
@@ -45,6 +46,24 @@ def host_us(fn) -> float:
             fn()
         samples.append((time.perf_counter() - t0) * 1e6 / CALLS)
         torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def gpu_us(fn) -> float:
+    """GPU time of one call of fn, in microseconds: CALLS calls back to back between two events
+    (the host keeps ahead only where its time per call is below this)."""
+    for _ in range(10):
+        fn()
+    samples = []
+    for _ in range(REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(GPU_SLEEP_CYCLES // 10)  # the calls queue up behind it, so none waits for the host
+        start.record()
+        for _ in range(CALLS):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / CALLS)
     return statistics.median(samples)
 
 
@@ -171,6 +190,10 @@ def main() -> int:
                  ("hattn.attention fwd + autograd.grad", attention_fwd_bwd),
                  ("the same through the custom ops (as under torch.compile)", via_ops_fwd_bwd),
                  ("SDPA flash fwd + autograd.grad", sdpa_fwd_bwd(SDPBackend.FLASH_ATTENTION))]
+        try:
+            rows.append((causal, "GPU time per forward (C API calls back to back)", f"{gpu_us(c_api):9.1f}"))
+        except Exception as e:
+            rows.append((causal, "GPU time per forward", f"error: {type(e).__name__}: {e}"[:100]))
         for name, fn in cases:
             try:
                 us = host_us(fn)
