@@ -347,3 +347,81 @@ def test_fwd_fp8_out_dtype_and_scale_errors():
         hattn.attention_fp8(q, q, q, softmax_scale=float("nan"))
     with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
         hattn.attention_fp8(Q, Q, Q)
+
+
+# ---- layouts remembered by capi.Hattn.fwd_torch / bwd_torch, without a GPU ----------------------------
+class _RecordingHattn(capi.Hattn):
+    """capi.Hattn whose launches validate the params as the C API does and then record them
+    instead of running, on the stream 0: fwd_torch / bwd_torch's own path on CPU tensors."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.launched = []
+        real, launched = self.lib, self.launched
+
+        class Lib:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def hattn_fwd(self, p, stream):
+                status = real.hattn_fwd_validate(p, None, 0)
+                if status == capi.HATTN_SUCCESS:
+                    launched.append(("fwd", bytes(p._obj)))
+                return status
+
+            def hattn_bwd(self, p, stream):
+                status = real.hattn_bwd_validate(p, None, 0)
+                if status == capi.HATTN_SUCCESS:
+                    launched.append(("bwd", bytes(p._obj)))
+                return status
+
+        self.lib = Lib()
+
+    def _current_stream(self, device, stream=None):
+        return (stream or 0), True
+
+
+def _fields(struct, skip=()):
+    return {name: getattr(struct, name) for name, _ in struct._fields_ if name not in skip}
+
+
+def test_remembered_layouts_without_a_gpu():
+    """A layout's second call launches the params the checks would build for it (a copy of the
+    first call's with the new addresses); a bad address in a remembered layout is refused with
+    the checks' own error; the memory of layouts is bounded."""
+    lib = _RecordingHattn(hattn.library().path)
+    saved = capi.check_devices  # CPU tensors stand in for CUDA ones (no monkeypatch: see above)
+    capi.check_devices = lambda **tensors: None
+    try:
+        q = torch.randn(1, 64, 4, 64, dtype=torch.bfloat16)
+        k, v = torch.randn(1, 80, 2, 64, dtype=torch.bfloat16), torch.randn(1, 80, 2, 64, dtype=torch.bfloat16)
+        o1, lse1 = lib.fwd_torch(q, k, v, softmax_scale=0.1)
+        o2, lse2 = lib.fwd_torch(q, k, v, softmax_scale=0.1)
+        assert [kind for kind, _ in lib.launched] == ["fwd", "fwd"] and len(lib._plans) == 1
+        second = capi.HattnFwdParams.from_buffer_copy(lib.launched[1][1])
+        assert _fields(second) == _fields(lib.fwd_params_torch(q, k, v, o2, lse2, softmax_scale=0.1))
+        dout = torch.randn_like(q)
+        for _ in range(2):
+            dq, dk, dv = lib.bwd_torch(q, k, v, o1, lse1, dout)
+        first, second = (capi.HattnBwdParams.from_buffer_copy(b) for _, b in lib.launched[2:])
+        ws = torch.empty(first.workspace_size, dtype=torch.uint8)  # (its address is the call's own)
+        want = lib.bwd_params_torch(q, k, v, o1, lse1, dout, dq, dk, dv, ws)
+        assert _fields(second, skip=("workspace",)) == _fields(want, skip=("workspace",))
+        assert second.workspace is not None and second.workspace % capi.BWD_WORKSPACE_ALIGN == 0
+        assert len(lib._plans) == 2
+        flat = torch.randn(q.numel() + 8, dtype=torch.bfloat16)
+        bad = flat[1:1 + q.numel()].view(q.shape)  # a 2-byte offset, q's shape and strides
+        fresh = _RecordingHattn(hattn.library().path)
+        for call in (lambda h: h.fwd_torch(bad, k, v, softmax_scale=0.1), lambda h: h.bwd_torch(bad, k, v, o1, lse1, dout)):
+            with pytest.raises(hattn.HattnArgumentError) as planned:
+                call(lib)
+            with pytest.raises(hattn.HattnArgumentError) as checked:
+                call(fresh)
+            assert str(planned.value) == str(checked.value)
+        assert len(lib.launched) == 4 and not fresh.launched
+        lib.PLAN_CACHE_SIZE = 3
+        for s in range(1, 8):
+            lib.fwd_torch(q[:, :s], q[:, :s], q[:, :s])
+            assert len(lib._plans) <= 3
+    finally:
+        capi.check_devices = saved

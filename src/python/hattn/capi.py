@@ -790,14 +790,11 @@ class Hattn:
         p = self.fwd_params_torch(q, k, v, out, lse, causal=causal, softmax_scale=softmax_scale, flags=flags)
         self.check_fwd(p)
         check_devices(q=q, k=k, v=v, out=out, **({} if lse is None else {"lse": lse}))
-        workspace = self._call_workspace(q.device, stream) if causal else None  # the dynamic causal walk
+        launch_stream = self._current_stream(q.device, stream)
+        workspace = self.fwd_workspace_torch(q.device, launch_stream[0]) if causal else None  # the dynamic causal walk
         if workspace is not None:
             p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
-        with torch.cuda.device(q.device):
-            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-            status = self.lib.hattn_fwd(ctypes.byref(p), ctypes.c_void_p(s or None))
-        if status != HATTN_SUCCESS:
-            raise error_for(status, self.describe(status, p))
+        self._launch_planned(self.lib.hattn_fwd, p, q.device, launch_stream, self._fwd_failure)
         if planned:
             self._remember(key, (bytes(p), bool(causal), None if lse is None else tuple(lse.shape)))
         return out, lse
@@ -816,18 +813,23 @@ class Hattn:
             plans.clear()
         plans[key] = plan
 
-    def _current_stream(self, device) -> tuple[int, bool]:
-        """(the current stream of device, whether device is the current device). Launching on
-        another device's stream needs that device current (a torch.cuda.device guard)."""
+    def _current_stream(self, device, stream: int | None = None) -> tuple[int, bool]:
+        """(stream, or the current stream of device when it is None; whether device is the current
+        device). Launching on another device's stream needs that device current (a
+        torch.cuda.device guard, which _launch_planned takes)."""
         import torch
 
-        if device.index == torch.cuda.current_device():
+        here = device.index == torch.cuda.current_device()
+        if stream is not None:
+            return stream, here
+        if here:
             return torch.cuda.current_stream().cuda_stream, True
         with torch.cuda.device(device):
             return torch.cuda.current_stream().cuda_stream, False
 
     def _launch_planned(self, entry, p, device, stream: tuple[int, bool], failure) -> None:
-        """entry(p) on stream = _current_stream(device); a failing status raises failure's error."""
+        """entry(p) on stream = _current_stream(device, ...); a failing status raises the error
+        failure(status, p) names (HattnArgumentError where the checks refuse p)."""
         import torch
 
         s, here = stream
@@ -886,11 +888,7 @@ class Hattn:
                                   softmax_scale=softmax_scale, flags=flags)
         self.check_bwd(p)
         check_devices(q=q, k=k, v=v, o=o, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, workspace=workspace)
-        with torch.cuda.device(q.device):
-            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-            status = self.lib.hattn_bwd(ctypes.byref(p), ctypes.c_void_p(s or None))
-        if status != HATTN_SUCCESS:
-            raise error_for(status, self.describe_bwd(status, p))
+        self._launch_planned(self.lib.hattn_bwd, p, q.device, self._current_stream(q.device, stream), self._bwd_failure)
         if planned:
             self._remember(key, (bytes(p), workspace.numel()))
         return dq, dk, dv
