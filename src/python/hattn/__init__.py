@@ -9,8 +9,9 @@
     out8 = hattn.attention_fp8(q, k, v, causal=True)  # FP8 forward (e4m3 operands), no autograd
 
 The custom ops behind them are torch.ops.hattn.fwd, torch.ops.hattn.bwd, torch.ops.hattn.fp8_prepass
-and torch.ops.hattn.fwd_fp8 (hattn.ops); hattn.capi is the ctypes mirror of the C API
-(include/hattn.h) they call.
+and torch.ops.hattn.fwd_fp8 (hattn.ops): what torch.compile and torch.export trace (hattn.attention
+runs the ops' bodies directly in eager mode, without their dispatch); hattn.capi is the ctypes
+mirror of the C API (include/hattn.h) they call.
 """
 from .attention import attention, attention_fp8
 from .capi import HattnArgumentError, HattnError
