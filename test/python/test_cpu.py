@@ -377,8 +377,15 @@ class _RecordingHattn(capi.Hattn):
 
         self.lib = Lib()
 
+    current = 0  # the stream handle a call without one launches on
+
     def _current_stream(self, device, stream=None):
-        return (stream or 0), True
+        return (self.current if stream is None else stream), True
+
+    def fwd_workspace_torch(self, device, stream):
+        """The causal walk's workspace in host memory (one per stream, as on a GPU)."""
+        cache = self.__dict__.setdefault("_cpu_workspaces", {})
+        return cache.setdefault(stream, torch.zeros(max(self.fwd_workspace_size(), 1), dtype=torch.uint8))
 
 
 def _fields(struct, skip=()):
@@ -400,6 +407,15 @@ def test_remembered_layouts_without_a_gpu():
         assert [kind for kind, _ in lib.launched] == ["fwd", "fwd"] and len(lib._plans) == 1
         second = capi.HattnFwdParams.from_buffer_copy(lib.launched[1][1])
         assert _fields(second) == _fields(lib.fwd_params_torch(q, k, v, o2, lse2, softmax_scale=0.1))
+        for stream in (0, 7):  # causal: the stream's own workspace joins the params
+            lib.current = stream
+            o3, lse3 = lib.fwd_torch(q, k, v, causal=True)
+        lib.current = 0
+        second = capi.HattnFwdParams.from_buffer_copy(lib.launched[3][1])
+        workspace = lib.fwd_workspace_torch(q.device, 7)
+        want = lib.fwd_params_torch(q, k, v, o3, lse3, causal=True, workspace=workspace)
+        assert _fields(second) == _fields(want) and len(lib._plans) == 2
+        del lib.launched[2:]
         dout = torch.randn_like(q)
         for _ in range(2):
             dq, dk, dv = lib.bwd_torch(q, k, v, o1, lse1, dout)
@@ -408,7 +424,7 @@ def test_remembered_layouts_without_a_gpu():
         want = lib.bwd_params_torch(q, k, v, o1, lse1, dout, dq, dk, dv, ws)
         assert _fields(second, skip=("workspace",)) == _fields(want, skip=("workspace",))
         assert second.workspace is not None and second.workspace % capi.BWD_WORKSPACE_ALIGN == 0
-        assert len(lib._plans) == 2
+        assert len(lib._plans) == 3
         flat = torch.randn(q.numel() + 8, dtype=torch.bfloat16)
         bad = flat[1:1 + q.numel()].view(q.shape)  # a 2-byte offset, q's shape and strides
         fresh = _RecordingHattn(hattn.library().path)
