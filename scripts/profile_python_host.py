@@ -24,6 +24,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
 
 import hattn
 from hattn import capi
@@ -177,8 +178,6 @@ def main() -> int:
                     out = F.scaled_dot_product_attention(qtg, ktg, vtg, is_causal=causal)
                 torch.autograd.grad(out, (qg, kg, vg), doutt)
             return run
-
-        from torch.nn.attention import SDPBackend
 
         cases = [("C API hattn_fwd (ctypes, params built once)", c_api),
                  ("capi.Hattn.fwd_torch, every check each call", fwd_torch_unplanned),

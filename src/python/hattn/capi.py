@@ -791,10 +791,9 @@ class Hattn:
         self.check_fwd(p)
         check_devices(q=q, k=k, v=v, out=out, **({} if lse is None else {"lse": lse}))
         launch_stream = self._current_stream(q.device, stream)
-        workspace = self.fwd_workspace_torch(q.device, launch_stream[0]) if causal else None  # the dynamic causal walk
-        if workspace is not None:
-            p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
-        self._launch_planned(self.lib.hattn_fwd, p, q.device, launch_stream, self._fwd_failure)
+        if causal:
+            self._attach_walk_workspace(p, q.device, launch_stream[0])
+        self._launch_on(self.lib.hattn_fwd, p, q.device, launch_stream, self._fwd_failure)
         if planned:
             self._remember(key, (bytes(p), bool(causal), None if lse is None else tuple(lse.shape)))
         return out, lse
@@ -816,7 +815,7 @@ class Hattn:
     def _current_stream(self, device, stream: int | None = None) -> tuple[int, bool]:
         """(stream, or the current stream of device when it is None; whether device is the current
         device). Launching on another device's stream needs that device current (a
-        torch.cuda.device guard, which _launch_planned takes)."""
+        torch.cuda.device guard, which _launch_on takes)."""
         import torch
 
         here = device.index == torch.cuda.current_device()
@@ -827,8 +826,9 @@ class Hattn:
         with torch.cuda.device(device):
             return torch.cuda.current_stream().cuda_stream, False
 
-    def _launch_planned(self, entry, p, device, stream: tuple[int, bool], failure) -> None:
-        """entry(p) on stream = _current_stream(device, ...); a failing status raises the error
+    def _launch_on(self, entry, p, device, stream: tuple[int, bool], failure) -> None:
+        """entry(p) on stream = _current_stream(device, ...), the one launch of fwd_torch and
+        bwd_torch whether or not their layout was remembered; a failing status raises the error
         failure(status, p) names (HattnArgumentError where the checks refuse p)."""
         import torch
 
@@ -851,11 +851,15 @@ class Hattn:
         p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
         p.lse = None if lse is None else lse.data_ptr()
         stream = self._current_stream(q.device)
-        if causal:  # the dynamic causal walk's workspace, one per stream
-            workspace = self.fwd_workspace_torch(q.device, stream[0])
-            p.workspace, p.workspace_size = (None, 0) if workspace is None else (workspace.data_ptr(), workspace.numel())
-        self._launch_planned(self.lib.hattn_fwd, p, q.device, stream, self._fwd_failure)
+        if causal:  # (the template holds the first call's stream's workspace)
+            self._attach_walk_workspace(p, q.device, stream[0])
+        self._launch_on(self.lib.hattn_fwd, p, q.device, stream, self._fwd_failure)
         return out, lse
+
+    def _attach_walk_workspace(self, p, device, stream: int) -> None:
+        """The dynamic causal walk's workspace of stream (fwd_workspace_torch) into p, or none."""
+        workspace = self.fwd_workspace_torch(device, stream)
+        p.workspace, p.workspace_size = (None, 0) if workspace is None else (workspace.data_ptr(), workspace.numel())
 
     def _fwd_failure(self, status: int, p) -> str:
         self.check_fwd(p)  # an address the checks reject raises what fwd_torch's checks would
@@ -888,7 +892,7 @@ class Hattn:
                                   softmax_scale=softmax_scale, flags=flags)
         self.check_bwd(p)
         check_devices(q=q, k=k, v=v, o=o, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, workspace=workspace)
-        self._launch_planned(self.lib.hattn_bwd, p, q.device, self._current_stream(q.device, stream), self._bwd_failure)
+        self._launch_on(self.lib.hattn_bwd, p, q.device, self._current_stream(q.device, stream), self._bwd_failure)
         if planned:
             self._remember(key, (bytes(p), workspace.numel()))
         return dq, dk, dv
@@ -905,7 +909,7 @@ class Hattn:
         p.q, p.k, p.v, p.o, p.dout = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), dout.data_ptr()
         p.lse, p.dq, p.dk, p.dv = lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
         p.workspace = workspace.data_ptr()
-        self._launch_planned(self.lib.hattn_bwd, p, q.device, self._current_stream(q.device), self._bwd_failure)
+        self._launch_on(self.lib.hattn_bwd, p, q.device, self._current_stream(q.device), self._bwd_failure)
         return dq, dk, dv
 
     def _bwd_failure(self, status: int, p) -> str:
