@@ -166,6 +166,13 @@ def main() -> int:
         def fwd_torch_unplanned():
             unplanned.fwd_torch(q, k, v, causal=causal)
 
+        def attention_fp8():
+            hattn.attention_fp8(q, k, v, causal=causal)
+
+        def attention_fp8_via_ops():
+            q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", True, 0, 0, True)
+            torch.ops.hattn.fwd_fp8(q8, k8, v8, qd, kd, vd, causal, 0.0, q.dtype, True)
+
         def sdpa(backend):
             def run():
                 with torch.nn.attention.sdpa_kernel(backend):
@@ -184,6 +191,8 @@ def main() -> int:
                  ("capi.Hattn.fwd_torch (remembered layout)", fwd_torch),
                  ("torch.ops.hattn.fwd (custom op)", custom_op),
                  ("hattn.attention (no grad)", attention),
+                 ("hattn.attention_fp8 (pre-pass + FP8 forward)", attention_fp8),
+                 ("the same through the custom ops", attention_fp8_via_ops),
                  ("SDPA flash (no grad)", sdpa(SDPBackend.FLASH_ATTENTION)),
                  ("SDPA cuDNN (no grad)", sdpa(SDPBackend.CUDNN_ATTENTION)),
                  ("hattn.attention fwd + autograd.grad", attention_fwd_bwd),

@@ -703,6 +703,49 @@ def test_fp8_runs_on_the_current_stream():
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
+def test_fp8_remembered_layouts_give_the_same_results():
+    """The pre-pass and the FP8 forward reuse a layout's checked params as the 16-bit ones do:
+    bit-identical outputs to a fresh library handle's, with and without RoPE, V rows or V^T,
+    full and causal; a misaligned start is refused with the checks' own error."""
+    need_gpu()
+    lib = hattn.library()
+    b, s, h, d = 1, 300, 2, 128
+    q, k, v = (randn(b, s, h, d, seed=40 + i) for i in range(3))
+    angle = torch.arange(s, device="cuda", dtype=torch.float32)[:, None] * torch.rand(d // 2, device="cuda")
+    tables = {"rope": "half", "rope_cos": angle.cos().contiguous(), "rope_sin": angle.sin().contiguous()}
+
+    def bits(t):
+        return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+    for rope in ({}, tables):
+        for v_transposed in (False, True):
+            for causal in (False, True):
+                for _ in range(3):
+                    outs = lib.fp8_prepass_torch(q, k, v, v_transposed=v_transposed, **rope)
+                    o, lse = lib.fwd_fp8_torch(*outs, causal=causal, v_transposed=v_transposed)
+                fresh = hattn.capi.Hattn(lib.path)
+                outs_ref = fresh.fp8_prepass_torch(q, k, v, v_transposed=v_transposed, **rope)
+                o_ref, lse_ref = fresh.fwd_fp8_torch(*outs_ref, causal=causal, v_transposed=v_transposed)
+                what = f"rope={bool(rope)} v_transposed={v_transposed} causal={causal}"
+                for i, (got, want) in enumerate(zip(outs, outs_ref)):
+                    assert torch.equal(bits(got), bits(want)), f"{what}: pre-pass output {i} differs"
+                assert torch.equal(o, o_ref) and torch.equal(lse, lse_ref), f"{what}: FP8 forward differs"
+    assert {"prepass", "fwd_fp8"} <= {key[0] for key in lib._plans}
+    n = b * s * h * d
+    flat = randn(n + 8, seed=44)
+    bad = flat[1:1 + n].view(b, s, h, d)  # a 2-byte offset, q's shape and strides
+    outs = lib.fp8_prepass_torch(q, k, v)
+    bad8 = torch.empty(n + 16, dtype=torch.uint8, device="cuda")[1:1 + n].view(torch.float8_e4m3fn).view(b, s, h, d)
+    fresh = hattn.capi.Hattn(lib.path)
+    for call in (lambda l: l.fp8_prepass_torch(bad, k, v), lambda l: l.fwd_fp8_torch(bad8, *outs[1:])):
+        with pytest.raises(hattn.HattnArgumentError) as planned:
+            call(lib)
+        with pytest.raises(hattn.HattnArgumentError) as checked:
+            call(fresh)
+        assert str(planned.value) == str(checked.value)
+    torch.cuda.synchronize()
+
+
 def test_fp8_bad_inputs_raise():
     need_gpu()
     q = randn(1, 128, 4, 64, seed=22)

@@ -1051,6 +1051,14 @@ class Hattn:
         fwd_fp8_torch(..., v_transposed=True) (no transpose pass there); with v_per_head, V has one
         descale per (batch, KV head) (in every block's entry)."""
         self._need_fp8()
+        planned = stream is None
+        if planned:
+            key = ("prepass",) + tuple(x for t in (q, k, v) for x in (t.shape, t.stride(), t.dtype, t.device))
+            key += tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in (rope_cos, rope_sin))
+            key += (rope, bool(hadamard), seed, rope_q_offset, bool(v_transposed), bool(v_per_head))
+            plan = self._plans.get(key)
+            if plan is not None:
+                return self._fp8_prepass_planned(plan, q, k, v, rope_cos, rope_sin, v_transposed)
         _check_rank(q=q, k=k, v=v)
         outs = fp8_prepass_outputs(q, k, v, v_transposed=v_transposed)
         p = self.fp8_prepass_params_torch(q, k, v, *outs, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope,
@@ -1061,7 +1069,24 @@ class Hattn:
         check_devices(q=q, k=k, v=v, **tables)
         self._launch("hattn_fp8_prepass", self.lib.hattn_fp8_prepass, self.lib.hattn_fp8_prepass_validate, p,
                      q.device, stream)
+        if planned:
+            self._remember(key, bytes(p))
         return outs
+
+    def _fp8_prepass_planned(self, template, q, k, v, rope_cos, rope_sin, v_transposed):
+        outs = fp8_prepass_outputs(q, k, v, v_transposed=v_transposed)
+        p = HattnFp8PrepassParams.from_buffer_copy(template)
+        p.q, p.k, p.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        p.q_fp8, p.k_fp8, p.v_fp8, p.q_descale, p.k_descale, p.v_descale = (t.data_ptr() for t in outs)
+        if p.rope_cos is not None:  # (the tables' addresses are in the params only with a rotation)
+            p.rope_cos, p.rope_sin = rope_cos.data_ptr(), rope_sin.data_ptr()
+        self._launch_planned(self.lib.hattn_fp8_prepass, p, q.device, self._current_stream(q.device),
+                             self._fp8_prepass_failure)
+        return outs
+
+    def _fp8_prepass_failure(self, status: int, p) -> str:
+        self.check_fp8_prepass(p)
+        return self._status_text("hattn_fp8_prepass", self.lib.hattn_fp8_prepass_validate, status, p)
 
     def fwd_fp8_torch(self, q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool = False,
                       softmax_scale: float = 0.0, out_dtype=None, out=None, lse=None, want_lse: bool = True,
@@ -1073,6 +1098,14 @@ class Hattn:
         import torch
 
         self._need_fp8()
+        planned = out is None and lse is None and workspace is None and stream is None
+        if planned:
+            key = ("fwd_fp8",) + tuple(x for t in (q8, k8, v8, q_descale, k_descale, v_descale)
+                                       for x in (t.shape, t.stride(), t.dtype, t.device))
+            key += (bool(causal), float(softmax_scale), out_dtype, bool(want_lse), bool(v_transposed))
+            plan = self._plans.get(key)
+            if plan is not None:
+                return self._fwd_fp8_planned(plan, q8, k8, v8, q_descale, k_descale, v_descale)
         b, sq, hq, _ = _check_rank(q8=q8, k8=k8, v8=v8)
         out_dtype = torch.bfloat16 if out_dtype is None else out_dtype
         out = torch.empty(q8.shape, dtype=out_dtype, device=q8.device) if out is None else out
@@ -1089,7 +1122,34 @@ class Hattn:
         if schedule is not None:
             p.schedule_workspace, p.schedule_workspace_size = schedule.data_ptr(), schedule.numel()
         self._launch("hattn_fwd_fp8", self.lib.hattn_fwd_fp8, self.lib.hattn_fwd_fp8_validate, p, q8.device, stream)
+        if planned:
+            self._remember(key, (bytes(p), out_dtype, None if lse is None else tuple(lse.shape), causal))
         return out, lse
+
+    def _fwd_fp8_planned(self, plan, q8, k8, v8, q_descale, k_descale, v_descale):
+        import torch
+
+        template, out_dtype, lse_shape, causal = plan
+        out = torch.empty(q8.shape, dtype=out_dtype, device=q8.device)
+        lse = None if lse_shape is None else torch.empty(lse_shape, dtype=torch.float32, device=q8.device)
+        p = HattnFwdFp8Params.from_buffer_copy(template)
+        p.q, p.k, p.v, p.o = q8.data_ptr(), k8.data_ptr(), v8.data_ptr(), out.data_ptr()
+        p.lse = None if lse is None else lse.data_ptr()
+        p.q_descale, p.k_descale, p.v_descale = q_descale.data_ptr(), k_descale.data_ptr(), v_descale.data_ptr()
+        if p.workspace is not None:  # V^T of this call (none with v_transposed)
+            workspace = self.fwd_fp8_workspace_torch(k8)
+            p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
+        stream = self._current_stream(q8.device)
+        if causal:  # the dynamic causal walk's workspace, one per stream
+            schedule = self.fwd_workspace_torch(q8.device, stream[0])
+            p.schedule_workspace, p.schedule_workspace_size = (
+                (None, 0) if schedule is None else (schedule.data_ptr(), schedule.numel()))
+        self._launch_planned(self.lib.hattn_fwd_fp8, p, q8.device, stream, self._fwd_fp8_failure)
+        return out, lse
+
+    def _fwd_fp8_failure(self, status: int, p) -> str:
+        self.check_fwd_fp8(p)
+        return self._status_text("hattn_fwd_fp8", self.lib.hattn_fwd_fp8_validate, status, p)
 
     def _launch(self, name: str, entry, validate, p, device, stream) -> None:
         import torch
@@ -1098,11 +1158,15 @@ class Hattn:
             s = torch.cuda.current_stream().cuda_stream if stream is None else stream
             status = entry(ctypes.byref(p), ctypes.c_void_p(s or None))
         if status != HATTN_SUCCESS:
-            text = self.status_string(status)
-            detail = ctypes.create_string_buffer(512)
-            if validate(ctypes.byref(p), detail, len(detail)) != HATTN_SUCCESS:
-                text += f" ({detail.value.decode(errors='replace')})"
-            raise error_for(status, f"{name}: status {status}: {text}")
+            raise error_for(status, self._status_text(name, validate, status, p))
+
+    def _status_text(self, name: str, validate, status: int, p) -> str:
+        """name: status N: its string (and validate's message when the params fail it)."""
+        text = self.status_string(status)
+        detail = ctypes.create_string_buffer(512)
+        if validate(ctypes.byref(p), detail, len(detail)) != HATTN_SUCCESS:
+            text += f" ({detail.value.decode(errors='replace')})"
+        return f"{name}: status {status}: {text}"
 
 
 # ---- checks behind the *_torch helpers (what the C API cannot see from pointers and strides) ----
