@@ -84,14 +84,9 @@ def attention_fp8(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
     # V^T straight from the pre-pass: the FP8 forward then runs no transpose pass of its own (the same
     # bytes reach the kernel: results are bit-identical to the rows path, and 1.01-1.36x faster).
-    if _eager(q, k, v):
-        lib = ops.library()
-        q8, k8, v8, qd, kd, vd = lib.fp8_prepass_torch(*(ops._aligned(t) for t in (q, k, v)), hadamard=bool(hadamard),
-                                                       seed=int(seed), v_transposed=True)
-        o, lse = lib.fwd_fp8_torch(q8, k8, v8, qd, kd, vd, causal=bool(causal), softmax_scale=scale, out_dtype=q.dtype,
-                                   v_transposed=True)
-    else:
-        q8, k8, v8, qd, kd, vd = torch.ops.hattn.fp8_prepass(q, k, v, None, None, "none", bool(hadamard), int(seed), 0,
-                                                             True)
-        o, lse = torch.ops.hattn.fwd_fp8(q8, k8, v8, qd, kd, vd, bool(causal), scale, q.dtype, True)
+    eager = _eager(q, k, v)
+    prepass = ops.fp8_prepass_direct if eager else torch.ops.hattn.fp8_prepass
+    fwd_fp8 = ops.fwd_fp8_direct if eager else torch.ops.hattn.fwd_fp8
+    q8, k8, v8, qd, kd, vd = prepass(q, k, v, None, None, "none", bool(hadamard), int(seed), 0, True)
+    o, lse = fwd_fp8(q8, k8, v8, qd, kd, vd, bool(causal), scale, q.dtype, True)
     return (o, lse) if return_lse else o

@@ -99,6 +99,18 @@ def _bwd_fake(dout, q, k, v, o, lse, causal=False, softmax_scale=0.0, determinis
     return dq, dk, dv
 
 
+def fp8_prepass_direct(q: Tensor, k: Tensor, v: Tensor, rope_cos: Tensor | None = None, rope_sin: Tensor | None = None,
+                       rope: str = "none", hadamard: bool = True, seed: int = 0, rope_q_offset: int = 0,
+                       v_transposed: bool = False, v_per_head: bool = False):
+    """hattn::fp8_prepass's body (as fwd_direct; hattn.attention_fp8 calls it in eager mode)."""
+    q, k, v = _aligned(q), _aligned(k), _aligned(v)
+    rope_cos = None if rope_cos is None else _aligned(rope_cos)
+    rope_sin = None if rope_sin is None else _aligned(rope_sin)
+    return library().fp8_prepass_torch(q, k, v, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope, hadamard=hadamard,
+                                       seed=seed, rope_q_offset=rope_q_offset, v_transposed=v_transposed,
+                                       v_per_head=v_per_head)
+
+
 @torch.library.custom_op("hattn::fp8_prepass", mutates_args=())
 def fp8_prepass(q: Tensor, k: Tensor, v: Tensor, rope_cos: Tensor | None = None, rope_sin: Tensor | None = None,
                 rope: str = "none", hadamard: bool = True, seed: int = 0, rope_q_offset: int = 0,
@@ -114,12 +126,8 @@ def fp8_prepass(q: Tensor, k: Tensor, v: Tensor, rope_cos: Tensor | None = None,
     head_dim, seqlen_k rounded up to 32] (include/hattn.h, HATTN_FP8_PREPASS_V_TRANSPOSED); with
     v_per_head, v gets one descale per (batch, KV head), written into every block's entry
     (HATTN_FP8_PREPASS_V_PER_HEAD; hattn::fwd_fp8 reads it as any v_descale)."""
-    q, k, v = _aligned(q), _aligned(k), _aligned(v)
-    rope_cos = None if rope_cos is None else _aligned(rope_cos)
-    rope_sin = None if rope_sin is None else _aligned(rope_sin)
-    return library().fp8_prepass_torch(q, k, v, rope_cos=rope_cos, rope_sin=rope_sin, rope=rope, hadamard=hadamard,
-                                       seed=seed, rope_q_offset=rope_q_offset, v_transposed=v_transposed,
-                                       v_per_head=v_per_head)
+    return fp8_prepass_direct(q, k, v, rope_cos, rope_sin, rope, hadamard, seed, rope_q_offset, v_transposed,
+                              v_per_head)
 
 
 @fp8_prepass.register_fake
@@ -142,6 +150,15 @@ def _fp8_prepass_fake(q, k, v, rope_cos=None, rope_sin=None, rope="none", hadama
     return outs
 
 
+def fwd_fp8_direct(q8: Tensor, k8: Tensor, v8: Tensor, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
+                   causal: bool = False, softmax_scale: float = 0.0, out_dtype: torch.dtype = torch.bfloat16,
+                   v_transposed: bool = False):
+    """hattn::fwd_fp8's body (as fwd_direct)."""
+    q8, k8, v8 = _aligned(q8), _aligned(k8), _aligned(v8)
+    return library().fwd_fp8_torch(q8, k8, v8, q_descale, k_descale, v_descale, causal=causal,
+                                   softmax_scale=softmax_scale, out_dtype=out_dtype, v_transposed=v_transposed)
+
+
 @torch.library.custom_op("hattn::fwd_fp8", mutates_args=())
 def fwd_fp8(q8: Tensor, k8: Tensor, v8: Tensor, q_descale: Tensor, k_descale: Tensor, v_descale: Tensor,
             causal: bool = False, softmax_scale: float = 0.0, out_dtype: torch.dtype = torch.bfloat16,
@@ -152,9 +169,7 @@ def fwd_fp8(q8: Tensor, k8: Tensor, v8: Tensor, q_descale: Tensor, k_descale: Te
     e4m3 before P V). The V^T workspace is allocated here, on the current stream; with
     v_transposed, v8 is V^T from hattn::fp8_prepass(..., v_transposed=True) and no workspace or
     transpose pass is needed."""
-    q8, k8, v8 = _aligned(q8), _aligned(k8), _aligned(v8)
-    return library().fwd_fp8_torch(q8, k8, v8, q_descale, k_descale, v_descale, causal=causal,
-                                   softmax_scale=softmax_scale, out_dtype=out_dtype, v_transposed=v_transposed)
+    return fwd_fp8_direct(q8, k8, v8, q_descale, k_descale, v_descale, causal, softmax_scale, out_dtype, v_transposed)
 
 
 @fwd_fp8.register_fake
