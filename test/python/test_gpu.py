@@ -292,6 +292,18 @@ def refused_alike(lib, calls):
     torch.cuda.synchronize()  # nothing was launched: the context is healthy
 
 
+def test_launch_stream_is_the_current_stream():
+    """The raw stream handle planned calls launch on is torch's current stream, on the default
+    stream and inside torch.cuda.stream(side)."""
+    need_gpu()
+    lib = hattn.library()
+    device = torch.device("cuda", torch.cuda.current_device())
+    assert lib._current_stream(device) == (torch.cuda.current_stream().cuda_stream, True)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert lib._current_stream(device) == (side.cuda_stream, True)
+
+
 def test_remembered_layouts_are_bounded():
     need_gpu()
     lib = hattn.capi.Hattn(hattn.library().path)

@@ -815,14 +815,18 @@ class Hattn:
     def _current_stream(self, device, stream: int | None = None) -> tuple[int, bool]:
         """(stream, or the current stream of device when it is None; whether device is the current
         device). Launching on another device's stream needs that device current (a
-        torch.cuda.device guard, which _launch_on takes)."""
+        torch.cuda.device guard, which _launch_on takes). The raw handle comes from
+        torch._C._cuda_getCurrentRawStream where it exists (what torch.compile's generated
+        launchers call): torch.cuda.current_stream() builds a Stream object each time, ~10 us of a
+        planned call's ~30 (bench/RESULTS.md run 53d)."""
         import torch
 
         here = device.index == torch.cuda.current_device()
         if stream is not None:
             return stream, here
         if here:
-            return torch.cuda.current_stream().cuda_stream, True
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            return (raw(device.index) if raw else torch.cuda.current_stream().cuda_stream), True
         with torch.cuda.device(device):
             return torch.cuda.current_stream().cuda_stream, False
 
