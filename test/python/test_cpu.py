@@ -375,6 +375,18 @@ class _RecordingHattn(capi.Hattn):
                     launched.append(("bwd", bytes(p._obj)))
                 return status
 
+            def hattn_fp8_prepass(self, p, stream):
+                status = real.hattn_fp8_prepass_validate(p, None, 0)
+                if status == capi.HATTN_SUCCESS:
+                    launched.append(("prepass", bytes(p._obj)))
+                return status
+
+            def hattn_fwd_fp8(self, p, stream):
+                status = real.hattn_fwd_fp8_validate(p, None, 0)
+                if status == capi.HATTN_SUCCESS:
+                    launched.append(("fwd_fp8", bytes(p._obj)))
+                return status
+
         self.lib = Lib()
 
     current = 0  # the stream handle a call without one launches on
@@ -439,5 +451,40 @@ def test_remembered_layouts_without_a_gpu():
         for s in range(1, 8):
             lib.fwd_torch(q[:, :s], q[:, :s], q[:, :s])
             assert len(lib._plans) <= 3
+    finally:
+        capi.check_devices = saved
+
+
+def test_fp8_remembered_layouts_without_a_gpu():
+    """As test_remembered_layouts_without_a_gpu for the FP8 pre-pass (with RoPE, V^T) and the FP8
+    forward (V rows: its V^T workspace is the call's own)."""
+    lib = _RecordingHattn(hattn.library().path)
+    saved = capi.check_devices
+    capi.check_devices = lambda **tensors: None
+    try:
+        q, k, v = (torch.randn(1, 100, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+        cos, sin = torch.randn(100, 64), torch.randn(100, 64)
+        rope = dict(rope="half", rope_cos=cos, rope_sin=sin)
+        for _ in range(2):
+            outs = lib.fp8_prepass_torch(q, k, v, v_transposed=True, **rope)
+        second = capi.HattnFp8PrepassParams.from_buffer_copy(lib.launched[1][1])
+        assert _fields(second) == _fields(lib.fp8_prepass_params_torch(q, k, v, *outs, v_transposed=True, **rope))
+        rows = lib.fp8_prepass_torch(q, k, v)
+        for _ in range(2):
+            o, lse = lib.fwd_fp8_torch(*rows, softmax_scale=0.1)
+        second = capi.HattnFwdFp8Params.from_buffer_copy(lib.launched[-1][1])
+        ws = torch.empty(second.workspace_size, dtype=torch.uint8)
+        want = lib.fwd_fp8_params_torch(*rows, o, lse, ws, softmax_scale=0.1)
+        assert _fields(second, skip=("workspace",)) == _fields(want, skip=("workspace",))
+        assert [kind for kind, _ in lib.launched] == ["prepass"] * 3 + ["fwd_fp8"] * 2
+        assert {key[0] for key in lib._plans} == {"prepass", "fwd_fp8"}
+        flat = torch.randn(q.numel() + 8, dtype=torch.bfloat16)
+        bad = flat[1:1 + q.numel()].view(q.shape)  # a 2-byte offset, q's shape and strides
+        fresh = _RecordingHattn(hattn.library().path)
+        with pytest.raises(hattn.HattnArgumentError) as planned:
+            lib.fp8_prepass_torch(bad, k, v, v_transposed=True, **rope)
+        with pytest.raises(hattn.HattnArgumentError) as checked:
+            fresh.fp8_prepass_torch(bad, k, v, v_transposed=True, **rope)
+        assert str(planned.value) == str(checked.value) and not fresh.launched
     finally:
         capi.check_devices = saved

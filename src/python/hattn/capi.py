@@ -713,14 +713,6 @@ class Hattn:
                 cache[key] = torch.zeros(size, dtype=torch.uint8, device=device)  # 512-byte-aligned blocks
         return cache[key]
 
-    def _call_workspace(self, device, stream: int | None):
-        """fwd_workspace_torch for a call on `stream` (None: the current stream of `device`)."""
-        import torch
-
-        with torch.cuda.device(device):
-            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-        return self.fwd_workspace_torch(device, s)
-
     def bwd_params_torch(self, q, k, v, o, lse, dout, dq, dk, dv, workspace, *, causal: bool = False,
                          softmax_scale: float = 0.0, flags: int = 0, address=None) -> HattnBwdParams:
         """hattn_bwd_params for these tensors (same checks as fwd_params_torch; workspace: a uint8
@@ -1071,8 +1063,8 @@ class Hattn:
         self.check_fp8_prepass(p)
         tables = {} if rope_code_of(rope) == HATTN_ROPE_NONE else {"rope_cos": rope_cos, "rope_sin": rope_sin}
         check_devices(q=q, k=k, v=v, **tables)
-        self._launch("hattn_fp8_prepass", self.lib.hattn_fp8_prepass, self.lib.hattn_fp8_prepass_validate, p,
-                     q.device, stream)
+        self._launch_planned(self.lib.hattn_fp8_prepass, p, q.device, self._current_stream(q.device, stream),
+                             self._fp8_prepass_failure)
         if planned:
             self._remember(key, bytes(p))
         return outs
@@ -1122,10 +1114,11 @@ class Hattn:
         self.check_fwd_fp8(p)
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
                       **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))
-        schedule = self._call_workspace(q8.device, stream) if causal else None  # the dynamic causal walk
+        launch_stream = self._current_stream(q8.device, stream)
+        schedule = self.fwd_workspace_torch(q8.device, launch_stream[0]) if causal else None  # the dynamic causal walk
         if schedule is not None:
             p.schedule_workspace, p.schedule_workspace_size = schedule.data_ptr(), schedule.numel()
-        self._launch("hattn_fwd_fp8", self.lib.hattn_fwd_fp8, self.lib.hattn_fwd_fp8_validate, p, q8.device, stream)
+        self._launch_planned(self.lib.hattn_fwd_fp8, p, q8.device, launch_stream, self._fwd_fp8_failure)
         if planned:
             self._remember(key, (bytes(p), out_dtype, None if lse is None else tuple(lse.shape), causal))
         return out, lse
@@ -1154,15 +1147,6 @@ class Hattn:
     def _fwd_fp8_failure(self, status: int, p) -> str:
         self.check_fwd_fp8(p)
         return self._status_text("hattn_fwd_fp8", self.lib.hattn_fwd_fp8_validate, status, p)
-
-    def _launch(self, name: str, entry, validate, p, device, stream) -> None:
-        import torch
-
-        with torch.cuda.device(device):
-            s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-            status = entry(ctypes.byref(p), ctypes.c_void_p(s or None))
-        if status != HATTN_SUCCESS:
-            raise error_for(status, self._status_text(name, validate, status, p))
 
     def _status_text(self, name: str, validate, status: int, p) -> str:
         """name: status N: its string (and validate's message when the params fail it)."""
