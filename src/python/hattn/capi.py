@@ -566,18 +566,10 @@ class Hattn:
 
     # ---- helpers ----
     def describe(self, status: int, params: HattnFwdParams) -> str:
-        text = self.status_string(status)
-        detail = ctypes.create_string_buffer(512)
-        if self.lib.hattn_fwd_validate(ctypes.byref(params), detail, len(detail)) != HATTN_SUCCESS:
-            text += f" ({detail.value.decode(errors='replace')})"
-        return f"hattn_fwd: status {status}: {text}"
+        return self._status_text("hattn_fwd", self.lib.hattn_fwd_validate, status, params)
 
     def describe_bwd(self, status: int, params: HattnBwdParams) -> str:
-        text = self.status_string(status)
-        detail = ctypes.create_string_buffer(512)
-        if self.lib.hattn_bwd_validate(ctypes.byref(params), detail, len(detail)) != HATTN_SUCCESS:
-            text += f" ({detail.value.decode(errors='replace')})"
-        return f"hattn_bwd: status {status}: {text}"
+        return self._status_text("hattn_bwd", self.lib.hattn_bwd_validate, status, params)
 
     def check_contiguous_helper(self) -> None:
         """CPU-only: hattn_fwd_params_contiguous (returned by value) must match our own strides."""
