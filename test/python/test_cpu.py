@@ -477,6 +477,16 @@ def test_fp8_remembered_layouts_without_a_gpu():
         want = lib.fwd_fp8_params_torch(*rows, o, lse, ws, softmax_scale=0.1)
         assert _fields(second, skip=("workspace",)) == _fields(want, skip=("workspace",))
         assert [kind for kind, _ in lib.launched] == ["prepass"] * 3 + ["fwd_fp8"] * 2
+        for stream in (0, 7):  # causal: the stream's own scheduler workspace joins the params
+            lib.current = stream
+            o, lse = lib.fwd_fp8_torch(*rows, causal=True)
+        lib.current = 0
+        second = capi.HattnFwdFp8Params.from_buffer_copy(lib.launched[-1][1])
+        ws = torch.empty(second.workspace_size, dtype=torch.uint8)
+        want = lib.fwd_fp8_params_torch(*rows, o, lse, ws, causal=True,
+                                        schedule_workspace=lib.fwd_workspace_torch(q.device, 7))
+        assert _fields(second, skip=("workspace",)) == _fields(want, skip=("workspace",))
+        del lib.launched[5:]
         assert {key[0] for key in lib._plans} == {"prepass", "fwd_fp8"}
         flat = torch.randn(q.numel() + 8, dtype=torch.bfloat16)
         bad = flat[1:1 + q.numel()].view(q.shape)  # a 2-byte offset, q's shape and strides
