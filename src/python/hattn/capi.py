@@ -1055,8 +1055,8 @@ class Hattn:
         self.check_fp8_prepass(p)
         tables = {} if rope_code_of(rope) == HATTN_ROPE_NONE else {"rope_cos": rope_cos, "rope_sin": rope_sin}
         check_devices(q=q, k=k, v=v, **tables)
-        self._launch_planned(self.lib.hattn_fp8_prepass, p, q.device, self._current_stream(q.device, stream),
-                             self._fp8_prepass_failure)
+        self._launch_on(self.lib.hattn_fp8_prepass, p, q.device, self._current_stream(q.device, stream),
+                        self._fp8_prepass_failure)
         if planned:
             self._remember(key, bytes(p))
         return outs
@@ -1068,8 +1068,8 @@ class Hattn:
         p.q_fp8, p.k_fp8, p.v_fp8, p.q_descale, p.k_descale, p.v_descale = (t.data_ptr() for t in outs)
         if p.rope_cos is not None:  # (the tables' addresses are in the params only with a rotation)
             p.rope_cos, p.rope_sin = rope_cos.data_ptr(), rope_sin.data_ptr()
-        self._launch_planned(self.lib.hattn_fp8_prepass, p, q.device, self._current_stream(q.device),
-                             self._fp8_prepass_failure)
+        self._launch_on(self.lib.hattn_fp8_prepass, p, q.device, self._current_stream(q.device),
+                        self._fp8_prepass_failure)
         return outs
 
     def _fp8_prepass_failure(self, status: int, p) -> str:
@@ -1110,7 +1110,7 @@ class Hattn:
         schedule = self.fwd_workspace_torch(q8.device, launch_stream[0]) if causal else None  # the dynamic causal walk
         if schedule is not None:
             p.schedule_workspace, p.schedule_workspace_size = schedule.data_ptr(), schedule.numel()
-        self._launch_planned(self.lib.hattn_fwd_fp8, p, q8.device, launch_stream, self._fwd_fp8_failure)
+        self._launch_on(self.lib.hattn_fwd_fp8, p, q8.device, launch_stream, self._fwd_fp8_failure)
         if planned:
             self._remember(key, (bytes(p), out_dtype, None if lse is None else tuple(lse.shape), causal))
         return out, lse
@@ -1133,7 +1133,7 @@ class Hattn:
             schedule = self.fwd_workspace_torch(q8.device, stream[0])
             p.schedule_workspace, p.schedule_workspace_size = (
                 (None, 0) if schedule is None else (schedule.data_ptr(), schedule.numel()))
-        self._launch_planned(self.lib.hattn_fwd_fp8, p, q8.device, stream, self._fwd_fp8_failure)
+        self._launch_on(self.lib.hattn_fwd_fp8, p, q8.device, stream, self._fwd_fp8_failure)
         return out, lse
 
     def _fwd_fp8_failure(self, status: int, p) -> str:
