@@ -29,6 +29,7 @@ struct Fp8VariantInfo {
     bool transpose_v = false;    // V's rows transposed inside the kernel (fwd_fp8::Tuning::kTransposeV)
     int max_head_dim = 0;        // > 0: built only up to this head dim (fp8_variant_built's rule otherwise)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
+    int p_gain_log2 = 8;          // P's gain, log2 (fwd_fp8::Tuning::kPGainLog2; the lazy path's headroom 8.75 - it)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -59,6 +60,9 @@ struct Fp8VariantInfo {
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
 // it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
 // shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
+// _g7, _g6: the head dims' defaults with P's gain 2^7 / 2^6 instead of 2^8 (Tuning::kPGainLog2):
+// 1.75 / 2.75 of headroom above a lazy reference instead of 0.75, so a warp's O rescales (and,
+// with _early, its weights' fix) in a small share of the blocks instead of about half at 2k.
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -83,6 +87,10 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, false, false, false, true},
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, false, true, true, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, false, false, false, false, 0, true},
+    {"lazy_rowsum_early_noturn_g7", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 7},
+    {"lazy_rowsum_early_noturn_g6", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 6},
+    {"lazy_rowsum_noturn_qreg_g6", true, false, 0, 0, true, false, 2, false, false, false, false, 0, true, 6},
+    {"lazy_p2_c3_sturn_g6", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 6},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

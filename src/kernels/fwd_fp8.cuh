@@ -154,15 +154,16 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #define HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS 1
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
-// P in [0, 1] is computed and quantized as e4m3(P * 2^kPGainLog2): the power of two moves P's small
+// P in [0, 1] is computed and quantized as e4m3(P * 2^gain): the power of two moves P's small
 // values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
-// nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
-constexpr int kPGainLog2 = 8;
+// nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it. The
+// lazy path may take less (Tuning::kPGainLog2) for more headroom above its references.
+constexpr int kDefaultPGainLog2 = 8;
 
 // Softmax and accumulation options (Tuning<> is the plain path; the launcher's default is
 // DefaultTuning below; A/B builds instantiate the others, see src/host/fwd_fp8_variants.h):
 //   kLazyRescale     sm90::LazyBlockScaledSoftmax: V's descale in P's exponent, O rescaled only
-//                    when a row's max grows by more than kLazyRescaleLog2 (warp vote)
+//                    when a row's max grows by more than its headroom (warp vote)
 //   kTwoLevel        each P V into a fresh fp32 accumulator, added to O in fp32 (the e4m3 wgmma
 //                    accumulates with fewer bits than fp32); +head_dim / 2 registers: d <= 128
 //   kRowSumMma       (lazy) P's row sums on the tensor cores: with each P V, a 64 x 8 wgmma of P
@@ -192,9 +193,13 @@ constexpr int kPGainLog2 = 8;
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
+//   kPGainLog2       P's gain (log2): 8 keeps P's small values normal in e4m3; the lazy path's
+//                    headroom above a reference is 8.75 - gain (LazyBlockScaledSoftmax), so each
+//                    step down halves the weights' reach into the subnormals and makes a warp's
+//                    O rescales rarer
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
-          bool kQInRegisters_ = false>
+          bool kQInRegisters_ = false, int kPGainLog2_ = kDefaultPGainLog2>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -205,13 +210,15 @@ struct Tuning {
     static constexpr bool kSoftmaxTurns = kSoftmaxTurns_;
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kQInRegisters = kQInRegisters_;
+    static constexpr int kPGainLog2 = kPGainLog2_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     template <bool kTranspose>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kEarlyExp_, kPingPong_,
-                                  kSoftmaxTurns_, kTranspose, kQInRegisters_ && !kTranspose>;
+                                  kSoftmaxTurns_, kTranspose, kQInRegisters_ && !kTranspose, kPGainLog2_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
+    static_assert(kPGainLog2 == kDefaultPGainLog2 || kLazyRescale, "another gain: the lazy path's headroom");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -477,8 +484,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kPGainLog2, kGroups, !Opt::kRowSumMma>,
-                           BlockScaledSoftmax<kBlockN, kPGainLog2>>
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, Opt::kPGainLog2, kGroups, !Opt::kRowSumMma>,
+                           BlockScaledSoftmax<kBlockN, Opt::kPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
         // sets it before it is read; O, the softmax state and O's unit start afresh per tile).

@@ -101,15 +101,20 @@ struct BlockScaledSoftmax {
 // BlockScaledSoftmax moves the running max every block and rescales O by the change (64 FMUL per
 // thread and block at head_dim 128, plus O's unit change when V's descale changes, which it does
 // from block to block with per-block quantization). Here each row keeps a reference R (scaled
-// log2 units) that moves only when a block's max exceeds it by more than kLazyRescaleLog2: P is
+// log2 units) that moves only when a block's max exceeds it by more than kRescaleLog2: P is
 // computed as 2^(x + log2 v_ds - R + gain) with x the scaled score, so the largest weight is at
-// most gain * 2^kLazyRescaleLog2, still inside e4m3's range (448 = 256 * 2^0.807). V's descale
+// most gain * 2^kRescaleLog2 = 2^kLazyWeightCapLog2, still inside e4m3's range (448). V's descale
 // v_ds in P's exponent makes P_j V_j codes = p v_j / 2^(R - gain): O accumulates in one unit for
 // the whole row, while the row sum adds the block's sum of P times 1 / v_ds (one FFMA per row and
-// block). A warp skips O's rescale when none of its 16 rows moved (a warp vote): after the first
-// blocks a row's max rarely grows by more than 0.75 in log2 units.
+// block). A warp skips O's rescale when none of its 16 rows moved (a warp vote).
+//
+// The gain trades the weights' precision at the small end for fewer rescales: each power of two
+// taken from it is one more unit of headroom (kRescaleLog2 = 8.75 - gain: 0.75 at gain 2^8, 2.75
+// at 2^6). With N(0, 1) scores a 128-key block's max grows past a warp's 16 references by more
+// than 0.75 in about half the blocks of a 2k-key row (a quarter at 8k), by more than 2.75 in 2-3%;
+// the cost is the smallest weights: e4m3's subnormals start at 2^-6 / gain of the reference.
 // A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
-constexpr float kLazyRescaleLog2 = 0.75f;
+constexpr float kLazyWeightCapLog2 = 8.75f;  // 2^8.75 = 430.5 <= 448, e4m3's largest finite value
 // online_update_early's reach: weights taken against a reference up to this far below a block's
 // max (log2 units) are at most 2^(kEarlyExpReachLog2 + gain), finite in fp32 (static_assert below).
 constexpr float kEarlyExpReachLog2 = 100.f;
@@ -133,6 +138,8 @@ struct LazyBlockScaledSoftmax {
     static constexpr int kGroupRegs = kRegs / kGroups;   // registers of one descale group
     static_assert(kRegs % kGroups == 0 && kGroupRegs % 4 == 0, "descale groups of whole n8 column groups");
     static_assert(kEarlyExpReachLog2 + kGainLog2 < 127.f, "online_update_early's weights must stay finite in fp32");
+    static constexpr float kRescaleLog2 = kLazyWeightCapLog2 - kGainLog2f;  // a reference's headroom
+    static_assert(kRescaleLog2 > 0.f, "a gain that leaves the weights no headroom below e4m3's largest value");
     float ref_log2[kAccRowsPerThread];  // R per row: scaled log2 score + log2 v_ds (-inf: no key yet)
     float row_sum[kAccRowsPerThread];   // sum of 2^(x - R + gain) over the keys so far, per thread
 
@@ -189,7 +196,7 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             block_max[r] = block_max_of(s, scale_log2, v, r);
-            need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
+            need[r] = block_max[r] > ref_log2[r] + kRescaleLog2;
             any |= need[r];
         }
         const bool rescale = __any_sync(0xffffffffu, any);
@@ -215,7 +222,7 @@ struct LazyBlockScaledSoftmax {
     // exponentiated against the rows' current references R before the block's max is known, so
     // the max's FMNMX tree and its shuffles run beside the exps instead of ahead of them (they
     // were a fifth of the d128 step's warp time, a chain of dependent ops the exps waited for).
-    // When no row of the warp grew by more than kLazyRescaleLog2 -- what online_update would
+    // When no row of the warp grew by more than kRescaleLog2 -- what online_update would
     // have found too -- the weights are already right. A row that did takes its new R as before,
     // and its weights, computed against the old R (or 0 while R was -inf), are multiplied by
     // 2^(old - new): one FMUL each, in the rare steps that rescale O anyway. Weights overflow fp32
@@ -243,7 +250,7 @@ struct LazyBlockScaledSoftmax {
         bool any = false, far = false;
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            need[r] = block_max[r] > ref_log2[r] + kLazyRescaleLog2;
+            need[r] = block_max[r] > ref_log2[r] + kRescaleLog2;
             any |= need[r];
             far |= block_max[r] - against[r] > kEarlyExpReachLog2;  // (+inf scores too)
         }
