@@ -122,7 +122,7 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
-    TileHandOff<Cfg::kQStages, kTileAnnounce> hand_off;  // each Q slot's tile index (produce_forward_tiles)
+    TileHandOff<Cfg::kQStages, kTileAnnounce> hand_off;  // each Q slot's tile (produce_forward_tiles)
 };
 
 template <class Cfg>  // + slack to align the base
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // the consumers' last QK^T when O has its own staging buffer, else once the O store that
     // reuses Q's buffer has been read out (by the thread that issued it; its warpgroup's other
     // warps arrive after the epilogue). One lane per warp either way: the lane that read the slot's
-    // tile index, so that read is ordered before the producer rewrites it.
+    // tile, so that read is ordered before the producer rewrites it.
     init_barriers([&] {
         prefetch_tensormaps(&tmap_q, &tmap_k, &tmap_v, &tmap_o);
         smem.q_ring.init(kConsumerWarps);
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     // The producer walks the tiles (TileScheduler: fixed passes or a dynamic counter) and sends
-    // each tile's index with its Q; the consumers count K/V blocks and Q tiles as it does, which
+    // each tile with its Q; the consumers count K/V blocks and Q tiles as it does, which
     // keeps every phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
         for (;;) {
             // Which tile it is (past the last: done): announced ahead of its Q, or with it.
-            const int index = smem.hand_off.consumer_index(smem.q_ring, q_state, me.lane);
-            if (!p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, t, m0, n_blocks)) break;
+            t = smem.hand_off.consumer_tile(smem.q_ring, q_state, me.lane);
+            if (!TileScheduler::place<kBlockM, kBlockN>(t, p.mask, m0, n_blocks)) break;
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
             // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
             const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));

@@ -118,8 +118,8 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // Fp8FwdArgs::schedule_workspace, a causal problem of at least dynamic_causal_min_seqlen_k keys
 // runs on a persistent grid whose producers claim tiles, longest first, from a counter
 // (HATTN_FWD_FP8_DYNAMIC_CAUSAL=0 turns that off: the workspace is ignored; d256 keeps the fixed
-// walk, Config::kTileHandOff). The producer announces each tile's index on an mbarrier of its own
-// before Q's TMA (HATTN_FWD_FP8_TILE_ANNOUNCE; 0: the index arrives with Q), so the consumers read
+// walk, Config::kTileHandOff). The producer announces each tile on an mbarrier of its own
+// before Q's TMA (HATTN_FWD_FP8_TILE_ANNOUNCE; 0: the tile arrives with Q), so the consumers read
 // the tile's descales while Q loads.
 #ifndef HATTN_FWD_FP8_DYNAMIC_CAUSAL
 #define HATTN_FWD_FP8_DYNAMIC_CAUSAL 1
@@ -297,7 +297,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
-    // The producer hands each tile's index to the consumers (the dynamic walk needs it), except
+    // The producer hands each tile to the consumers (the dynamic walk needs it), except
     // with Q in registers (d256): there the consumers hold 240 registers to the last, and the
     // hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems keep
     // the fixed walk.
@@ -318,7 +318,7 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<Cfg::kStages> v_ring;
     Ring<Cfg::kVRowStages> v_rows_ring;  // kTransposeV only
     uint32_t v_rows_end[Cfg::kVRowStages];  // kTransposeV: the walk's end, after its last V block
-    TileHandOff<Cfg::kQStages, kTileAnnounce && Cfg::kTileHandOff> hand_off;  // kTileHandOff: each Q slot's tile index
+    TileHandOff<Cfg::kQStages, kTileAnnounce && Cfg::kTileHandOff> hand_off;  // kTileHandOff: each Q slot's tile
     typename Cfg::OnesTile ones;  // kRowSumMma only
 };
 
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     });
 
     // The producer walks the tiles (TileScheduler: fixed passes or a dynamic counter) and sends
-    // each tile's index with its Q; the consumers count K/V blocks and Q tiles as it does, which
+    // each tile with its Q; the consumers count K/V blocks and Q tiles as it does, which
     // keeps every phase in step.
     if (warpgroup == 0) {
         // ================================ producer ================================
@@ -571,8 +571,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 0);
             // Which tile it is (past the last: done): announced ahead of its Q, or with it.
             if constexpr (Cfg::kTileHandOff) {
-                const int index = smem.hand_off.consumer_index(smem.q_ring, q_state, me.lane);
-                if (!p.scheduler.template tile_of<kBlockM, kBlockN>(index, p.mask, t, m0, n_blocks)) break;
+                t = smem.hand_off.consumer_tile(smem.q_ring, q_state, me.lane);
+                if (!TileScheduler::place<kBlockM, kBlockN>(t, p.mask, m0, n_blocks)) break;
             } else if (!p.scheduler.template tile_for_pass<kBlockM, kBlockN>(pass, p.mask, t, m0, n_blocks)) {
                 break;
             }

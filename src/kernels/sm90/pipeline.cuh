@@ -62,7 +62,7 @@ struct Ring {
         return &full[st.stage];
     }
 
-    // As producer_acquire, writing `value` to `word` (an int that travels with the slot) once the
+    // As producer_acquire, writing `value` to `word` (a value that travels with the slot) once the
     // slot is free: the arrival's release makes it visible to every consumer thread whose wait
     // observes the phase. Each consumer warp must read the word with the lane that releases the
     // slot, so the read is ordered before the next write. With tx_bytes 0 the phase carries the
@@ -71,7 +71,8 @@ struct Ring {
     // word there without waiting for the slot's bytes. (st.async would put the word on the
     // barrier's transaction count instead, but it needs a cluster launch: in a plain one it is an
     // illegal instruction.)
-    __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, int* word, int value,
+    template <class T>
+    __device__ __forceinline__ uint64_t* producer_acquire_with(const State& st, uint32_t tx_bytes, T* word, const T& value,
                                                                uint64_t* announce = nullptr) {
         producer_wait_empty(st);
         *word = value;

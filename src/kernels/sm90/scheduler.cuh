@@ -24,8 +24,9 @@
 // longest-first order brings a persistent grid within 0-3% of the ideal finish, where the fixed
 // passes leave 3-6% (in the sections' order 6-60%: a model of n_blocks per tile, bench/RESULTS.md
 // run 46). That needs the claim late in the current tile (kClaimAfterLoads). The producer thread
-// claims; the tile index travels to the consumers with Q's slot (TileHandOff below). The CTA that finishes last zeroes the counter, so
-// the next launch on the stream finds it as the first one did.
+// claims; the tile travels to the consumers, decoded, with Q's slot (TileHandOff below). The CTA
+// that finishes last zeroes the counter, so the next launch on the stream finds it as the first
+// one did.
 #pragma once
 
 #include <climits>
@@ -54,9 +55,12 @@ namespace hattn::sm90 {
 
 constexpr bool kClaimAfterLoads = HATTN_SCHED_CLAIM_AFTER_LOADS != 0;
 
-struct Tile {
+// (16-byte aligned: TileHandOff passes one through shared memory in a single vector access.)
+struct alignas(16) Tile {
     int m_block, head, batch, kv_head;
 };
+// What the producer hands over after the last tile: the consumers' signal to stop.
+__host__ __device__ constexpr Tile past_last_tile() { return {-1, 0, 0, 0}; }
 
 struct TileScheduler {
     int num_m_blocks;
@@ -94,6 +98,12 @@ struct TileScheduler {
     __device__ __forceinline__ bool tile_of(int index, const MaskT& mask, Tile& t, int& m0, int& n_blocks) const {
         if (index >= num_tiles) return false;
         t = tile_at(index);
+        return place<kBlockM, kBlockN>(t, mask, m0, n_blocks);
+    }
+    // The same for a tile decoded already (TileHandOff): false for past_last_tile().
+    template <int kBlockM, int kBlockN, class MaskT>
+    static __device__ __forceinline__ bool place(const Tile& t, const MaskT& mask, int& m0, int& n_blocks) {
+        if (t.m_block < 0) return false;
         m0 = t.m_block * kBlockM;
         n_blocks = mask.n_blocks(m0, kBlockM, kBlockN);
         return true;
@@ -176,14 +186,16 @@ struct TileScheduler {
     }
 };
 
-// How each tile's index travels from the producer (produce_forward_tiles) to the consumers: one
-// int per Q slot, written once the slot is free. With kAnnounce a one-arrival mbarrier per Q slot
-// is arrived on right after that write, before Q's TMA is issued, so the consumers set the tile up
-// while Q's bytes land; without it they read the index once Q has landed.
+// How each tile travels from the producer (produce_forward_tiles) to the consumers: decoded (the
+// producer has done tile_at's chain of integer divisions for its own loads; repeated by every
+// consumer warp it stood between one tile's epilogue and the next tile's first GEMM), one Tile per
+// Q slot, written once the slot is free. With kAnnounce a one-arrival mbarrier per Q slot is
+// arrived on right after that write, before Q's TMA is issued, so the consumers set the tile up
+// while Q's bytes land; without it they read the tile once Q has landed.
 template <int kQStages, bool kAnnounce_>
 struct TileHandOff {
     static constexpr bool kAnnounce = kAnnounce_;
-    int index[kQStages];
+    Tile tile[kQStages];
     uint64_t announced[kAnnounce ? kQStages : 1];
 
     // One thread, with the kernel's other barriers.
@@ -193,14 +205,16 @@ struct TileHandOff {
     }
     // The producer: Q slot `stage`'s announce barrier (nullptr without).
     __device__ __forceinline__ uint64_t* announce_bar(int stage) { return kAnnounce ? &announced[stage] : nullptr; }
-    // A consumer warp: the index of the tile whose Q takes the slot of `st`, once announced or once
-    // Q has landed. Lane 0 reads it -- the lane that later releases the slot, so the read is
-    // ordered before the producer's next write -- and hands it to its warp.
+    // A consumer warp: the tile whose Q takes the slot of `st` (past_last_tile(): none), once
+    // announced or once Q has landed. Lane 0 reads it -- the lane that later releases the slot, so
+    // the read is ordered before the producer's next write -- and hands it to its warp.
     template <class QRing>
-    __device__ __forceinline__ int consumer_index(QRing& q_ring, const typename QRing::State& st, int lane) {
+    __device__ __forceinline__ Tile consumer_tile(QRing& q_ring, const typename QRing::State& st, int lane) {
         if constexpr (kAnnounce) ptx::mbarrier_wait(&announced[st.stage], st.phase);
         else q_ring.consumer_wait(st);
-        return __shfl_sync(0xffffffffu, lane == 0 ? index[st.stage] : 0, 0);
+        const Tile mine = lane == 0 ? tile[st.stage] : past_last_tile();
+        return {__shfl_sync(0xffffffffu, mine.m_block, 0), __shfl_sync(0xffffffffu, mine.head, 0),
+                __shfl_sync(0xffffffffu, mine.batch, 0), __shfl_sync(0xffffffffu, mine.kv_head, 0)};
     }
 };
 
@@ -211,7 +225,7 @@ struct TileHandOff {
 // transpose), so v_ring is the ring its slots belong to and load_v(slot, full barrier, tile, key0)
 // issues it, kVTxBytes being its size. Returns v_ring's state after the last V load (the next slot).
 //   hand_off       a TileHandOff, or nullptr when the consumers walk the same fixed passes
-//                  themselves: receives each tile's index with its Q slot, and after the last tile
+//                  themselves: receives each tile with its Q slot, and after the last tile
 //                  an index past the end with no data (the consumers' signal to stop)
 //   kClaimLate     take the next tile after the current one's loads (kClaimAfterLoads; a kernel
 //                  with a dynamic walk), not before them
@@ -227,15 +241,15 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
     typename VRing::State v_state;
     Tile t;
     int m0, n_blocks;
-    // Q's slot, with the tile's index when it is handed off (tx_bytes 0: the index alone).
-    auto acquire_q = [&](uint32_t tx_bytes, int index) {
-        return hand_off != nullptr ? smem.q_ring.producer_acquire_with(q_state, tx_bytes, &hand_off->index[q_state.stage], index,
+    // Q's slot, with the tile when it is handed off (tx_bytes 0: the tile alone).
+    auto acquire_q = [&](uint32_t tx_bytes, const Tile& tile) {
+        return hand_off != nullptr ? smem.q_ring.producer_acquire_with(q_state, tx_bytes, &hand_off->tile[q_state.stage], tile,
                                                                       hand_off->announce_bar(q_state.stage))
                                    : smem.q_ring.producer_acquire(q_state, tx_bytes);
     };
     int index = scheduler.first_index();
     for (int pass = 0; scheduler.template tile_of<kBlockM, kBlockN>(index, mask, t, m0, n_blocks); ++pass) {
-        uint64_t* q_full = acquire_q(QTile::kTxBytes, index);
+        uint64_t* q_full = acquire_q(QTile::kTxBytes, t);
         smem.q[q_state.stage].load(tmap_q, q_full, m0, t.head, t.batch);
         q_state.advance();
         if constexpr (!kClaimLate) index = scheduler.next_index(pass);
@@ -251,7 +265,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
         load_kv_blocks(n_blocks, load_k, load_v_block);
         if constexpr (kClaimLate) index = scheduler.next_index(pass);
     }
-    if (hand_off != nullptr) acquire_q(0, index);
+    if (hand_off != nullptr) acquire_q(0, past_last_tile());
     scheduler.finish_walk();
     return v_state;
 }
