@@ -29,7 +29,7 @@ struct Fp8VariantInfo {
     bool transpose_v = false;    // V's rows transposed inside the kernel (fwd_fp8::Tuning::kTransposeV)
     int max_head_dim = 0;        // > 0: built only up to this head dim (fp8_variant_built's rule otherwise)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
-    int p_gain_log2 = 8;          // P's gain, log2 (fwd_fp8::Tuning::kPGainLog2; the lazy path's headroom 8.75 - it)
+    int p_gain_log2 = 0;          // P's gain fixed (log2; fwd_fp8::Tuning::kPGainLog2), 0: by the rows' length
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -60,13 +60,14 @@ struct Fp8VariantInfo {
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
 // it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
 // shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
-// _g7, _g6: the head dims' defaults with P's gain 2^7 / 2^6 instead of 2^8 (Tuning::kPGainLog2):
-// 1.75 / 2.75 of headroom above a lazy reference instead of 0.75, so a warp's O rescales (and,
-// with _early, its weights' fix) in a small share of the blocks instead of about half at 2k.
+// _g8, _g7: the head dims' defaults with P's gain fixed at 2^8 / 2^7 (Tuning::kPGainLog2) instead
+// of by the rows' length (fwd_fp8::lazy_p_gain_log2: 2^6 up to 16k keys): 0.75 / 1.75 of headroom
+// above a lazy reference instead of 2.75, so a warp's O rescales (and, with _early, its weights'
+// fix) in about half the blocks of a 2k row at 2^8 (run 54d: 2^6 +5-8% there).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
-    {"twolevel", false, true},
+    {"twolevel", false, true, 0, 0, false, false, 2, false, true, false, false, 64},  // spills 20 bytes at d128
     {"lazy_twolevel", true, true, 0, 0, false, false, 2, false, true, false, false, 64},  // spills 4 bytes at d128
     {"lazy_rowsum", true, false, 0, 0, true},
     {"lazy_twolevel_rowsum", true, true, 0, 0, true},
@@ -87,10 +88,10 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_noturn_tv", true, false, 0, 0, true, false, 2, false, false, false, true},
     {"lazy_p2_c3_sturn_tv", true, false, 0, 0, false, true, 3, false, true, true, true},
     {"lazy_rowsum_noturn_qreg", true, false, 0, 0, true, false, 2, false, false, false, false, 0, true},
+    {"lazy_rowsum_early_noturn_g8", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 8},
     {"lazy_rowsum_early_noturn_g7", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 7},
-    {"lazy_rowsum_early_noturn_g6", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 6},
-    {"lazy_rowsum_noturn_qreg_g6", true, false, 0, 0, true, false, 2, false, false, false, false, 0, true, 6},
-    {"lazy_p2_c3_sturn_g6", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 6},
+    {"lazy_rowsum_noturn_qreg_g8", true, false, 0, 0, true, false, 2, false, false, false, false, 0, true, 8},
+    {"lazy_p2_c3_sturn_g8", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 8},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
@@ -109,7 +110,8 @@ constexpr int fp8_variant_index(const char* name) {
 // is built at head_dim 256 (O alone is 128 registers there), and both together only at head_dim 64
 // (at 128 they spill; so does two-level with the row sums' 6 registers); three consumers (160
 // registers each) only at 64; lazy_twolevel only at 64 since it spilled 4 bytes at 128 (CUDA 13.0,
-// main 9a9a847: no kernel change, ptxas's allocation), and lazy_rowsum_early_noturn_tv up to 128
+// main 9a9a847: no kernel change, ptxas's allocation), twolevel too since the tile hand-off's four
+// words (20 bytes at 128, main 0ec7a94), and lazy_rowsum_early_noturn_tv up to 128
 // (its transposers spill at d256's 24 registers). CMakeLists.txt builds the same pairs.
 constexpr bool fp8_variant_built(int variant, int head_dim) {
     const Fp8VariantInfo& v = kFp8Variants[variant];

@@ -156,9 +156,17 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
 // P in [0, 1] is computed and quantized as e4m3(P * 2^gain): the power of two moves P's small
 // values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
-// nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it. The
-// lazy path may take less (Tuning::kPGainLog2) for more headroom above its references.
+// nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
 constexpr int kDefaultPGainLog2 = 8;
+// The lazy path takes its gain per call: every power of two below 2^8 is one more unit of headroom
+// above a row's reference (LazyBlockScaledSoftmax), so fewer blocks rescale O -- and at 2^6 the
+// weights below 2^-16 of the reference round to 0 instead of those below 2^-18. Rows of up to
+// kShortRowKeys keys take 2^6: +5-8% at 2k, +2-5% at 8k, +1-2% at 16k, for +0.6% / +2.5% of O's
+// RMSE at 4k / 16k on FlashAttention-3's outlier inputs (bench/RESULTS.md run 54d); longer rows
+// keep 2^8, where the zeros add up (+19% RMSE at 64k) and a rescale is rare anyway.
+constexpr int kShortRowKeys = 16384;
+constexpr int kShortRowPGainLog2 = 6;
+constexpr int lazy_p_gain_log2(int seqlen_k) { return seqlen_k <= kShortRowKeys ? kShortRowPGainLog2 : kDefaultPGainLog2; }
 
 // Softmax and accumulation options (Tuning<> is the plain path; the launcher's default is
 // DefaultTuning below; A/B builds instantiate the others, see src/host/fwd_fp8_variants.h):
@@ -193,13 +201,11 @@ constexpr int kDefaultPGainLog2 = 8;
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
-//   kPGainLog2       P's gain (log2): 8 keeps P's small values normal in e4m3; the lazy path's
-//                    headroom above a reference is 8.75 - gain (LazyBlockScaledSoftmax), so each
-//                    step down halves the weights' reach into the subnormals and makes a warp's
-//                    O rescales rarer
+//   kPGainLog2       (lazy; an A/B option) P's gain fixed at 2^kPGainLog2 instead of by the rows'
+//                    length (0: lazy_p_gain_log2); the plain path's is always kDefaultPGainLog2
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
-          bool kQInRegisters_ = false, int kPGainLog2_ = kDefaultPGainLog2>
+          bool kQInRegisters_ = false, int kPGainLog2_ = 0>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -218,7 +224,7 @@ struct Tuning {
                                   kSoftmaxTurns_, kTranspose, kQInRegisters_ && !kTranspose, kPGainLog2_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
-    static_assert(kPGainLog2 == kDefaultPGainLog2 || kLazyRescale, "another gain: the lazy path's headroom");
+    static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -234,7 +240,7 @@ struct Tuning {
 // (q_in_registers; run 43a: +2-3.5%). At d = 128, P written from the softmax into a second
 // register set lost 4% on the early exps, and dropping the block max for a check of P's e4m3 codes
 // (one IADD per 4 weights) lost 15% (run 49b): the conversion's place in the step matters more
-// than the instructions saved.
+// than the instructions saved. P's gain by the rows' length (lazy_p_gain_log2; run 54d).
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, early_exps(kHeadDim),
                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, q_in_registers(kHeadDim)>;
@@ -337,6 +343,7 @@ struct KernelParams {
     Mask mask;
     TileScheduler scheduler;
     float scale;  // softmax scale (natural units)
+    float p_gain_log2;  // the lazy path's P gain (lazy_p_gain_log2 or Tuning::kPGainLog2)
 };
 
 // ---------------------------------------------------------------------------------------
@@ -484,8 +491,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, Opt::kPGainLog2, kGroups, !Opt::kRowSumMma>,
-                           BlockScaledSoftmax<kBlockN, Opt::kPGainLog2>>
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kGroups, !Opt::kRowSumMma>,
+                           BlockScaledSoftmax<kBlockN, kDefaultPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
         // sets it before it is read; O, the softmax state and O's unit start afresh per tile).
@@ -708,7 +715,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 zero_fill(l);
                 zero_fill(l_part);  // the first step adds "the P V in flight" before there is one
             }
-            softmax.init();
+            if constexpr (Opt::kLazyRescale) softmax.init(p.p_gain_log2);
+            else softmax.init();
             smem.q_ring.consumer_wait(q_state);
             if constexpr (Opt::kQInRegisters) load_a_fragments_e4m3(qf, smem.q[q_state.stage], me.first_row_in_tile);
 
@@ -984,6 +992,7 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
         return cudaErrorInvalidValue;
     }
     p.scale = a.softmax_scale;
+    p.p_gain_log2 = static_cast<float>(Cfg::Opt::kPGainLog2 > 0 ? Cfg::Opt::kPGainLog2 : lazy_p_gain_log2(a.seqlen_k));
     // Causal with a workspace: the dynamic walk on a persistent grid (kDynamicCausal).
     const bool dynamic = Cfg::kTileHandOff && a.causal && kDynamicCausal && a.schedule_workspace != nullptr &&
                          a.seqlen_k >= dynamic_causal_min_seqlen_k(Cfg::kConsumers);

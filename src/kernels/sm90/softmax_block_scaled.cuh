@@ -101,20 +101,22 @@ struct BlockScaledSoftmax {
 // BlockScaledSoftmax moves the running max every block and rescales O by the change (64 FMUL per
 // thread and block at head_dim 128, plus O's unit change when V's descale changes, which it does
 // from block to block with per-block quantization). Here each row keeps a reference R (scaled
-// log2 units) that moves only when a block's max exceeds it by more than kRescaleLog2: P is
+// log2 units) that moves only when a block's max exceeds it by more than its headroom: P is
 // computed as 2^(x + log2 v_ds - R + gain) with x the scaled score, so the largest weight is at
-// most gain * 2^kRescaleLog2 = 2^kLazyWeightCapLog2, still inside e4m3's range (448). V's descale
+// most gain * 2^headroom = 2^kLazyWeightCapLog2, still inside e4m3's range (448). V's descale
 // v_ds in P's exponent makes P_j V_j codes = p v_j / 2^(R - gain): O accumulates in one unit for
 // the whole row, while the row sum adds the block's sum of P times 1 / v_ds (one FFMA per row and
 // block). A warp skips O's rescale when none of its 16 rows moved (a warp vote).
 //
-// The gain trades the weights' precision at the small end for fewer rescales: each power of two
-// taken from it is one more unit of headroom (kRescaleLog2 = 8.75 - gain: 0.75 at gain 2^8, 2.75
-// at 2^6). With N(0, 1) scores a 128-key block's max grows past a warp's 16 references by more
-// than 0.75 in about half the blocks of a 2k-key row (a quarter at 8k), by more than 2.75 in 2-3%;
-// the cost is the smallest weights: e4m3's subnormals start at 2^-6 / gain of the reference.
+// The gain is a runtime value here (gain_log2, set by init): it trades the weights' precision at
+// the small end for fewer rescales, each power of two taken from it one more unit of headroom
+// (headroom = 8.75 - gain: 0.75 at gain 2^8, 2.75 at 2^6). With N(0, 1) scores a 128-key block's
+// max grows past a warp's 16 references by more than 0.75 in about half the blocks of a 2k-key
+// row (a quarter at 8k), by more than 2.75 in 2-3%; the cost is the smallest weights: e4m3's
+// subnormals start at 2^-6 / gain of the reference, and weights below 2^-10 / gain round to 0.
 // A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
 constexpr float kLazyWeightCapLog2 = 8.75f;  // 2^8.75 = 430.5 <= 448, e4m3's largest finite value
+constexpr float kLazyMaxGainLog2 = 8.f;      // gains from 0 to this (and so headroom >= 0.75)
 // online_update_early's reach: weights taken against a reference up to this far below a block's
 // max (log2 units) are at most 2^(kEarlyExpReachLog2 + gain), finite in fp32 (static_assert below).
 constexpr float kEarlyExpReachLog2 = 100.f;
@@ -131,19 +133,21 @@ constexpr float kEarlyExpReachLog2 = 100.f;
 // FP8 forward's 64 x 8 GEMM of P against a tile of ones, each block's sum times its 1 / v_ds) and
 // hands them to finalize_with_sums.
 
-template <int kN, int kGainLog2 = 0, int kGroups = 1, bool kRowSums = true>
+template <int kN, int kGroups = 1, bool kRowSums = true>
 struct LazyBlockScaledSoftmax {
-    static constexpr float kGainLog2f = static_cast<float>(kGainLog2);
     static constexpr int kRegs = kN / 2;                 // accumulator registers per thread
     static constexpr int kGroupRegs = kRegs / kGroups;   // registers of one descale group
     static_assert(kRegs % kGroups == 0 && kGroupRegs % 4 == 0, "descale groups of whole n8 column groups");
-    static_assert(kEarlyExpReachLog2 + kGainLog2 < 127.f, "online_update_early's weights must stay finite in fp32");
-    static constexpr float kRescaleLog2 = kLazyWeightCapLog2 - kGainLog2f;  // a reference's headroom
-    static_assert(kRescaleLog2 > 0.f, "a gain that leaves the weights no headroom below e4m3's largest value");
+    static_assert(kEarlyExpReachLog2 + kLazyMaxGainLog2 < 127.f, "online_update_early's weights must stay finite in fp32");
+    float gain_log2;                    // P's gain, 0 .. kLazyMaxGainLog2 (the caller's, per tile)
     float ref_log2[kAccRowsPerThread];  // R per row: scaled log2 score + log2 v_ds (-inf: no key yet)
     float row_sum[kAccRowsPerThread];   // sum of 2^(x - R + gain) over the keys so far, per thread
 
-    __device__ __forceinline__ void init() {
+    // How far a block's max may lie above a reference before the reference moves.
+    __device__ __forceinline__ float headroom_log2() const { return kLazyWeightCapLog2 - gain_log2; }
+
+    __device__ __forceinline__ void init(float gain) {
+        gain_log2 = gain;
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             ref_log2[r] = -INFINITY;
@@ -173,11 +177,11 @@ struct LazyBlockScaledSoftmax {
     }
     // Row r's scores -> 2^(x + log2 v_ds - against + gain) in place; its sum over this thread's
     // columns (each group's times 1 / v_ds) added to `sum` (kRowSums).
-    static __device__ __forceinline__ void exponentiate_row(float (&s)[kRegs], const float (&scale_log2)[kGroups],
-                                                            const VShift (&v)[kGroups], int r, float against, float& sum) {
+    __device__ __forceinline__ void exponentiate_row(float (&s)[kRegs], const float (&scale_log2)[kGroups],
+                                                     const VShift (&v)[kGroups], int r, float against, float& sum) const {
         static_for<kGroups>([&](auto group) {
             constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
-            const float offset = against - v[g].log2 - kGainLog2f;
+            const float offset = against - v[g].log2 - gain_log2;
 #pragma unroll
             for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
                 if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
@@ -196,7 +200,7 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             block_max[r] = block_max_of(s, scale_log2, v, r);
-            need[r] = block_max[r] > ref_log2[r] + kRescaleLog2;
+            need[r] = block_max[r] > ref_log2[r] + headroom_log2();
             any |= need[r];
         }
         const bool rescale = __any_sync(0xffffffffu, any);
@@ -222,7 +226,7 @@ struct LazyBlockScaledSoftmax {
     // exponentiated against the rows' current references R before the block's max is known, so
     // the max's FMNMX tree and its shuffles run beside the exps instead of ahead of them (they
     // were a fifth of the d128 step's warp time, a chain of dependent ops the exps waited for).
-    // When no row of the warp grew by more than kRescaleLog2 -- what online_update would
+    // When no row of the warp grew by more than its headroom -- what online_update would
     // have found too -- the weights are already right. A row that did takes its new R as before,
     // and its weights, computed against the old R (or 0 while R was -inf), are multiplied by
     // 2^(old - new): one FMUL each, in the rare steps that rescale O anyway. Weights overflow fp32
@@ -250,7 +254,7 @@ struct LazyBlockScaledSoftmax {
         bool any = false, far = false;
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
-            need[r] = block_max[r] > ref_log2[r] + kRescaleLog2;
+            need[r] = block_max[r] > ref_log2[r] + headroom_log2();
             any |= need[r];
             far |= block_max[r] - against[r] > kEarlyExpReachLog2;  // (+inf scores too)
         }
@@ -279,13 +283,13 @@ struct LazyBlockScaledSoftmax {
     // As BlockScaledSoftmax::finalize; O needs no unit (V's descales are in P).
     __device__ __forceinline__ void finalize(float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) const {
         static_assert(kRowSums, "without its own row sums: finalize_with_sums");
-        finalize_log2_rows(row_sum, ref_log2, kGainLog2f, inv_sum, lse);
+        finalize_log2_rows(row_sum, ref_log2, gain_log2, inv_sum, lse);
     }
     // kRowSums = false: each row's whole sum of the weights (in the same units, gain included).
     __device__ __forceinline__ void finalize_with_sums(const float (&sum)[kAccRowsPerThread],
                                                        float (&inv_sum)[kAccRowsPerThread],
                                                        float (&lse)[kAccRowsPerThread]) const {
-        finalize_log2_row_sums(sum, ref_log2, kGainLog2f, inv_sum, lse);
+        finalize_log2_row_sums(sum, ref_log2, gain_log2, inv_sum, lse);
     }
 };
 
