@@ -32,7 +32,7 @@ except ImportError as error:
 
 E4M3 = ml_dtypes.float8_e4m3fn
 E4M3_MAX = 448.0
-P_GAIN = 256.0  # P quantized as e4m3(P * 2^8), the plain path's gain (kernels/fwd_fp8.cuh: kDefaultPGainLog2)
+P_GAIN = 256.0  # P quantized as e4m3(P * 2^8), the plain path's gain (kernels/fwd_fp8_args.h: kDefaultPGainLog2)
 HEAD_DIM = 128
 OUTLIER_PROB, OUTLIER_STDDEV = 0.001, 10.0
 BLOCK_ROWS = 128  # HATTN_FP8_BLOCK_ROWS

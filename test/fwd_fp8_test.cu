@@ -55,9 +55,9 @@ constexpr double kKernelMaxRelL2 = 4e-2;
 // End to end, Q and K are also rounded to e4m3 (score errors of RMS ~0.036 for unit-variance
 // inputs move each weight by as much) and V too (~0.026 relative): expect ~5e-2.
 constexpr double kEndToEndMaxRelL2 = 8e-2;
-// e4m3 subnormals are 2^-9 apart; with the 2^8 gain on P that is 2^-17 of p: a weight that small
-// is off by up to 2^-18 absolute, and a row has up to seqlen_k of them.
-constexpr double kSubnormalHalfSpacing = 0x1p-18;
+// e4m3 subnormals are 2^-9 apart; with the gain 2^g on P that is 2^-(9 + g) of p: a weight that
+// small is off by up to half that absolute, and a row has up to seqlen_k of them (p_gain_log2).
+double subnormal_half_spacing(int p_gain_log2) { return std::ldexp(1.0, -10 - p_gain_log2); }
 // 8-bit wgmma accumulates its products with fewer than fp32's bits (~2^-14 relative of the
 // partial sums have been reported on Hopper): scores of magnitude ~100 (block scales up to 4 on
 // both sides) are off by ~1e-2, and the LSE with them.
@@ -296,6 +296,19 @@ hattn_fwd_fp8_params params_for(const Case& c, const Layout& ql, const Layout& k
     return p;
 }
 
+// The gain (log2) the case's kernel puts on P (kernels/fwd_fp8_args.h: the plain path's, a
+// variant's fixed one, or the lazy path's by row length).
+int p_gain_log2(const Case& c) {
+#ifdef HATTN_FP8_VARIANTS
+    if (c.variant > 0) {
+        const hattn::host::Fp8VariantInfo& v = hattn::host::kFp8Variants[c.variant];
+        if (!v.lazy_rescale) return hattn::fwd_fp8::kDefaultPGainLog2;
+        if (v.p_gain_log2 > 0) return v.p_gain_log2;
+    }
+#endif
+    return hattn::fwd_fp8::lazy_p_gain_log2(c.seqlen_k);
+}
+
 // Whether the case's kernel sums P as rounded to e4m3 (the LSE bounds above).
 bool quantized_row_sums(const Case& c) {
 #ifdef HATTN_FP8_VARIANTS
@@ -363,7 +376,7 @@ TEST_P(Fp8Kernel, MatchesFloat64OfDequantizedInputs) {
     for (float x : v.deq) max_abs_v = std::max(max_abs_v, static_cast<double>(std::fabs(x)));
     // Per element: P's rounding (<= 2^-4 relative per weight) and O's 16-bit rounding.
     // (+ kScoreSlack: the scores' own error from the 8-bit wgmma's accumulation moves weights by ~1%.)
-    const double atol_rel = kE4m3HalfUlp + nm::unit_roundoff(c.o_dtype) + kScoreSlack + c.seqlen_k * kSubnormalHalfSpacing;
+    const double atol_rel = kE4m3HalfUlp + nm::unit_roundoff(c.o_dtype) + kScoreSlack + c.seqlen_k * subnormal_half_spacing(p_gain_log2(c));
     check_against(c, p, ol, r, ref, max_abs_v, kKernelMaxRelL2, atol_rel);
 }
 

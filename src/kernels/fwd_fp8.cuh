@@ -154,19 +154,8 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #define HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS 1
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
-// P in [0, 1] is computed and quantized as e4m3(P * 2^gain): the power of two moves P's small
-// values out of e4m3's subnormal range (normal from 2^-6 up) while P * 256 <= 448. It costs
-// nothing: it is part of the exponent (BlockScaledSoftmax), and O and the row sum share it.
-constexpr int kDefaultPGainLog2 = 8;
-// The lazy path takes its gain per call: every power of two below 2^8 is one more unit of headroom
-// above a row's reference (LazyBlockScaledSoftmax), so fewer blocks rescale O -- and at 2^6 the
-// weights below 2^-16 of the reference round to 0 instead of those below 2^-18. Rows of up to
-// kShortRowKeys keys take 2^6: +5-8% at 2k, +2-5% at 8k, +1-2% at 16k, for +0.6% / +2.5% of O's
-// RMSE at 4k / 16k on FlashAttention-3's outlier inputs (bench/RESULTS.md run 54d); longer rows
-// keep 2^8, where the zeros add up (+19% RMSE at 64k) and a rescale is rare anyway.
-constexpr int kShortRowKeys = 16384;
-constexpr int kShortRowPGainLog2 = 6;
-constexpr int lazy_p_gain_log2(int seqlen_k) { return seqlen_k <= kShortRowKeys ? kShortRowPGainLog2 : kDefaultPGainLog2; }
+// P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
+// The gain costs nothing: it is part of the exponent, and O and the row sum share it.
 
 // Softmax and accumulation options (Tuning<> is the plain path; the launcher's default is
 // DefaultTuning below; A/B builds instantiate the others, see src/host/fwd_fp8_variants.h):

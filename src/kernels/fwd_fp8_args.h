@@ -34,6 +34,19 @@ constexpr bool fp8_softmax_turns(int head_dim) { return head_dim <= 64; }
 // bandwidth at the e4m3 rate (run 43a: +2-3.5% at 2k-16k, full and causal); at d128 -2 to -4%
 // without the early exps, and with them it spills.
 constexpr bool q_in_registers(int head_dim) { return head_dim == 256; }
+// P's gain (log2): P in [0, 1] is quantized as e4m3(P * 2^gain), which keeps its small values out
+// of e4m3's subnormals (normal from 2^-6: weights down to 2^-(6 + gain)) while P * 2^8 <= 448. The
+// plain path takes kDefaultPGainLog2; the lazy path (every default kernel) takes it per call:
+// every power of two below 2^8 is one more unit of headroom above a row's reference
+// (sm90::LazyBlockScaledSoftmax), so fewer blocks rescale O -- and the weights below 2^-(10 + gain)
+// of the reference round to 0. Rows of up to kShortRowKeys keys take 2^6: +3-9% at 2k, +1-5% at 8k,
+// +1-4% at 16k, for +0.6% / +2.5% of O's RMSE at 4k / 16k on FlashAttention-3's outlier inputs
+// (bench/RESULTS.md run 54d/f); longer rows keep 2^8, where the zeros add up (+19% RMSE at 64k with
+// 2^6) and a rescale is rare anyway.
+constexpr int kDefaultPGainLog2 = 8;
+constexpr int kShortRowKeys = 16384;
+constexpr int kShortRowPGainLog2 = 6;
+constexpr int lazy_p_gain_log2(int seqlen_k) { return seqlen_k <= kShortRowKeys ? kShortRowPGainLog2 : kDefaultPGainLog2; }
 
 struct Fp8FwdArgs {
     const void* q = nullptr;  // e4m3 [batch, seqlen_q, heads_q, head_dim]
