@@ -332,7 +332,7 @@ struct KernelParams {
     Mask mask;
     TileScheduler scheduler;
     float scale;  // softmax scale (natural units)
-    float p_gain_log2;  // the lazy path's P gain (lazy_p_gain_log2 or Tuning::kPGainLog2)
+    float p_gain_log2;  // the lazy path's P gain, log2 (lazy_p_gain_log2, or Tuning::kPGainLog2 when fixed)
 };
 
 // ---------------------------------------------------------------------------------------

@@ -186,10 +186,10 @@ struct TileScheduler {
     }
 };
 
-// How each tile travels from the producer (produce_forward_tiles) to the consumers: decoded (the
-// producer has done tile_at's chain of integer divisions for its own loads; repeated by every
-// consumer warp it stood between one tile's epilogue and the next tile's first GEMM), one Tile per
-// Q slot, written once the slot is free. With kAnnounce a one-arrival mbarrier per Q slot is
+// How each tile travels from the producer (produce_forward_tiles) to the consumers: decoded, one
+// Tile per Q slot, written once the slot is free. (The producer runs tile_at's chain of integer
+// divisions for its own loads anyway; run again by every consumer warp it stood between one tile's
+// epilogue and the next tile's first GEMM, ~500 cycles: bench/RESULTS.md run 54e.) With kAnnounce a one-arrival mbarrier per Q slot is
 // arrived on right after that write, before Q's TMA is issued, so the consumers set the tile up
 // while Q's bytes land; without it they read the tile once Q has landed.
 template <int kQStages, bool kAnnounce_>
@@ -226,7 +226,7 @@ struct TileHandOff {
 // issues it, kVTxBytes being its size. Returns v_ring's state after the last V load (the next slot).
 //   hand_off       a TileHandOff, or nullptr when the consumers walk the same fixed passes
 //                  themselves: receives each tile with its Q slot, and after the last tile
-//                  an index past the end with no data (the consumers' signal to stop)
+//                  past_last_tile() with no data (the consumers' signal to stop)
 //   kClaimLate     take the next tile after the current one's loads (kClaimAfterLoads; a kernel
 //                  with a dynamic walk), not before them
 template <int kBlockM, int kBlockN, uint32_t kVTxBytes, bool kClaimLate = false, class MaskT, class Smem, class VRing, class LoadV,
