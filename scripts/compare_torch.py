@@ -46,7 +46,9 @@ dequantized, < 0.15, so a broken peer call is caught and not timed); then interl
 the backward, each round the median of --reps calls. A shape whose cuDNN graph does not build or
 run is reported and the sweep goes on; where cudnn-frontend does not import, that is said in
 capitals and hattn is timed alone. Shapes are visited 2k, 16k, 8k first and --budget-s stops
-starting new ones (the rest are listed as not run).
+starting new ones (the rest are listed as not run). A last line sets the e4m3 rows against issue
+10's speed bars (d256 full >= 1200 and d128 full >= 1000 TFLOPS at 8k-16k, every shape >= 1.0x
+cuDNN FP8) and names the misses.
 
 Output (into --out): compare.json, compare.csv, compare.png (forward); compare_bwd.json,
 compare_bwd.csv, compare_bwd.png (backward); compare_fp8.json, compare_fp8.csv, compare_fp8.png
@@ -1180,6 +1182,36 @@ def summary_line_fp8(rows: list[Fp8Row], meta: dict) -> str:
             f"sweep {meta.get('sweep_s', 0.0):.0f} s; {peer}")
 
 
+# The FP8 forward's speed bars (issue 10): full masks at 16k tokens of at least these TFLOPS at
+# seqlen FP8_BAR_MIN_SEQLEN and up, and every shape cuDNN's FP8 attention runs at >= 1.0x it.
+FP8_BAR_TFLOPS = {256: 1200.0, 128: 1000.0}
+FP8_BAR_MIN_SEQLEN = 8192
+FP8_BAR_VS_CUDNN = 1.0
+
+
+def fp8_bars_line(rows: list[Fp8Row]) -> str:
+    """Where the e4m3 rows stand against issue 10's speed bars; the misses are named."""
+    def name(r):
+        return f"d{r.head_dim} s{r.seqlen} {'causal' if r.causal else 'full'}"
+    parts = []
+    for d, want in FP8_BAR_TFLOPS.items():
+        long_full = [r for r in rows if r.head_dim == d and not r.causal and r.seqlen >= FP8_BAR_MIN_SEQLEN
+                     and r.hattn_e4m3_tflops]
+        if not long_full:
+            parts.append(f"d{d} full >= {FP8_BAR_MIN_SEQLEN // 1024}k: not run")
+            continue
+        low = [r for r in long_full if r.hattn_e4m3_tflops < want]
+        parts.append(f"d{d} full >= {FP8_BAR_MIN_SEQLEN // 1024}k >= {want:.0f} TFLOPS: "
+                     + ("met" if not low else "NOT met (" + ", ".join(f"{name(r)} {r.hattn_e4m3_tflops:.0f}"
+                                                                     for r in low) + ")"))
+    ratios = [r for r in rows if r.e4m3_over_cudnn_fp8]
+    behind = [r for r in ratios if r.e4m3_over_cudnn_fp8 < FP8_BAR_VS_CUDNN]
+    parts.append(f"{len(ratios) - len(behind)}/{len(ratios)} shapes >= {FP8_BAR_VS_CUDNN:.1f}x cuDNN FP8"
+                 + (" (misses: " + ", ".join(f"{name(r)} {r.e4m3_over_cudnn_fp8:.3f}" for r in behind) + ")"
+                    if behind else ""))
+    return "FP8 bars: " + "; ".join(parts)
+
+
 def plot_fp8(path: Path, rows: list[Fp8Row], meta: dict, plt) -> None:
     head_dims = sorted({r.head_dim for r in rows})
     fig, axes = plt.subplots(max(len(head_dims), 1), 2, figsize=(12, 3.2 * max(len(head_dims), 1)), squeeze=False)
@@ -1505,6 +1537,14 @@ def main() -> int:
               f"tables and include/hattn.h; the forward sweep has {len(cases)} shapes + "
               f"{sum(map(len, ablation.values()))} ablation variants, the backward sweep and the FP8 sweep "
               f"{len(grid)} shapes each")
+        # The bars' summary on two made-up rows: one over its bars, one under both of its own.
+        line = fp8_bars_line([Fp8Row(256, 16384, 1, 8, False, hattn_e4m3_tflops=1250.0, e4m3_over_cudnn_fp8=1.28),
+                              Fp8Row(128, 8192, 2, 16, False, hattn_e4m3_tflops=988.0, e4m3_over_cudnn_fp8=0.99)])
+        expected = ("d256 full >= 8k >= 1200 TFLOPS: met", "NOT met (d128 s8192 full 988)",
+                    "1/2 shapes >= 1.0x cuDNN FP8 (misses: d128 s8192 full 0.990)")
+        if not all(part in line for part in expected):
+            raise SystemExit(f"compare_torch.py: fp8_bars_line gave {line!r}")
+        print("dry run: the FP8 bars line names what meets and what misses issue 10's bars")
         if args.lib.exists():
             lib = Hattn(args.lib)
             lib.check_contiguous_helper()
@@ -1580,6 +1620,7 @@ def main() -> int:
             print(pivot_table_fp8(rows))
             print()
             print(summary_line_fp8(rows, meta) + (" (INTERRUPTED)" if interrupted else ""))
+            print(fp8_bars_line(rows))
         else:
             print("\n## Backward\n" if len(directions) > 1 else "", end="")
             print(markdown_table_bwd(rows))
