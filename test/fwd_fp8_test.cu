@@ -431,11 +431,12 @@ std::vector<Case> kernel_cases() {
         // through P V's pad columns), so every sum the kernel chains across blocks must hold here.
         all.push_back({1, 1, 1, 64, 16384, false, false, HATTN_DTYPE_BF16, d});
         // With a schedule workspace: causal problems of >= 1280 keys (d64: 512) on the dynamic
-        // walk (d256 keeps the fixed walk, Config::kTileHandOff), tiles longest first across the
-        // causal sections, handed out to whichever CTA frees up: odd lengths, rows with no key,
-        // GQA, fp16 O and strides, the in-kernel V transpose (few query rows per KV head) and the
-        // transpose pass (many), many tiles per CTA; shorter causal problems (d64: dynamic at 700
-        // keys, d128 fixed) and full masks ignore it. Each must leave the workspace zero-filled.
+        // walk (kernels with Q in registers keep the fixed walk, Config::kTileHandOff), tiles
+        // longest first across the causal sections, handed out to whichever CTA frees up: odd
+        // lengths, rows with no key, GQA, fp16 O and strides, the in-kernel V transpose (few query
+        // rows per KV head) and the transpose pass (many), many tiles per CTA; shorter causal
+        // problems (d64: dynamic at 700 keys, d128 / d256 fixed) and full masks ignore it. Each
+        // must leave the workspace zero-filled.
         all.push_back(scheduled({2, 3, 3, 1031, 1300, true, false, HATTN_DTYPE_BF16, d}));
         all.push_back(scheduled({2, 3, 3, 1300, 1291, true, true, HATTN_DTYPE_FP16, d}));
         all.push_back(scheduled({1, 2, 1, 4097, 1300, true, false, HATTN_DTYPE_BF16, d}));   // rows with no key

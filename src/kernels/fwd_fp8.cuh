@@ -44,9 +44,10 @@
 //     thousands of keys stops taking the small ones (run 43a: rel L2 0.07 at 4k keys, 0.32 at 16k),
 //     and restarting the pad columns each block, a partial write of the accumulator by ALU or by a
 //     narrower wgmma, makes ptxas serialize every wgmma (C7511). O's chain is safe: the truncations
-//     of its signed terms cancel instead of piling up. d = 256 keeps Q's A fragments in registers
-//     (q_in_registers): its 64-key S = Q K^T with both operands from shared memory needs 64 B per
-//     2*64*64*32 FLOP, shared memory's whole bandwidth at the e4m3 rate (run 43a: +2-3.5%). No
+//     of its signed terms cancel instead of piling up. d = 256 takes the early exps too (it kept
+//     Q's A fragments in registers before, Tuning::kQInRegisters: its 64-key S = Q K^T with both
+//     operands from shared memory needs 64 B per 2*64*64*32 FLOP, shared memory's whole bandwidth
+//     at the e4m3 rate; run 54f: the early exps +0.9-1.8% over that, the two together spill). No
 //     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
 //     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
 //     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
@@ -117,8 +118,8 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 // The tile walk (sm90::TileScheduler), as in the 16-bit forward (kernels/fwd_rules.h): with
 // Fp8FwdArgs::schedule_workspace, a causal problem of at least dynamic_causal_min_seqlen_k keys
 // runs on a persistent grid whose producers claim tiles, longest first, from a counter
-// (HATTN_FWD_FP8_DYNAMIC_CAUSAL=0 turns that off: the workspace is ignored; d256 keeps the fixed
-// walk, Config::kTileHandOff). The producer announces each tile on an mbarrier of its own
+// (HATTN_FWD_FP8_DYNAMIC_CAUSAL=0 turns that off: the workspace is ignored; a kernel with Q in
+// registers keeps the fixed walk, Config::kTileHandOff). The producer announces each tile on an mbarrier of its own
 // before Q's TMA (HATTN_FWD_FP8_TILE_ANNOUNCE; 0: the tile arrives with Q), so the consumers read
 // the tile's descales while Q loads.
 #ifndef HATTN_FWD_FP8_DYNAMIC_CAUSAL
@@ -208,9 +209,11 @@ struct Tuning {
     static constexpr int kPGainLog2 = kPGainLog2_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
-    template <bool kTranspose>
-    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_, kEarlyExp_, kPingPong_,
-                                  kSoftmaxTurns_, kTranspose, kQInRegisters_ && !kTranspose, kPGainLog2_>;
+    // (kEarlyBeside: whether the early exps stay beside the transpose, early_exps_beside_transpose.)
+    template <bool kTranspose, bool kEarlyBeside = true>
+    using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_,
+                                  kEarlyExp_ && (kEarlyBeside || !kTranspose), kPingPong_, kSoftmaxTurns_, kTranspose,
+                                  kQInRegisters_ && !kTranspose, kPGainLog2_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
     static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
@@ -225,14 +228,14 @@ struct Tuning {
 // over two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more
 // registers, and P's two sets alone cost 5-8% at d128); no turns around the GEMM issue (run 40a:
 // +1-2% at d128, +1-2% at d256, +1-6% at d64, at 2k-16k), turns around each softmax at d = 64 only
-// (fp8_softmax_turns; run 41b: +3-7% there); at d = 256 Q in registers for S = Q K^T
-// (q_in_registers; run 43a: +2-3.5%). At d = 128, P written from the softmax into a second
+// (fp8_softmax_turns; run 41b: +3-7% there); at d = 256 the early exps rather than Q in registers
+// for S = Q K^T (run 54f: +0.9-1.8%). At d = 128, P written from the softmax into a second
 // register set lost 4% on the early exps, and dropping the block max for a check of P's e4m3 codes
 // (one IADD per 4 weights) lost 15% (run 49b): the conversion's place in the step matters more
 // than the instructions saved. P's gain by the rows' length (lazy_p_gain_log2; run 54d).
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, early_exps(kHeadDim),
-                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false, q_in_registers(kHeadDim)>;
+                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim)>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>
@@ -292,10 +295,10 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
-    // The producer hands each tile to the consumers (the dynamic walk needs it), except
-    // with Q in registers (d256): there the consumers hold 240 registers to the last, and the
-    // hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems keep
-    // the fixed walk.
+    // The producer hands each tile to the consumers (the dynamic walk needs it), except with Q in
+    // registers (an A/B option at d256): there the consumers hold 240 registers to the last, and
+    // the hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems
+    // keep the fixed walk.
     static constexpr bool kTileHandOff = !Opt::kQInRegisters;
     static_assert(!Opt::kRowSumMma || (Opt::kLazyRescale && kDescaleGroups == 1),
                   "row sums on the tensor cores: the lazy path, one V descale per block (its 1 / v_ds)");
@@ -1032,7 +1035,7 @@ cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, st
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
     constexpr int kConsumers = default_consumers(kHeadDim);
     auto launch = [&](auto transpose) {
-        using Tuned = typename Opt::template WithTransposeV<decltype(transpose)::value>;
+        using Tuned = typename Opt::template WithTransposeV<decltype(transpose)::value, early_exps_beside_transpose(kHeadDim)>;
         if (a.o_dtype == fwd::Dtype::kBf16)
             return launch_fwd_fp8<Config<kHeadDim, Bf16, kConsumers, kBlockN, kStages, Tuned>>(a, stream, error);
         return launch_fwd_fp8<Config<kHeadDim, Fp16, kConsumers, kBlockN, kStages, Tuned>>(a, stream, error);

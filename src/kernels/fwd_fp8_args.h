@@ -21,19 +21,24 @@ constexpr int kVtKeyAlign = 32;
 // (run 39c); d64's three consumers have no registers for them.
 constexpr bool row_sums_of_e4m3_p(int head_dim) { return head_dim >= 128; }
 // Head dims whose default kernel takes the early exps (fwd_fp8::Tuning's kEarlyExp): +7% at d128
-// with the row sums above (run 39c), -2% at d256, no registers at d64's three consumers.
-constexpr bool early_exps(int head_dim) { return head_dim == 128; }
+// with the row sums above (run 39c); at d256 -2% while the lazy rescale fired in a quarter to half
+// of the blocks (run 39c), +0.9-1.8% over Q in registers once P's gain made it rare (run 54f; the
+// two together spill 132 bytes); no registers at d64's three consumers.
+constexpr bool early_exps(int head_dim) { return head_dim >= 128; }
+// ... and beside the in-kernel V transpose (Tuning::kTransposeV): at d256 the transposer warps keep
+// their 24 registers only without them (with them the kernel spills), so there that kernel keeps
+// the softmax's block max ahead of its exps.
+constexpr bool early_exps_beside_transpose(int head_dim) { return head_dim <= 128; }
 // Where the default kernels' consumer warpgroups take turns (fwd_fp8::Tuning's kPingPong and
 // kSoftmaxTurns): never around the GEMM issue (run 40a: +1-6% without, at 2k-16k and d 64/128/256);
 // around each softmax at d64 (run 41b: +3-7% over no turns with its three consumers, which then
 // find their row maxima one after the other and so start their exps staggered), not at d128/d256
 // (run 41b: -6 to -9%: there the turn holds the exps too, and the MUFU is not what they wait for).
 constexpr bool fp8_softmax_turns(int head_dim) { return head_dim <= 64; }
-// Head dims whose default kernel keeps Q's A fragments in registers for S = Q K^T (fwd_fp8::Tuning's
-// kQInRegisters): d256, whose 64-key QK^T reads both operands from shared memory at exactly its
-// bandwidth at the e4m3 rate (run 43a: +2-3.5% at 2k-16k, full and causal); at d128 -2 to -4%
-// without the early exps, and with them it spills.
-constexpr bool q_in_registers(int head_dim) { return head_dim == 256; }
+// (No default kernel keeps Q's A fragments in registers for S = Q K^T, fwd_fp8::Tuning's
+// kQInRegisters: at d256, whose 64-key QK^T reads both operands from shared memory at exactly its
+// bandwidth at the e4m3 rate, it gave +2-3.5% (run 43a) until the early exps overtook it (run 54f),
+// and the two do not fit together; at d128 -2 to -4% without the early exps, and with them it spills.)
 // P's gain (log2): P in [0, 1] is quantized as e4m3(P * 2^gain), which keeps its small values out
 // of e4m3's subnormals (normal from 2^-6: weights down to 2^-(6 + gain)) while P * 2^8 <= 448. The
 // plain path takes kDefaultPGainLog2; the lazy path (every default kernel) takes it per call:
