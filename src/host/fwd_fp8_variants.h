@@ -33,7 +33,7 @@ struct Fp8VariantInfo {
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
-// "lazy_rowsum_early_noturn" at d = 128, "lazy_rowsum_noturn_qreg" at 256 and "lazy_p2_c3_sturn" at 64.
+// "lazy_rowsum_early_noturn" at d = 128 and 256 and "lazy_p2_c3_sturn" at 64.
 // (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone; so are the 192-key blocks of
 // run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes, and three
 // consumers on 64-key blocks at d128, 5-13% under the default in run 51b; so is _ot, the next
@@ -58,8 +58,9 @@ struct Fp8VariantInfo {
 // their base variant's kernel).
 // _qreg: Q's A fragments in registers, S = Q K^T as an RS wgmma (Tuning::kQInRegisters), on the d256
 // default: shared memory then serves K alone to the QK^T GEMMs (with the d128 default's early exps
-// it spills 8 bytes); the d256 default since run 43a (with the in-kernel transpose Q stays in
-// shared memory: in registers it spills 24 bytes beside the transposers, Tuning::WithTransposeV).
+// it spills 8 bytes, at d256 132); the d256 default from run 43a until the early exps overtook it
+// (run 54f: +0.9-1.8%) (with the in-kernel transpose Q stays in shared memory: in registers it
+// spills 24 bytes beside the transposers, Tuning::WithTransposeV).
 // _g8, _g7: the head dims' defaults with P's gain fixed at 2^8 / 2^7 (Tuning::kPGainLog2) instead
 // of by the rows' length (fwd_fp8::lazy_p_gain_log2: 2^6 up to 16k keys): 0.75 / 1.75 of headroom
 // above a lazy reference instead of 2.75, so a warp's O rescales (and, with _early, its weights'
