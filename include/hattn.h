@@ -354,8 +354,8 @@ typedef struct hattn_fwd_fp8_params {
     /* Optional (NULL: none), as hattn_fwd_params.workspace (one buffer may serve both forwards on
      * a stream): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned, zero-filled
      * before the first call and left zero-filled by every call. With it causal problems of >= 1280
-     * keys (d64: >= 512; d256 never) run on one thread block per SM that takes its tiles from a
-     * counter there, longest first (faster: bench/RESULTS.md runs 47 and 51).
+     * keys (d64: >= 512) run on one thread block per SM that takes its tiles from a counter there,
+     * longest first (faster: bench/RESULTS.md runs 47, 51 and 54h).
      * schedule_workspace_size is its size in bytes. */
     void* schedule_workspace;
     size_t schedule_workspace_size;
