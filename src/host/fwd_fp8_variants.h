@@ -61,10 +61,11 @@ struct Fp8VariantInfo {
 // it spills 8 bytes, at d256 132); the d256 default from run 43a until the early exps overtook it
 // (run 54f: +0.9-1.8%) (with the in-kernel transpose Q stays in shared memory: in registers it
 // spills 24 bytes beside the transposers, Tuning::WithTransposeV).
-// _g8, _g7: the head dims' defaults with P's gain fixed at 2^8 / 2^7 (Tuning::kPGainLog2) instead
-// of by the rows' length (fwd_fp8::lazy_p_gain_log2: 2^6 up to 16k keys): 0.75 / 1.75 of headroom
-// above a lazy reference instead of 2.75, so a warp's O rescales (and, with _early, its weights'
-// fix) in about half the blocks of a 2k row at 2^8 (run 54d: 2^6 +5-8% there).
+// _g8, _g7: the head dims' defaults (at d256 its previous one, _qreg) with P's gain fixed at 2^8 /
+// 2^7 (Tuning::kPGainLog2) instead of by the rows' length (fwd_fp8::lazy_p_gain_log2: 2^6 up to
+// 16k keys): 0.75 / 1.75 of headroom above a lazy reference instead of 2.75, so a warp's O
+// rescales (and, with _early, its weights' fix) in about half the blocks of a 2k row at 2^8 (run
+// 54d: 2^6 +5-8% there).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
