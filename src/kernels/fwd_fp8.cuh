@@ -157,6 +157,8 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
 // P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
 // The gain costs nothing: it is part of the exponent, and O and the row sum share it.
+static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2 && kDefaultPGainLog2 <= kLazyMaxGainLog2,
+              "the lazy softmax's gains: 0 .. kLazyMaxGainLog2");
 
 // Softmax and accumulation options (Tuning<> is the plain path; the launcher's default is
 // DefaultTuning below; A/B builds instantiate the others, see src/host/fwd_fp8_variants.h):

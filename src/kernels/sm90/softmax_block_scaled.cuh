@@ -117,6 +117,7 @@ struct BlockScaledSoftmax {
 // A V block of all zeros (descale 0) takes v_ds = 1 here: its codes are 0, P V adds nothing.
 constexpr float kLazyWeightCapLog2 = 8.75f;  // 2^8.75 = 430.5 <= 448, e4m3's largest finite value
 constexpr float kLazyMaxGainLog2 = 8.f;      // gains from 0 to this (and so headroom >= 0.75)
+static_assert(kLazyWeightCapLog2 < 8.8073549f, "the largest weight must stay below e4m3's 448 = 2^8.807");
 // online_update_early's reach: weights taken against a reference up to this far below a block's
 // max (log2 units) are at most 2^(kEarlyExpReachLog2 + gain), finite in fp32 (static_assert below).
 constexpr float kEarlyExpReachLog2 = 100.f;
