@@ -359,33 +359,22 @@ class _RecordingHattn(capi.Hattn):
         self.launched = []
         real, launched = self.lib, self.launched
 
+        def recording(kind, validate):  # an entry point that validates and records instead of launching
+            def launch(p, stream):
+                status = validate(p, None, 0)
+                if status == capi.HATTN_SUCCESS:
+                    launched.append((kind, bytes(p._obj)))
+                return status
+            return launch
+
         class Lib:
+            hattn_fwd = staticmethod(recording("fwd", real.hattn_fwd_validate))
+            hattn_bwd = staticmethod(recording("bwd", real.hattn_bwd_validate))
+            hattn_fp8_prepass = staticmethod(recording("prepass", real.hattn_fp8_prepass_validate))
+            hattn_fwd_fp8 = staticmethod(recording("fwd_fp8", real.hattn_fwd_fp8_validate))
+
             def __getattr__(self, name):
                 return getattr(real, name)
-
-            def hattn_fwd(self, p, stream):
-                status = real.hattn_fwd_validate(p, None, 0)
-                if status == capi.HATTN_SUCCESS:
-                    launched.append(("fwd", bytes(p._obj)))
-                return status
-
-            def hattn_bwd(self, p, stream):
-                status = real.hattn_bwd_validate(p, None, 0)
-                if status == capi.HATTN_SUCCESS:
-                    launched.append(("bwd", bytes(p._obj)))
-                return status
-
-            def hattn_fp8_prepass(self, p, stream):
-                status = real.hattn_fp8_prepass_validate(p, None, 0)
-                if status == capi.HATTN_SUCCESS:
-                    launched.append(("prepass", bytes(p._obj)))
-                return status
-
-            def hattn_fwd_fp8(self, p, stream):
-                status = real.hattn_fwd_fp8_validate(p, None, 0)
-                if status == capi.HATTN_SUCCESS:
-                    launched.append(("fwd_fp8", bytes(p._obj)))
-                return status
 
         self.lib = Lib()
 
