@@ -762,8 +762,7 @@ class Hattn:
 
         planned = out is None and lse is None and stream is None
         if planned:
-            key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
-                   q.device, k.device, v.device, bool(causal), float(softmax_scale), flags, bool(want_lse))
+            key = ("fwd",) + _layout_key(q, k, v) + (bool(causal), float(softmax_scale), flags, bool(want_lse))
             plan = self._plans.get(key)
             if plan is not None:
                 return self._fwd_planned(plan, q, k, v)
@@ -776,7 +775,7 @@ class Hattn:
         check_devices(q=q, k=k, v=v, out=out, **({} if lse is None else {"lse": lse}))
         launch_stream = self._current_stream(q.device, stream)
         if causal:
-            self._attach_walk_workspace(p, q.device, launch_stream[0])
+            p.workspace, p.workspace_size = self._walk_workspace(q.device, launch_stream[0])
         self._launch_on(self.lib.hattn_fwd, p, q.device, launch_stream, self._fwd_failure)
         if planned:
             self._remember(key, (bytes(p), bool(causal), None if lse is None else tuple(lse.shape)))
@@ -840,14 +839,16 @@ class Hattn:
         p.lse = None if lse is None else lse.data_ptr()
         stream = self._current_stream(q.device)
         if causal:  # (the template holds the first call's stream's workspace)
-            self._attach_walk_workspace(p, q.device, stream[0])
+            p.workspace, p.workspace_size = self._walk_workspace(q.device, stream[0])
         self._launch_on(self.lib.hattn_fwd, p, q.device, stream, self._fwd_failure)
         return out, lse
 
-    def _attach_walk_workspace(self, p, device, stream: int) -> None:
-        """The dynamic causal walk's workspace of stream (fwd_workspace_torch) into p, or none."""
+    def _walk_workspace(self, device, stream: int) -> tuple[int | None, int]:
+        """(address, bytes) of the dynamic causal walk's workspace of stream (fwd_workspace_torch),
+        (None, 0) where there is none: what the bf16 forward's workspace and the FP8 forward's
+        schedule_workspace fields take."""
         workspace = self.fwd_workspace_torch(device, stream)
-        p.workspace, p.workspace_size = (None, 0) if workspace is None else (workspace.data_ptr(), workspace.numel())
+        return (None, 0) if workspace is None else (workspace.data_ptr(), workspace.numel())
 
     def _fwd_failure(self, status: int, p) -> str:
         self.check_fwd(p)  # an address the checks reject raises what fwd_torch's checks would
@@ -866,7 +867,7 @@ class Hattn:
         flags |= HATTN_BWD_DETERMINISTIC if deterministic else 0
         planned = dq is None and dk is None and dv is None and workspace is None and stream is None
         if planned:
-            key = ("bwd",) + tuple(x for t in (q, k, v, o, lse, dout) for x in (t.shape, t.stride(), t.dtype, t.device))
+            key = ("bwd",) + _layout_key(q, k, v, o, lse, dout)
             key += (bool(causal), float(softmax_scale), flags)
             plan = self._plans.get(key)
             if plan is not None:
@@ -1041,8 +1042,8 @@ class Hattn:
         self._need_fp8()
         planned = stream is None
         if planned:
-            key = ("prepass",) + tuple(x for t in (q, k, v) for x in (t.shape, t.stride(), t.dtype, t.device))
-            key += tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in (rope_cos, rope_sin))
+            key = ("prepass",) + _layout_key(q, k, v)
+            key += tuple(None if t is None else _layout_key(t) for t in (rope_cos, rope_sin))
             key += (rope, bool(hadamard), seed, rope_q_offset, bool(v_transposed), bool(v_per_head))
             plan = self._plans.get(key)
             if plan is not None:
@@ -1088,8 +1089,7 @@ class Hattn:
         self._need_fp8()
         planned = out is None and lse is None and workspace is None and stream is None
         if planned:
-            key = ("fwd_fp8",) + tuple(x for t in (q8, k8, v8, q_descale, k_descale, v_descale)
-                                       for x in (t.shape, t.stride(), t.dtype, t.device))
+            key = ("fwd_fp8",) + _layout_key(q8, k8, v8, q_descale, k_descale, v_descale)
             key += (bool(causal), float(softmax_scale), out_dtype, bool(want_lse), bool(v_transposed))
             plan = self._plans.get(key)
             if plan is not None:
@@ -1107,9 +1107,8 @@ class Hattn:
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
                       **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))
         launch_stream = self._current_stream(q8.device, stream)
-        schedule = self.fwd_workspace_torch(q8.device, launch_stream[0]) if causal else None  # the dynamic causal walk
-        if schedule is not None:
-            p.schedule_workspace, p.schedule_workspace_size = schedule.data_ptr(), schedule.numel()
+        if causal:  # the dynamic causal walk's workspace, one per stream
+            p.schedule_workspace, p.schedule_workspace_size = self._walk_workspace(q8.device, launch_stream[0])
         self._launch_on(self.lib.hattn_fwd_fp8, p, q8.device, launch_stream, self._fwd_fp8_failure)
         if planned:
             self._remember(key, (bytes(p), out_dtype, None if lse is None else tuple(lse.shape), causal))
@@ -1129,10 +1128,8 @@ class Hattn:
             workspace = self.fwd_fp8_workspace_torch(k8)
             p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
         stream = self._current_stream(q8.device)
-        if causal:  # the dynamic causal walk's workspace, one per stream
-            schedule = self.fwd_workspace_torch(q8.device, stream[0])
-            p.schedule_workspace, p.schedule_workspace_size = (
-                (None, 0) if schedule is None else (schedule.data_ptr(), schedule.numel()))
+        if causal:  # (the template holds the first call's stream's workspace)
+            p.schedule_workspace, p.schedule_workspace_size = self._walk_workspace(q8.device, stream[0])
         self._launch_on(self.lib.hattn_fwd_fp8, p, q8.device, stream, self._fwd_fp8_failure)
         return out, lse
 
@@ -1147,6 +1144,12 @@ class Hattn:
         if validate(ctypes.byref(p), detail, len(detail)) != HATTN_SUCCESS:
             text += f" ({detail.value.decode(errors='replace')})"
         return f"{name}: status {status}: {text}"
+
+
+def _layout_key(*tensors) -> tuple:
+    """What a remembered call's params depend on besides the addresses: each tensor's shape,
+    strides, dtype and device (the *_torch helpers' plan keys)."""
+    return tuple(x for t in tensors for x in (t.shape, t.stride(), t.dtype, t.device))
 
 
 # ---- checks behind the *_torch helpers (what the C API cannot see from pointers and strides) ----
