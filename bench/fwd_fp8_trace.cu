@@ -13,11 +13,11 @@
 // the same SM sub-partition (warp w of each warpgroup shares scheduler w); the spread of a
 // warpgroup's four warps after the issue; and the traced kernel's time beside the library's (the
 // stamps' own cost: within 1% on an H200). Then each tile's phases (HATTN_FP8_TRACE_TILE, seven
-// points of passes 0 .. kTilePasses - 1 of the walk; passes 1 .. kTilePasses - 2 averaged): the tile
-// index, Q and K and the first QK^T, the first softmax, the steady steps, the drain's P V, the
-// epilogue, the gap to the next tile; without a mask, the tile's cost beyond its blocks at the
-// steady state's rate (what a persistent walk pays per tile). Built with HATTN_FP8_VARIANTS
-// (bench/CMakeLists.txt).
+// points of passes 0 .. kTilePasses - 1 of the walk; passes 1 .. kTilePasses - 2 averaged): the
+// wait for the tile, Q and K and the first QK^T, the first softmax, the steady steps, the drain's
+// P V, the epilogue, the gap to the next tile; without a mask, the tile's cost beyond its blocks
+// at the steady state's rate (what a persistent walk pays per tile). Built with
+// HATTN_FP8_VARIANTS (bench/CMakeLists.txt).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -46,7 +46,7 @@ __device__ long long hattn_fp8_trace_clock[trace::kCtas][trace::kConsumers][trac
             hattn_fp8_trace_clock[blockIdx.x][consumer][warp][step][point] = clock64();                         \
     } while (0)
 
-// Tile points of pass `pass`: 0 top of the pass, 1 tile index known, 2 the first QK^T done, 3 the
+// Tile points of pass `pass`: 0 top of the pass, 1 the tile known (handed over by the producer), 2 the first QK^T done, 3 the
 // first softmax done (P ready), 4 the steady steps done, 5 the drain's P V done, 6 O's store issued.
 __device__ long long hattn_fp8_trace_tile[trace::kCtas][trace::kConsumers][trace::kWarps][trace::kTilePasses][trace::kTilePoints];
 
@@ -224,9 +224,10 @@ int main(int argc, char** argv) {
     std::vector<long long> tile_host(sizeof(TileClocks) / sizeof(long long));
     TR_CHECK(cudaMemcpyFromSymbol(tile_host.data(), hattn_fp8_trace_tile, sizeof(TileClocks)));
     const auto& tc = *reinterpret_cast<const TileClocks*>(tile_host.data());
-    const char* phase[] = {"tile index", "Q, K, first QK^T", "first softmax", "steady steps", "drain P V",
+    const char* phase[] = {"tile known", "Q, K, first QK^T", "first softmax", "steady steps", "drain P V",
                            "epilogue", "to next tile"};
-    const int n_blocks = (s + 127) / 128;
+    constexpr int kBlockN = hattn::fwd_fp8::default_block_n(kHeadDim);
+    const int n_blocks = (s + kBlockN - 1) / kBlockN;
     for (int cw = 0; cw < trace::kConsumers; ++cw) {
         double sum[trace::kTilePoints] = {}, period = 0;
         int n = 0;
