@@ -105,6 +105,27 @@ __global__ void quantize_kernel(const uint16_t* x, size_t n, const unsigned* ama
     for (size_t i = first; i < n_descales; i += stride) descales[i] = amax / HATTN_FP8_E4M3_MAX;
 }
 
+// ---- Dequantized e4m3, for the floors ------------------------------------------------------------
+
+// out[i] = fp16(e4m3 x[i] * descale of its (batch, head, 128-row block)), x contiguous [b, s, h, d].
+// fp16 holds every such product within 2^-11 relative (e4m3 carries 3 mantissa bits): the floor's
+// inputs are the quantized values, not a second rounding of them.
+__global__ void dequantize_kernel(const uint8_t* x, const float* descales, size_t n, int seqlen, int heads,
+                                  int head_dim, uint16_t* out) {
+    const int blocks_per_head = (seqlen + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        const size_t row = i / head_dim;  // (b * seqlen + s) * heads + h
+        const int h = static_cast<int>(row % heads);
+        const size_t bs = row / heads;
+        const int s = static_cast<int>(bs % seqlen);
+        const size_t b = bs / seqlen;
+        const float descale = descales[(b * heads + h) * blocks_per_head + s / HATTN_FP8_BLOCK_ROWS];
+        const float value = __half2float(__half(__nv_cvt_fp8_to_halfraw(x[i], __NV_E4M3)));
+        out[i] = __half_as_ushort(__float2half_rn(value * descale));
+    }
+}
+
 // ---- RoPE of the reference's inputs ----------------------------------------------------------------
 
 template <bool kIsBf16>
@@ -414,6 +435,12 @@ double rmse_at_rows(const std::vector<uint16_t>& o, const std::vector<double>& r
     return std::sqrt(err_sq / static_cast<double>(count));
 }
 
+double rmse_between(const std::vector<double>& a, const std::vector<double>& b) {
+    double err_sq = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) err_sq += (a[i] - b[i]) * (a[i] - b[i]);
+    return std::sqrt(err_sq / static_cast<double>(a.size()));
+}
+
 }  // namespace
 
 bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result, std::string* error) {
@@ -438,7 +465,7 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
     const size_t n = static_cast<size_t>(c.batch) * c.seqlen * c.heads * c.head_dim;
     const size_t n_blocks = static_cast<size_t>(c.batch) * c.heads * ((c.seqlen + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS);
     const size_t n_ref = static_cast<size_t>(c.batch) * c.heads * rows * c.head_dim;
-    Buffer q, k, v, q8, k8, v8, qs, ks, vs, o, ws, ref, scratch;
+    Buffer q, k, v, q8, k8, v8, qs, ks, vs, o, ws, ref, scratch, q_deq, k_deq, v_deq, ref_deq;
     const size_t ws_bytes = hattn_fwd_fp8_workspace_size(c.batch, c.heads, c.seqlen, c.head_dim);
     HATTN_ACC_CUDA(q.allocate(n * 2));
     HATTN_ACC_CUDA(k.allocate(n * 2));
@@ -453,6 +480,10 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
     HATTN_ACC_CUDA(ws.allocate(ws_bytes));
     HATTN_ACC_CUDA(ref.allocate(n_ref * sizeof(double)));
     HATTN_ACC_CUDA(scratch.allocate(sizeof(float)));
+    HATTN_ACC_CUDA(q_deq.allocate(n * 2));
+    HATTN_ACC_CUDA(k_deq.allocate(n * 2));
+    HATTN_ACC_CUDA(v_deq.allocate(n * 2));
+    HATTN_ACC_CUDA(ref_deq.allocate(n_ref * sizeof(double)));
     // A different stream of the seed per tensor.
     HATTN_ACC_CUDA(fill_normal_outliers(q.get(), n, dtype, c.seed * 3 + 0, c.outlier_prob, c.outlier_stddev, nullptr));
     HATTN_ACC_CUDA(fill_normal_outliers(k.get(), n, dtype, c.seed * 3 + 1, c.outlier_prob, c.outlier_stddev, nullptr));
@@ -510,6 +541,27 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
         }
         return true;
     };
+    // The floor of the inputs as quantized now: float64 attention of their dequantized values
+    // against the same reference (no kernel: P, its sums and the accumulations stay exact).
+    std::vector<double> ref_deq_h(n_ref);
+    auto measure_floor = [&](double* rmse) -> bool {
+        const int grid = grid_for(n);
+        dequantize_kernel<<<grid, kThreads>>>(q8.get<uint8_t>(), qs.get<float>(), n, c.seqlen, c.heads, c.head_dim,
+                                              q_deq.get<uint16_t>());
+        dequantize_kernel<<<grid, kThreads>>>(k8.get<uint8_t>(), ks.get<float>(), n, c.seqlen, c.heads, c.head_dim,
+                                              k_deq.get<uint16_t>());
+        dequantize_kernel<<<grid, kThreads>>>(v8.get<uint8_t>(), vs.get<float>(), n, c.seqlen, c.heads, c.head_dim,
+                                              v_deq.get<uint16_t>());
+        HATTN_ACC_CUDA(cudaGetLastError());
+        const hattn_fwd_params deq = hattn_fwd_params_contiguous(q_deq.get(), k_deq.get(), v_deq.get(), nullptr,
+                                                                 c.batch, c.heads, c.heads, c.seqlen, c.seqlen,
+                                                                 c.head_dim, HATTN_DTYPE_FP16);
+        HATTN_ACC_CUDA(reference_fwd_fp64_rows(deq, rows, ref_deq.get<double>(), nullptr, nullptr));
+        HATTN_ACC_CUDA(cudaMemcpy(ref_deq_h.data(), ref_deq.get(), n_ref * sizeof(double), cudaMemcpyDeviceToHost));
+        *rmse = rmse_between(ref_deq_h, ref_h);
+        return true;
+    };
+    if (!measure_floor(&result->floor_per_tensor)) return false;
     if (!run_all(&result->rmse_per_tensor, &result->extra_per_tensor)) return false;
 
     // (b), (c): the pre-pass's block scales, without and with the Hadamard transform; then (c) with
@@ -526,6 +578,7 @@ bool measure_fp8_accuracy(const Fp8AccuracyConfig& c, Fp8AccuracyResult* result,
     };
     for (int hadamard = 0; hadamard <= 1; ++hadamard) {
         if (!quantize(hadamard, 0)) return false;
+        if (hadamard && !measure_floor(&result->floor_block_hadamard)) return false;
         if (!run_all(hadamard ? &result->rmse_block_hadamard : &result->rmse_block,
                      hadamard ? &result->extra_block_hadamard : &result->extra_block))
             return false;

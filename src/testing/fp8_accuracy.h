@@ -10,6 +10,7 @@
 //   block           hattn_fp8_prepass's 128-row block scales, no Hadamard;
 //   block+hadamard  the pre-pass with its random-sign Hadamard on Q and K (incoherent processing);
 //                   and the same with one V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD).
+// For (a) and (c) also the floor: the float64 attention of the quantized inputs themselves.
 // The three FP8 variants all run hattn_fwd_fp8; per-tensor fills every block's descale with the
 // one tensor-wide value (hattn_fwd_fp8 takes per-block descales, and equal ones are a per-tensor
 // scale).
@@ -94,6 +95,11 @@ struct Fp8AccuracyResult {
     double rmse_block = 0;        // (b) 128-row block scales, no Hadamard
     double rmse_block_hadamard = 0;  // (c) block scales + random-sign Hadamard
     double rmse_block_hadamard_v_head = 0;  // (c) with one V descale per head (HATTN_*_V_PER_HEAD)
+    // The floors: float64 attention of the dequantized e4m3 inputs of (a) and of (c), against the
+    // same reference -- what e4m3's rounding of Q, K and V costs before any kernel rounds P or
+    // accumulates (a kernel's RMSE minus its floor is the kernel's own share).
+    double floor_per_tensor = 0;
+    double floor_block_hadamard = 0;
     double reference_ms = 0;      // wall time of the float64 reference
     std::vector<double> extra_per_tensor, extra_block, extra_block_hadamard;  // per extra forward
 };
