@@ -21,6 +21,11 @@ constexpr double kGoalRmse = 9e-3;
 constexpr double kGoalRatio = 2.5;
 constexpr int kGoalSeqlen = 4096;
 constexpr int kGoalHeadDim = 128;
+// The goal is read on a second d128 row with this many times the batch and the heads of the first:
+// one head's RMSE moves +-20% with the draw of its inputs (the few rows where an outlier aligned in
+// q and k takes the softmax dominate it), so 4 heads give a figure good to ~10% and 64 to ~3%.
+constexpr int kGoalBatchFactor = 2;
+constexpr int kGoalHeadsFactor = 8;
 
 struct AccuracyOptions {
     int batch = 1;
@@ -43,8 +48,10 @@ void print_accuracy_help() {
         "  (a)   e4m3 with one scale per tensor, no Hadamard (the plain FP8 baseline)\n"
         "  (b)   hattn_fp8_prepass's 128-row block scales, no Hadamard\n"
         "  (c)   block scales + random-sign Hadamard on Q and K (incoherent processing)\n"
-        "all FP8 variants through hattn_fwd_fp8. First at seqlen 4096 for each --dims (batch x heads, and\n"
-        "2 x batch, 2 x heads at d128), then at d128 against the sequence length (--seqlens, batch 1).\n"
+        "all FP8 variants through hattn_fwd_fp8, and the floors: float64 attention of the e4m3 inputs of (a)\n"
+        "and (c) themselves, what their rounding alone costs. First at seqlen 4096 for each --dims (batch x\n"
+        "heads, and at d128 also %d x batch, %d x heads: the goal line reads that larger sample), then at d128\n"
+        "against the sequence length (--seqlens, batch 1).\n"
         "\n"
         "options:\n"
         "  --batch N        batch of the seqlen-4096 rows (1)\n"
@@ -58,7 +65,7 @@ void print_accuracy_help() {
         "\n"
         "exit status: 0 measured (the goal line says whether (c) <= %.0e and (a)/(c) >= %.1f at 4k d128),\n"
         "2 bad arguments, 3 CUDA/device error\n",
-        kGoalRmse, kGoalRatio);
+        kGoalBatchFactor, kGoalHeadsFactor, kGoalRmse, kGoalRatio);
 }
 
 std::vector<int> parse_list(const std::string& flag, const std::string& text) {
@@ -149,12 +156,12 @@ int run_accuracy_fp8(int argc, char** argv, int first) {
         c.seed = o.seed;
         table.push_back(c);
         if (d == kGoalHeadDim) {
-            c.batch = 2 * o.batch;
-            c.heads = 2 * o.heads;
+            c.batch = kGoalBatchFactor * o.batch;
+            c.heads = kGoalHeadsFactor * o.heads;
             table.push_back(c);
         }
     }
-    double goal_rmse = -1, goal_ratio = -1;
+    double goal_rmse = -1, goal_ratio = -1, goal_floor = -1, goal_floor_ratio = -1;
     std::string error;
     if (!table.empty()) {
         std::printf("seqlen 4096:\n");
@@ -167,9 +174,11 @@ int run_accuracy_fp8(int argc, char** argv, int first) {
             return kExitCuda;
         }
         print_row(c, r);
-        if (c.head_dim == kGoalHeadDim && goal_rmse < 0) {
+        if (c.head_dim == kGoalHeadDim) {  // the last d128 row: the larger sample
             goal_rmse = r.rmse_block_hadamard;
             goal_ratio = r.rmse_per_tensor / r.rmse_block_hadamard;
+            goal_floor = r.floor_block_hadamard;
+            goal_floor_ratio = r.floor_per_tensor / r.floor_block_hadamard;
         }
     }
     if (!o.seqlens.empty()) {
@@ -196,6 +205,10 @@ int run_accuracy_fp8(int argc, char** argv, int first) {
         std::printf("\ngoal at seqlen 4096, d 128: (c) %.3e (<= %.0e: %s), (a)/(c) %.2f (>= %.1f: %s) -> %s\n", goal_rmse,
                     kGoalRmse, goal_rmse <= kGoalRmse ? "yes" : "no", goal_ratio, kGoalRatio,
                     goal_ratio >= kGoalRatio ? "yes" : "no", met ? "MET" : "NOT MET");
+        std::printf("  (%d x batch, %d x heads; the inputs' own floors there: (c) %.3e, so the kernel adds %.1f%%; "
+                    "(a)/(c) %.2f)\n",
+                    kGoalBatchFactor, kGoalHeadsFactor, goal_floor, 100.0 * (goal_rmse / goal_floor - 1.0),
+                    goal_floor_ratio);
     }
     return kExitPass;
 }
