@@ -68,10 +68,10 @@ class Forward:
         p = lib.lib.hattn_fwd_params_contiguous(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                                                 b, h, h, s, s, d, HATTN_DTYPE_BF16)
         p.causal = int(causal)
-        if causal:  # the dynamic causal walk's counters (zero-filled once; every call leaves them so)
-            ws = lib.fwd_workspace_torch(out.device, self.stream.value or 0)
-            if ws is not None:
-                p.workspace, p.workspace_size = ws.data_ptr(), ws.numel()
+        # The dynamic walk's counters (zero-filled once; every call leaves them so), full masks too.
+        ws = lib.fwd_workspace_torch(out.device, self.stream.value or 0)
+        if ws is not None:
+            p.workspace, p.workspace_size = ws.data_ptr(), ws.numel()
         return p
 
     def _cudnn(self, key, i):

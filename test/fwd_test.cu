@@ -620,6 +620,9 @@ std::vector<Case> workspace_cases() {
     cases.push_back(make_case(2, 3, 1, 300, 4097, 256, HATTN_DTYPE_BF16, true));    // sections of 4 and 2 pairs
     cases.push_back(make_case(1, 4, 4, 8192, 8192, 64, HATTN_DTYPE_BF16, true));
     cases.push_back(make_case(2, 4, 2, 190, 260, 128, HATTN_DTYPE_FP16, true, Layout::kHeadMajorPadded));
+    // Full masks whose last d64 tile is partial (the dynamic walk with HATTN_FWD_DYNAMIC_FULL).
+    cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, false));
+    cases.push_back(make_case(2, 24, 8, 1100, 1300, 64, HATTN_DTYPE_FP16, false));
     for (Case& c : cases) c.workspace = true;
     return finish(cases, 8);
 }

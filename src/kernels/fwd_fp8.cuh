@@ -155,6 +155,14 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #define HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS 1
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
+// 1: a full-mask problem with a workspace takes the dynamic walk where its last query tile is
+// partial and skipped in part (the 16-bit forward's HATTN_FWD_DYNAMIC_FULL, kernels/fwd_rules.h).
+#ifndef HATTN_FWD_FP8_DYNAMIC_FULL
+#define HATTN_FWD_FP8_DYNAMIC_FULL 0
+#endif
+constexpr bool dynamic_full(int consumers, int block_m, int seqlen_q) {
+    return HATTN_FWD_FP8_DYNAMIC_FULL != 0 && skip_hidden_blocks(consumers) && seqlen_q % block_m != 0;
+}
 // P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
 // The gain costs nothing: it is part of the exponent, and O and the row sum share it.
 static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2 && kDefaultPGainLog2 <= kLazyMaxGainLog2,
@@ -987,9 +995,11 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     }
     p.scale = a.softmax_scale;
     p.p_gain_log2 = static_cast<float>(Cfg::Opt::kPGainLog2 > 0 ? Cfg::Opt::kPGainLog2 : lazy_p_gain_log2(a.seqlen_k));
-    // Causal with a workspace: the dynamic walk on a persistent grid (kDynamicCausal).
-    const bool dynamic = Cfg::kTileHandOff && a.causal && kDynamicCausal && a.schedule_workspace != nullptr &&
-                         a.seqlen_k >= dynamic_causal_min_seqlen_k(Cfg::kConsumers);
+    // With a workspace the dynamic walk on a persistent grid: causal (kDynamicCausal) and full
+    // masks with a partial last tile (dynamic_full).
+    const bool dynamic = Cfg::kTileHandOff && a.schedule_workspace != nullptr &&
+                         (a.causal ? kDynamicCausal && a.seqlen_k >= dynamic_causal_min_seqlen_k(Cfg::kConsumers)
+                                   : dynamic_full(Cfg::kConsumers, Cfg::kBlockM, a.seqlen_q));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= fwd::kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) p.scheduler.tile_counter = static_cast<int32_t*>(a.schedule_workspace);
 

@@ -53,6 +53,18 @@
 #define HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K 1024
 #endif
 
+// 1: a full-mask problem given a workspace takes the dynamic walk too where its last query tile
+// is partial and the tile's consumers skip the rows past seqlen_q (skip_hidden_blocks: d64's
+// 192-row tile pads 4096 rows to 22 tiles, its last one a single 64-row slice). Such tail tiles
+// cost a third to two thirds of a tile; the fixed walk's passes count them as whole ones, so some
+// CTAs walk one tile more than the rest (22 against 21.3 on average at 4k), while tiles handed out
+// from the counter in order fill the last pass (a model of the grid: +2.3% at 2k-4k, +8-10% at
+// 512-1k, nothing at 8k-16k, where 8192 = 42 2/3 tiles leaves the walk whole). 0: full masks
+// ignore the workspace.
+#ifndef HATTN_FWD_DYNAMIC_FULL
+#define HATTN_FWD_DYNAMIC_FULL 0
+#endif
+
 // 1: the producer announces each tile's index on an mbarrier of its own as soon as it holds the
 // tile's Q slot, before Q's TMA lands, so the consumers set the tile up (its rows, mask bounds,
 // zeroed O, softmax state) while Q loads; 0: the index arrives with Q and the set-up waits for it
@@ -123,6 +135,10 @@ constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE !=
 #define HATTN_FWD_SKIP_HIDDEN_BLOCKS 1
 #endif
 constexpr bool skip_hidden_blocks(int block_m, int block_n) { return HATTN_FWD_SKIP_HIDDEN_BLOCKS != 0 && block_m > block_n; }
+// Whether a full-mask problem with a workspace takes the dynamic walk (HATTN_FWD_DYNAMIC_FULL).
+constexpr bool dynamic_full(int block_m, int block_n, int seqlen_q) {
+    return HATTN_FWD_DYNAMIC_FULL != 0 && skip_hidden_blocks(block_m, block_n) && seqlen_q % block_m != 0;
+}
 
 // 1: the unmasked steady-state steps exponentiate against the rows' current (lazy) references
 // with no row max ahead of the exps, and move a reference only when a row's sum says a weight grew
