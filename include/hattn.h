@@ -94,7 +94,9 @@ typedef struct hattn_fwd_params {
      * zero-filled once before its first use (cudaMemset); every call leaves it zero-filled again.
      * With it, causal problems run on one thread block per SM that take their tiles from a
      * counter in the workspace, longest first, from 1k keys on (d64: over 256; faster:
-     * bench/RESULTS.md runs 46, 50, 51); without it they keep a fixed tile order. Two calls in flight at once (on different streams)
+     * bench/RESULTS.md runs 46, 50, 51); without it they keep a fixed tile order. So do d64
+     * problems without a mask whose query length is not a multiple of 192, up to 8192 keys (their
+     * partial last tiles fill the grid's last pass: +2-8%, run 55d). Two calls in flight at once (on different streams)
      * need separate workspaces (not checked). workspace_size is its size in bytes. */
     void* workspace;
     size_t workspace_size;
@@ -355,7 +357,8 @@ typedef struct hattn_fwd_fp8_params {
      * a stream): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned, zero-filled
      * before the first call and left zero-filled by every call. With it causal problems of >= 1280
      * keys (d64: >= 512) run on one thread block per SM that takes its tiles from a counter there,
-     * longest first (faster: bench/RESULTS.md runs 47, 51 and 54h).
+     * longest first (faster: bench/RESULTS.md runs 47, 51 and 54h), and so do d64 problems
+     * without a mask whose query length is not a multiple of 192, up to 8192 keys (run 55d).
      * schedule_workspace_size is its size in bytes. */
     void* schedule_workspace;
     size_t schedule_workspace_size;

@@ -51,7 +51,7 @@ defs() {
     early) echo "-DHATTN_SCHED_CLAIM_AFTER_LOADS=0" ;;  # the dynamic walk claims the next tile right after the current tile's Q load (run 46a)
     announce) echo "${D}TILE_ANNOUNCE=1" ;;  # the tile index on its own mbarrier, ahead of Q (the default since run 47)
     announce0) echo "${D}TILE_ANNOUNCE=0" ;;  # the tile index with Q (before run 47)
-    dynfull) echo "${D}DYNAMIC_FULL=1" ;;  # full masks with a partial last query tile (d64: 192 rows) on the dynamic walk too
+    dynfull0) echo "${D}DYNAMIC_FULL=0" ;;  # full masks ignore the workspace: d64's partial last tiles on the fixed walk (before run 55)
     dyn512) echo "${D}DYNAMIC_CAUSAL_MIN_SEQLEN_K=512" ;;  # the dynamic causal walk from 512 keys (default 1k; d64's 192-row tile at every length)
     ctile) echo "${D}PERSISTENT_CAUSAL_MAX_SEQLEN_K=0" ;;  # causal problems the dynamic walk does not take (< 1k keys) on one CTA per tile
     skip0) echo "${D}SKIP_HIDDEN_BLOCKS=0" ;;  # consumers compute (masked) the blocks none of their rows sees (before run 50)

@@ -392,8 +392,8 @@ def run_sweep(args, hattn: Hattn, cases: list[Case], ablation_flags: dict[Case, 
                 p.v_batch_stride, p.v_seq_stride, p.v_head_stride = v.stride(0), v.stride(1), v.stride(2)
                 p.o_batch_stride, p.o_seq_stride, p.o_head_stride = out.stride(0), out.stride(1), out.stride(2)
                 p.dtype, p.softmax_scale, p.causal, p.flags = hattn_dtype, 0.0, int(case.causal), flags
-                workspace = hattn.fwd_workspace_torch(out.device, stream.value or 0) if case.causal else None
-                if workspace is not None:  # the dynamic causal walk's counters (include/hattn.h)
+                workspace = hattn.fwd_workspace_torch(out.device, stream.value or 0)
+                if workspace is not None:  # the dynamic walk's counters (include/hattn.h)
                     p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
                 params.append(p)
 
@@ -953,8 +953,8 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
 
         # --- hattn bf16 ---
         out_bf16 = torch.empty_like(sets[0][0])
-        # The dynamic causal walk's counters (include/hattn.h), for both forwards on this stream.
-        ws = hattn.fwd_workspace_torch(device, torch.cuda.current_stream().cuda_stream) if case.causal else None
+        # The dynamic walk's counters (include/hattn.h), for both forwards on this stream.
+        ws = hattn.fwd_workspace_torch(device, torch.cuda.current_stream().cuda_stream)  # the dynamic walk's
         try:
             params = [hattn.fwd_params_torch(q, k, v, out_bf16, causal=case.causal, workspace=ws) for q, k, v in sets]
             run_bf16 = launcher(hattn.lib.hattn_fwd, params, "hattn_fwd")
@@ -989,7 +989,7 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
                     fwd_params.append(p)
                 run_prepass = launcher(hattn.lib.hattn_fp8_prepass, pre_params, "hattn_fp8_prepass")
                 run_e4m3 = launcher(hattn.lib.hattn_fwd_fp8, fwd_params, "hattn_fwd_fp8")
-                if args.fp8_fixed_walk and ws is not None:  # the A/B of the dynamic causal walk
+                if args.fp8_fixed_walk and ws is not None:  # the A/B of the dynamic walk
                     fixed_params = []
                     for p in fwd_params:
                         fixed = type(p).from_buffer_copy(p)

@@ -87,7 +87,7 @@ struct Case {
     int k_jump_log2 = 0;
     int section_heads = 0;  // > 0: tiles in sections of this many (head, batch) pairs (Fp8FwdArgs::section_heads)
     bool v_per_head = false;  // V quantized with one descale per (batch, head), as HATTN_FP8_PREPASS_V_PER_HEAD does
-    bool schedule = false;  // with a schedule workspace (causal >= 1k keys: the dynamic walk)
+    bool schedule = false;  // with a schedule workspace (causal >= 1k keys, d64's partial full tiles: the dynamic walk)
 };
 
 // c with a schedule workspace.
@@ -445,7 +445,8 @@ std::vector<Case> kernel_cases() {
         all.push_back(scheduled(walked({1, 4, 2, 1300, 1300, true, false, HATTN_DTYPE_BF16, d}, 3)));  // 3 CTAs claim 28-44 tiles
         all.push_back(scheduled({2, 4, 2, 600, 700, true, false, HATTN_DTYPE_BF16, d}));     // d64 dynamic, d128 fixed
         all.push_back(scheduled({1, 4, 4, 300, 390, true, false, HATTN_DTYPE_BF16, d}));     // short: fixed walk
-        all.push_back(scheduled({2, 3, 1, 1031, 1100, false, false, HATTN_DTYPE_BF16, d}));  // full: ignored
+        all.push_back(scheduled({2, 3, 1, 1031, 1100, false, false, HATTN_DTYPE_BF16, d}));  // full: d64 dynamic (a partial tile), else ignored
+        all.push_back(scheduled(walked({1, 4, 2, 1300, 1300, false, false, HATTN_DTYPE_BF16, d}, 3)));  // ... 3 CTAs claim
     }
 #ifdef HATTN_FP8_VARIANTS
     // Every variant but the default (index 0 is hattn_fwd_fp8's own path): long rows (many blocks:

@@ -156,12 +156,16 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
 // 1: a full-mask problem with a workspace takes the dynamic walk where its last query tile is
-// partial and skipped in part (the 16-bit forward's HATTN_FWD_DYNAMIC_FULL, kernels/fwd_rules.h).
+// partial and skipped in part, up to kDynamicFullMaxSeqlenK keys (the 16-bit forward's
+// HATTN_FWD_DYNAMIC_FULL, kernels/fwd_rules.h): d64 +7.1 / +5.9 / +1.4 / +1.7 / +0.5% at 512 /
+// 1k / 2k / 4k / 8k keys, -1.5% at 16k (bench/RESULTS.md run 55d, H100).
 #ifndef HATTN_FWD_FP8_DYNAMIC_FULL
-#define HATTN_FWD_FP8_DYNAMIC_FULL 0
+#define HATTN_FWD_FP8_DYNAMIC_FULL 1
 #endif
-constexpr bool dynamic_full(int consumers, int block_m, int seqlen_q) {
-    return HATTN_FWD_FP8_DYNAMIC_FULL != 0 && skip_hidden_blocks(consumers) && seqlen_q % block_m != 0;
+constexpr int kDynamicFullMaxSeqlenK = 8192;
+constexpr bool dynamic_full(int consumers, int block_m, int seqlen_q, int seqlen_k) {
+    return HATTN_FWD_FP8_DYNAMIC_FULL != 0 && skip_hidden_blocks(consumers) && seqlen_q % block_m != 0 &&
+           seqlen_k <= kDynamicFullMaxSeqlenK;
 }
 // P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
 // The gain costs nothing: it is part of the exponent, and O and the row sum share it.
@@ -999,7 +1003,7 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     // masks with a partial last tile (dynamic_full).
     const bool dynamic = Cfg::kTileHandOff && a.schedule_workspace != nullptr &&
                          (a.causal ? kDynamicCausal && a.seqlen_k >= dynamic_causal_min_seqlen_k(Cfg::kConsumers)
-                                   : dynamic_full(Cfg::kConsumers, Cfg::kBlockM, a.seqlen_q));
+                                   : dynamic_full(Cfg::kConsumers, Cfg::kBlockM, a.seqlen_q, a.seqlen_k));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= fwd::kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) p.scheduler.tile_counter = static_cast<int32_t*>(a.schedule_workspace);
 

@@ -774,11 +774,11 @@ class Hattn:
         self.check_fwd(p)
         check_devices(q=q, k=k, v=v, out=out, **({} if lse is None else {"lse": lse}))
         launch_stream = self._current_stream(q.device, stream)
-        if causal:
-            p.workspace, p.workspace_size = self._walk_workspace(q.device, launch_stream[0])
+        # The dynamic walk's counters: causal problems and d64's partial tiles (include/hattn.h).
+        p.workspace, p.workspace_size = self._walk_workspace(q.device, launch_stream[0])
         self._launch_on(self.lib.hattn_fwd, p, q.device, launch_stream, self._fwd_failure)
         if planned:
-            self._remember(key, (bytes(p), bool(causal), None if lse is None else tuple(lse.shape)))
+            self._remember(key, (bytes(p), None if lse is None else tuple(lse.shape)))
         return out, lse
 
     # Layouts remembered by fwd_torch / bwd_torch; past this many the memory starts afresh (a
@@ -831,15 +831,15 @@ class Hattn:
     def _fwd_planned(self, plan, q, k, v):
         import torch
 
-        template, causal, lse_shape = plan
+        template, lse_shape = plan
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = None if lse_shape is None else torch.empty(lse_shape, dtype=torch.float32, device=q.device)
         p = HattnFwdParams.from_buffer_copy(template)
         p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()
         p.lse = None if lse is None else lse.data_ptr()
         stream = self._current_stream(q.device)
-        if causal:  # (the template holds the first call's stream's workspace)
-            p.workspace, p.workspace_size = self._walk_workspace(q.device, stream[0])
+        # This call's stream's workspace (the template holds the first call's).
+        p.workspace, p.workspace_size = self._walk_workspace(q.device, stream[0])
         self._launch_on(self.lib.hattn_fwd, p, q.device, stream, self._fwd_failure)
         return out, lse
 
@@ -1107,17 +1107,17 @@ class Hattn:
         check_devices(q8=q8, k8=k8, v8=v8, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out=out,
                       **({} if workspace is None else {"workspace": workspace}), **({} if lse is None else {"lse": lse}))
         launch_stream = self._current_stream(q8.device, stream)
-        if causal:  # the dynamic causal walk's workspace, one per stream
-            p.schedule_workspace, p.schedule_workspace_size = self._walk_workspace(q8.device, launch_stream[0])
+        # The dynamic walk's workspace, one per stream (causal problems and d64's partial tiles).
+        p.schedule_workspace, p.schedule_workspace_size = self._walk_workspace(q8.device, launch_stream[0])
         self._launch_on(self.lib.hattn_fwd_fp8, p, q8.device, launch_stream, self._fwd_fp8_failure)
         if planned:
-            self._remember(key, (bytes(p), out_dtype, None if lse is None else tuple(lse.shape), causal))
+            self._remember(key, (bytes(p), out_dtype, None if lse is None else tuple(lse.shape)))
         return out, lse
 
     def _fwd_fp8_planned(self, plan, q8, k8, v8, q_descale, k_descale, v_descale):
         import torch
 
-        template, out_dtype, lse_shape, causal = plan
+        template, out_dtype, lse_shape = plan
         out = torch.empty(q8.shape, dtype=out_dtype, device=q8.device)
         lse = None if lse_shape is None else torch.empty(lse_shape, dtype=torch.float32, device=q8.device)
         p = HattnFwdFp8Params.from_buffer_copy(template)
@@ -1128,8 +1128,8 @@ class Hattn:
             workspace = self.fwd_fp8_workspace_torch(k8)
             p.workspace, p.workspace_size = workspace.data_ptr(), workspace.numel()
         stream = self._current_stream(q8.device)
-        if causal:  # (the template holds the first call's stream's workspace)
-            p.schedule_workspace, p.schedule_workspace_size = self._walk_workspace(q8.device, stream[0])
+        # This call's stream's workspace (the template holds the first call's).
+        p.schedule_workspace, p.schedule_workspace_size = self._walk_workspace(q8.device, stream[0])
         self._launch_on(self.lib.hattn_fwd_fp8, p, q8.device, stream, self._fwd_fp8_failure)
         return out, lse
 
