@@ -9,7 +9,8 @@
 //   transpose/e4m3/... that transpose alone (what an in-kernel transpose would save); its TFLOPS
 //                     counter is the forward's FLOPs over the transpose's time, so 1 / (1/fwd_fp8
 //                     - 1/transpose) is what fwd_fp8 would reach without it
-// Counters as bench/fwd_bench.cu: TFLOPS = 4 b h s^2 d / seconds (half for causal), and
+// Both forwards get the scheduler workspace users are told to pass (include/hattn.h: the dynamic
+// tile walk of causal problems). Counters as bench/fwd_bench.cu: TFLOPS = 4 b h s^2 d / seconds (half for causal), and
 // pct_of_989 (the bf16 peak; the e4m3 dense peak is twice that, 1979).
 //
 // NOTES: one input set per dtype (fwd_bench rotates two to keep K/V out of L2 between launches;
@@ -52,6 +53,7 @@ public:
     void* o = nullptr;
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
+    void* schedule = nullptr;  // the scheduler's workspace (the dynamic tile walk), zero-filled once
 
 private:
     std::string fill(hattn::bench::DeviceArena& arena) {
@@ -69,6 +71,9 @@ private:
         // The largest V^T over the sweep: keys are a multiple of 32 for every seqlen here.
         workspace_bytes = size_t(kTensorElements);
         if (std::string e = arena.allocate(&workspace, workspace_bytes); !e.empty()) return e;
+        if (std::string e = arena.allocate(&schedule, hattn_fwd_workspace_size()); !e.empty()) return e;
+        if (const cudaError_t rc = cudaMemset(schedule, 0, hattn_fwd_workspace_size()); rc != cudaSuccess)
+            return cuda_error("cudaMemset", rc);
         return arena.allocate(&o, size_t(kTensorElements) * 2);
     }
     hattn::bench::DeviceArena arena_{[this](hattn::bench::DeviceArena& a) { return fill(a); }};
@@ -95,6 +100,8 @@ void bench_bf16(benchmark::State& state, Buffers& b, Shape s) {
     hattn_fwd_params p = hattn_fwd_params_contiguous(b.bf16[0], b.bf16[1], b.bf16[2], b.o, s.batch(), s.heads(),
                                                      s.heads(), s.seqlen, s.seqlen, s.head_dim, HATTN_DTYPE_BF16);
     p.causal = s.causal ? 1 : 0;
+    p.workspace = b.schedule;  // one scheduler workspace serves both forwards on a stream
+    p.workspace_size = hattn_fwd_workspace_size();
     cudaStream_t stream = b.stream();
     hattn::bench::run_timed(state, stream, s.forward_flops(), [&](std::string* error) {
         const hattn_status st = hattn_fwd(&p, stream);
@@ -121,6 +128,8 @@ void bench_fp8(benchmark::State& state, Buffers& b, Shape s) {
     p.causal = s.causal ? 1 : 0;
     p.workspace = b.workspace;
     p.workspace_size = b.workspace_bytes;
+    p.schedule_workspace = b.schedule;  // as the library's users are told to (include/hattn.h)
+    p.schedule_workspace_size = hattn_fwd_workspace_size();
     cudaStream_t stream = b.stream();
     hattn::bench::run_timed(state, stream, s.forward_flops(), [&](std::string* error) {
         const hattn_status st = hattn_fwd_fp8(&p, stream);
