@@ -144,7 +144,7 @@ int run_accuracy_fp8(int argc, char** argv, int first) {
                 "Hadamard on Q and K; (c) V/head: (c) with one V descale per head. FlashAttention-3 reports (a) 2.4e-2,\n"
                 "(c) 9.1e-3, FP16 1.9e-4-3.2e-4. The floors: float64 attention of the e4m3 inputs of (a) and (c)\n"
                 "themselves (exact P, sums and accumulation), against the same reference; 'ratio' is (a)/(c) of\n"
-                "the floors, the most any kernel on those inputs could show.\n\n");
+                "the floors, what exact attention of those inputs shows.\n\n");
     std::vector<testing::Fp8AccuracyConfig> table;
     for (int d : o.dims) {
         testing::Fp8AccuracyConfig c;
