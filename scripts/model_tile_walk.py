@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How evenly each tile walk of hattn's causal forward spreads its work over a persistent grid.
+"""How evenly each tile walk of hattn's forward spreads its work over a persistent grid.
 
 A model, not a measurement: a tile costs its KV blocks (the causal mask's n_blocks for its query
 block) plus a fixed start-up cost in blocks (--overhead), and every CTA runs at the same speed. For
@@ -19,7 +19,13 @@ TileScheduler::grid_ctas gives a fixed walk. Shapes as scripts/compare_torch.py'
 seqlen = --tokens, heads = --width / head_dim, the forward's tile per head dim and length
 (kernels/fwd_rules.h).
 
-  python3 scripts/model_tile_walk.py [--sms 132] [--overhead 2] [--ahead 2]
+With --mask full every tile sees every KV block, but a tail tile's 64-row slices past seqlen_q skip
+them where the tile is taller than its blocks (kernels/fwd_rules.h skip_hidden_blocks: d64's 192 x
+128, d256's 128 x 64); such a tile costs its blocks times SOLO_SHARE + (1 - SOLO_SHARE) x (its
+active slices / all), and the order is head by head for every walk (no sections without a mask).
+There the dynamic walk is what a workspace gives d64's partial tiles (HATTN_FWD_DYNAMIC_FULL).
+
+  python3 scripts/model_tile_walk.py [--sms 132] [--overhead 2] [--ahead 2] [--mask causal|full]
 """
 import argparse
 import heapq
@@ -27,6 +33,11 @@ import math
 
 SECTION_L2_BYTES = 16 << 20  # TileScheduler::kSectionL2Bytes
 ELEM_BYTES = 2  # bf16 / fp16
+SLICE_ROWS = 64  # one consumer warpgroup's rows of a tile
+# A tail tile's cost per block with only some slices active, as a share of a whole tile's: the
+# active consumers still wait on their own GEMM -> softmax chain (a fit to run 55d: one slice of
+# three ~0.5, two ~0.75).
+SOLO_SHARE = 0.25
 
 
 def tile_shape(head_dim: int, seqlen: int) -> tuple[int, int]:
@@ -34,6 +45,20 @@ def tile_shape(head_dim: int, seqlen: int) -> tuple[int, int]:
     if head_dim == 64:
         return (128, 128) if seqlen <= 640 else (192, 128)  # HATTN_FWD_D64_CAUSAL_NARROW_MAX_SEQLEN
     return (128, 128) if head_dim == 128 else (128, 64)
+
+
+def full_tile_costs(head_dim: int, seqlen: int, tokens: int, width: int) -> list[float]:
+    """Each full-mask tile's cost in KV blocks, head by head, query blocks in order."""
+    block_m, block_n = (192, 128) if head_dim == 64 else tile_shape(head_dim, seqlen)
+    pairs = (width // head_dim) * max(1, tokens // seqlen)
+    n_blocks = math.ceil(seqlen / block_n)
+    slices = block_m // SLICE_ROWS
+    costs = []
+    for m in range(math.ceil(seqlen / block_m)):
+        active = math.ceil(min(block_m, seqlen - m * block_m) / SLICE_ROWS)
+        share = SOLO_SHARE + (1 - SOLO_SHARE) * active / slices if block_m > block_n else 1.0
+        costs.append(n_blocks * share)
+    return costs * pairs
 
 
 def tile_costs(head_dim: int, seqlen: int, tokens: int, width: int, sections: bool) -> list[int]:
@@ -51,7 +76,7 @@ def tile_costs(head_dim: int, seqlen: int, tokens: int, width: int, sections: bo
     return costs
 
 
-def fixed_walk(costs: list[int], ctas: int, overhead: float) -> float:
+def fixed_walk(costs: list[float], ctas: int, overhead: float) -> float:
     finish = [0.0] * ctas
     for b in range(ctas):
         p = 0
@@ -61,7 +86,7 @@ def fixed_walk(costs: list[int], ctas: int, overhead: float) -> float:
     return max(finish)
 
 
-def dynamic_walk(costs: list[int], ctas: int, overhead: float, ahead: float | None) -> float:
+def dynamic_walk(costs: list[float], ctas: int, overhead: float, ahead: float | None) -> float:
     """ahead None: claim at the tile's start; else claim `ahead` blocks before it ends."""
     queue = [[costs[b]] if b < len(costs) else [] for b in range(ctas)]
     events = [(0.0, 0, b) for b in range(ctas) if queue[b]]  # (time, kind 0 start / 1 claim, cta)
@@ -91,14 +116,18 @@ def main() -> None:
     ap.add_argument("--ahead", type=float, default=2.0, help="dyn-late: blocks between the claim and the tile's end")
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--mask", choices=("causal", "full"), default="causal")
     a = ap.parse_args()
-    print(f"finish / ideal on {a.sms} CTAs (tile start-up {a.overhead} blocks)")
+    print(f"finish / ideal on {a.sms} CTAs (tile start-up {a.overhead} blocks), {a.mask} masks")
     print("| d | seqlen | tiles | fixed | dyn-early | dyn-late | list |")
     print("|---|---|---|---|---|---|---|")
     for d in (64, 128, 256):
         for s in (512, 1024, 2048, 4096, 8192, 16384):
-            by_head = tile_costs(d, s, a.tokens, a.width, sections=False)
-            costs = tile_costs(d, s, a.tokens, a.width, sections=True)
+            if a.mask == "full":
+                by_head = costs = full_tile_costs(d, s, a.tokens, a.width)
+            else:
+                by_head = tile_costs(d, s, a.tokens, a.width, sections=False)
+                costs = tile_costs(d, s, a.tokens, a.width, sections=True)
             ideal = (sum(costs) + a.overhead * len(costs)) / a.sms
             row = [fixed_walk(by_head, a.sms, a.overhead), dynamic_walk(costs, a.sms, a.overhead, None),
                    dynamic_walk(costs, a.sms, a.overhead, a.ahead), dynamic_walk(costs, a.sms, a.overhead, 0.0)]
