@@ -176,6 +176,18 @@ TEST(Sm90Scheduler, MakeSizesCausalSectionsToTheL2ShareAndKeepsFullMasksHeadByHe
     EXPECT_EQ(s.section_heads, 4) << "a dynamic walk keeps the sections";
 }
 
+// Full masks take the dynamic walk only for a partial last tile whose empty slices skip, up to
+// the length limit (d64's 192-row tile: 4096 = 21 1/3 tiles, 3840 = 20 whole ones).
+TEST(Sm90Scheduler, FullMasksWalkDynamicallyOnlyForAPartialTailThatSkips) {
+    constexpr int kMax = TileScheduler::kPartialTailMaxSeqlenK;
+    EXPECT_TRUE(TileScheduler::partial_tail_walk(true, 192, 4096, 4096));
+    EXPECT_TRUE(TileScheduler::partial_tail_walk(true, 192, 1, kMax));
+    EXPECT_FALSE(TileScheduler::partial_tail_walk(true, 192, 3840, 3840)) << "whole tiles only";
+    EXPECT_FALSE(TileScheduler::partial_tail_walk(false, 192, 4096, 4096)) << "a tile that does not skip";
+    EXPECT_FALSE(TileScheduler::partial_tail_walk(true, 192, 4096, kMax + 1)) << "past the length limit";
+    EXPECT_FALSE(TileScheduler::partial_tail_walk(true, 128, 4096, 4096));
+}
+
 TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {
     using Tile = hattn::sm90::SwizzledTile<hattn::sm90::Bf16, 64, 128>;
     static_assert(Tile::kAtoms == 2 && Tile::kBytes == 64 * 128 * 2, "two 64-column atoms");

@@ -444,9 +444,10 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     // Persistent for short keys: +4-15% at seqlen_k <= 2k, +1-2% at 4k, causal +8-14% up to 4k
     // with the back-and-forth walk, -10-40% at 8k-16k; without a mask at d64/d256 at any length;
     // causal with the dynamic walk (a workspace) from 1k keys (d64's 192-row tile: fwd_rules.h),
-    // and so full masks whose last tile is partly skipped (dynamic_full).
+    // and so full masks whose last tile is partly skipped (kDynamicFull).
     const bool dynamic = a.workspace != nullptr && (a.causal ? kDynamicCausal && a.seqlen_k >= dynamic_causal_min_seqlen_k(Cfg::kBlockM)
-                                                             : dynamic_full(Cfg::kBlockM, Cfg::kBlockN, a.seqlen_q, a.seqlen_k));
+                                                             : kDynamicFull && TileScheduler::partial_tail_walk(
+                                                                   Cfg::kSkipHiddenBlocks, Cfg::kBlockM, a.seqlen_q, a.seqlen_k));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) scheduler.tile_counter = static_cast<int32_t*>(a.workspace);
     int ctas = 0;

@@ -156,17 +156,13 @@ constexpr int dynamic_causal_min_seqlen_k(int consumers) {
 #endif
 constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HIDDEN_BLOCKS != 0 && consumers == 3; }
 // 1: a full-mask problem with a workspace takes the dynamic walk where its last query tile is
-// partial and skipped in part, up to kDynamicFullMaxSeqlenK keys (the 16-bit forward's
-// HATTN_FWD_DYNAMIC_FULL, kernels/fwd_rules.h): d64 +7.1 / +5.9 / +1.4 / +1.7 / +0.5% at 512 /
-// 1k / 2k / 4k / 8k keys, -1.5% at 16k (bench/RESULTS.md run 55d, H100).
+// partial and skipped in part (sm90::TileScheduler::partial_tail_walk; the 16-bit forward's
+// HATTN_FWD_DYNAMIC_FULL, kernels/fwd_rules.h): d64 +7.1 / +5.9 / +1.4 / +1.7 / +0.5% at 512 / 1k /
+// 2k / 4k / 8k keys (bench/RESULTS.md run 55d, H100).
 #ifndef HATTN_FWD_FP8_DYNAMIC_FULL
 #define HATTN_FWD_FP8_DYNAMIC_FULL 1
 #endif
-constexpr int kDynamicFullMaxSeqlenK = 8192;
-constexpr bool dynamic_full(int consumers, int block_m, int seqlen_q, int seqlen_k) {
-    return HATTN_FWD_FP8_DYNAMIC_FULL != 0 && skip_hidden_blocks(consumers) && seqlen_q % block_m != 0 &&
-           seqlen_k <= kDynamicFullMaxSeqlenK;
-}
+constexpr bool kDynamicFull = HATTN_FWD_FP8_DYNAMIC_FULL != 0;
 // P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
 // The gain costs nothing: it is part of the exponent, and O and the row sum share it.
 static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2 && kDefaultPGainLog2 <= kLazyMaxGainLog2,
@@ -1000,10 +996,11 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     p.scale = a.softmax_scale;
     p.p_gain_log2 = static_cast<float>(Cfg::Opt::kPGainLog2 > 0 ? Cfg::Opt::kPGainLog2 : lazy_p_gain_log2(a.seqlen_k));
     // With a workspace the dynamic walk on a persistent grid: causal (kDynamicCausal) and full
-    // masks with a partial last tile (dynamic_full).
+    // masks with a partial last tile (kDynamicFull).
     const bool dynamic = Cfg::kTileHandOff && a.schedule_workspace != nullptr &&
                          (a.causal ? kDynamicCausal && a.seqlen_k >= dynamic_causal_min_seqlen_k(Cfg::kConsumers)
-                                   : dynamic_full(Cfg::kConsumers, Cfg::kBlockM, a.seqlen_q, a.seqlen_k));
+                                   : kDynamicFull && TileScheduler::partial_tail_walk(Cfg::kSkipHiddenBlocks, Cfg::kBlockM,
+                                                                                      a.seqlen_q, a.seqlen_k));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= fwd::kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) p.scheduler.tile_counter = static_cast<int32_t*>(a.schedule_workspace);
 

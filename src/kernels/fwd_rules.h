@@ -54,15 +54,11 @@
 #endif
 
 // 1: a full-mask problem given a workspace takes the dynamic walk too where its last query tile
-// is partial and the tile's consumers skip the rows past seqlen_q (skip_hidden_blocks: d64's
-// 192-row tile pads 4096 rows to 22 tiles, its last one a single 64-row slice), up to
-// kDynamicFullMaxSeqlenK keys. Such tail tiles cost a third to two thirds of a tile; the fixed
-// walk's passes count them as whole ones, so some CTAs walk one tile more than the rest (22
-// against 21.3 on average at 4k), while tiles handed out from the counter in order fill the last
-// pass. A model of the grid put it at +8-10% at 512-1k, +2.3% at 2k-4k, nothing at 8k-16k;
-// measured at d64 (bench/RESULTS.md run 55d, H100): +7.7 / +7.3 / +3.2 / +2.4 / +0.2 / -1.3% at
-// 512 / 1k / 2k / 4k / 8k / 16k keys (16-bit; e4m3 +7.1 / +5.9 / +1.4 / +1.7 / +0.5 / -1.5%).
-// 0: full masks ignore the workspace.
+// is partial and its empty slices skip their blocks (skip_hidden_blocks: d64's 192-row tile pads
+// 4096 rows to 22 tiles, the last one a single 64-row slice), up to 8k keys
+// (sm90::TileScheduler::partial_tail_walk). Measured at d64 (bench/RESULTS.md run 55d, H100):
+// +7.7 / +7.3 / +3.2 / +2.4 / +0.2 / -1.3% at 512 / 1k / 2k / 4k / 8k / 16k keys (16-bit; e4m3
+// +7.1 / +5.9 / +1.4 / +1.7 / +0.5 / -1.5%). 0: full masks ignore the workspace.
 #ifndef HATTN_FWD_DYNAMIC_FULL
 #define HATTN_FWD_DYNAMIC_FULL 1
 #endif
@@ -91,6 +87,7 @@ namespace hattn::fwd {
 constexpr bool kProgrammaticLaunch = HATTN_FWD_PDL != 0;
 constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr bool kDynamicCausal = HATTN_FWD_DYNAMIC_CAUSAL != 0;
+constexpr bool kDynamicFull = HATTN_FWD_DYNAMIC_FULL != 0;
 constexpr bool kTileAnnounce = HATTN_FWD_TILE_ANNOUNCE != 0;
 constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
@@ -137,12 +134,6 @@ constexpr bool lazy_rescale(int /*head_dim*/) { return HATTN_FWD_LAZY_RESCALE !=
 #define HATTN_FWD_SKIP_HIDDEN_BLOCKS 1
 #endif
 constexpr bool skip_hidden_blocks(int block_m, int block_n) { return HATTN_FWD_SKIP_HIDDEN_BLOCKS != 0 && block_m > block_n; }
-// Whether a full-mask problem with a workspace takes the dynamic walk (HATTN_FWD_DYNAMIC_FULL).
-constexpr int kDynamicFullMaxSeqlenK = 8192;
-constexpr bool dynamic_full(int block_m, int block_n, int seqlen_q, int seqlen_k) {
-    return HATTN_FWD_DYNAMIC_FULL != 0 && skip_hidden_blocks(block_m, block_n) && seqlen_q % block_m != 0 &&
-           seqlen_k <= kDynamicFullMaxSeqlenK;
-}
 
 // 1: the unmasked steady-state steps exponentiate against the rows' current (lazy) references
 // with no row max ahead of the exps, and move a reference only when a row's sum says a weight grew

@@ -134,6 +134,17 @@ struct TileScheduler {
         }
     }
 
+    // Full masks: the dynamic walk pays where the last query tile is partial and its empty slices
+    // skip their blocks (tail_skips): such a tile costs a third to two thirds of a whole one, which
+    // the fixed walk's passes count as whole, while the counter hands tiles out to fill the last
+    // pass. Up to kPartialTailMaxSeqlenK keys: beyond, tails are under 1% of the tiles and the
+    // walk measured ~1% slower (bench/RESULTS.md run 55d; scripts/model_tile_walk.py --mask full).
+    static constexpr int kPartialTailMaxSeqlenK = 8192;
+    __host__ __device__ static constexpr bool partial_tail_walk(bool tail_skips, int block_m, int seqlen_q,
+                                                                int seqlen_k) {
+        return tail_skips && seqlen_q % block_m != 0 && seqlen_k <= kPartialTailMaxSeqlenK;
+    }
+
     // Causal sections: as many (head, batch) pairs as keep their K and V (kv_bytes_per_head each)
     // within this share of L2 (H100 / H200: 50 / 60 MB), at least one.
     static constexpr int64_t kSectionL2Bytes = 16ll << 20;
