@@ -40,7 +40,10 @@ using hattn::test::DeviceMemory;
 constexpr double kGoalRmse = 9e-3;
 constexpr double kGoalRatio = 2.5;
 constexpr double kMinRatio = 2.0;  // what the test requires of the ratio (2.26 measured)
-constexpr double kFloorMinShare = 0.8;  // a floor is at least this share of its kernel's RMSE
+// The kernel's RMSE over its inputs' floor: 1.006 (a) and 1.018 (c) on this test's inputs,
+// 1.008-1.017 on eight samples of 16-64 heads (bench/RESULTS.md run 55c).
+constexpr double kOverFloorMax = 1.05;
+constexpr double kOverFloorMin = 0.95;
 constexpr double kVPerHeadMaxRatio = 1.05;  // (c) with one V descale per head, at most this times (c)
 // The float64 GPU reference differs from the CPU one only by summation order: ~1e-15 relative.
 constexpr double kReferenceRelTol = 1e-12;
@@ -179,14 +182,17 @@ TEST(Fp8Accuracy, BlockScalesWithHadamardBeatPerTensorScaling) {
     EXPECT_LE(r.rmse_block_hadamard, kGoalRmse);
     EXPECT_GE(ratio, kMinRatio);
     std::printf("goal (a)/(c) >= %.1f: %s\n", kGoalRatio, ratio >= kGoalRatio ? "met" : "NOT met");
-    // The floors (float64 attention of the quantized inputs themselves): a kernel shows more error
-    // than its inputs carry, or about as much -- never a lot less (that would mean the reference or
-    // the row bookkeeping went wrong).
+    // The floors (float64 attention of the quantized inputs themselves): the kernel's own share of
+    // the error (P's rounding, the lazy rescale, the e4m3 wgmma's accumulation) is small, and the
+    // kernel is not a lot better than exact attention of its inputs either (that would mean the
+    // reference or the row bookkeeping went wrong).
+    const double over_a = r.rmse_per_tensor / r.floor_per_tensor, over_c = r.rmse_block_hadamard / r.floor_block_hadamard;
     std::printf("floors: (a) %.3e, (c) %.3e (ratio %.2f); the kernel over its floor: (a) %.3f, (c) %.3f\n",
-                r.floor_per_tensor, r.floor_block_hadamard, r.floor_per_tensor / r.floor_block_hadamard,
-                r.rmse_per_tensor / r.floor_per_tensor, r.rmse_block_hadamard / r.floor_block_hadamard);
-    EXPECT_GT(r.floor_block_hadamard, kFloorMinShare * r.rmse_block_hadamard);
-    EXPECT_GT(r.floor_per_tensor, kFloorMinShare * r.rmse_per_tensor);
+                r.floor_per_tensor, r.floor_block_hadamard, r.floor_per_tensor / r.floor_block_hadamard, over_a, over_c);
+    EXPECT_LE(over_a, kOverFloorMax);
+    EXPECT_LE(over_c, kOverFloorMax);
+    EXPECT_GE(over_a, kOverFloorMin);
+    EXPECT_GE(over_c, kOverFloorMin);
     // One V descale per head: as accurate as the 128-row blocks (e4m3 is floating point: the scale
     // only moves where its subnormals start; CPU emulation 8.24e-3 vs 8.30e-3, bench/RESULTS.md 38f).
     std::printf("(c) with one V descale per head: %.3e (%.3f x (c))\n", r.rmse_block_hadamard_v_head,
