@@ -113,7 +113,7 @@ class HattnFwdParams(ctypes.Structure):
         *_SHAPE_FIELDS,
         *_stride_fields("q", "k", "v", "o"),
         *_TAIL_FIELDS,
-        ("workspace", ctypes.c_void_p),  # optional: the dynamic causal scheduler's counters
+        ("workspace", ctypes.c_void_p),  # optional: the dynamic tile walk's counters
         ("workspace_size", ctypes.c_size_t),
     ]
 
@@ -225,7 +225,7 @@ class HattnFwdFp8Params(ctypes.Structure):
         ("softmax_scale", ctypes.c_float),
         ("causal", ctypes.c_int),
         ("flags", ctypes.c_uint),
-        ("schedule_workspace", ctypes.c_void_p),  # optional: the dynamic causal scheduler's counters
+        ("schedule_workspace", ctypes.c_void_p),  # optional: the dynamic tile walk's counters
         ("schedule_workspace_size", ctypes.c_size_t),
     ]
 
@@ -844,7 +844,7 @@ class Hattn:
         return out, lse
 
     def _walk_workspace(self, device, stream: int) -> tuple[int | None, int]:
-        """(address, bytes) of the dynamic causal walk's workspace of stream (fwd_workspace_torch),
+        """(address, bytes) of the dynamic tile walk's workspace of stream (fwd_workspace_torch),
         (None, 0) where there is none: what the bf16 forward's workspace and the FP8 forward's
         schedule_workspace fields take."""
         workspace = self.fwd_workspace_torch(device, stream)
