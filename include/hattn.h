@@ -94,9 +94,10 @@ typedef struct hattn_fwd_params {
      * zero-filled once before its first use (cudaMemset); every call leaves it zero-filled again.
      * With it, causal problems run on one thread block per SM that take their tiles from a
      * counter in the workspace, longest first, from 1k keys on (d64: over 256; faster:
-     * bench/RESULTS.md runs 46, 50, 51); without it they keep a fixed tile order. So do d64
-     * problems without a mask whose query length is not a multiple of 192, up to 8192 keys (their
-     * partial last tiles fill the grid's last pass: +2-8%, run 55d). Two calls in flight at once (on different streams)
+     * bench/RESULTS.md runs 46, 50, 51); without it they keep a fixed tile order. So do problems
+     * without a mask whose last query tile is partial, at d64 (seqlen_q not a multiple of 192) and
+     * d256 (of 128), up to 8192 keys: those tiles then fill the grid's last pass (d64 +2-8%, run
+     * 55d). Two calls in flight at once (on different streams)
      * need separate workspaces (not checked). workspace_size is its size in bytes. */
     void* workspace;
     size_t workspace_size;

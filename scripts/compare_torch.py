@@ -954,7 +954,7 @@ def run_fp8_sweep(args, hattn: Hattn, cases: list[Case], rows: list[Fp8Row], met
         # --- hattn bf16 ---
         out_bf16 = torch.empty_like(sets[0][0])
         # The dynamic walk's counters (include/hattn.h), for both forwards on this stream.
-        ws = hattn.fwd_workspace_torch(device, torch.cuda.current_stream().cuda_stream)  # the dynamic walk's
+        ws = hattn.fwd_workspace_torch(device, torch.cuda.current_stream().cuda_stream)
         try:
             params = [hattn.fwd_params_torch(q, k, v, out_bf16, causal=case.causal, workspace=ws) for q, k, v in sets]
             run_bf16 = launcher(hattn.lib.hattn_fwd, params, "hattn_fwd")

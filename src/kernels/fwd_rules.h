@@ -54,8 +54,8 @@
 #endif
 
 // 1: a full-mask problem given a workspace takes the dynamic walk too where its last query tile
-// is partial and its empty slices skip their blocks (skip_hidden_blocks: d64's 192-row tile pads
-// 4096 rows to 22 tiles, the last one a single 64-row slice), up to 8k keys
+// is partial and its empty slices skip their blocks (skip_hidden_blocks, d64 and d256: d64's
+// 192-row tile pads 4096 rows to 22 tiles, the last one a single 64-row slice), up to 8k keys
 // (sm90::TileScheduler::partial_tail_walk). Measured at d64 (bench/RESULTS.md run 55d, H100):
 // +7.7 / +7.3 / +3.2 / +2.4 / +0.2 / -1.3% at 512 / 1k / 2k / 4k / 8k / 16k keys (16-bit; e4m3
 // +7.1 / +5.9 / +1.4 / +1.7 / +0.5 / -1.5%). 0: full masks ignore the workspace.
