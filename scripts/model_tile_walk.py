@@ -23,7 +23,9 @@ With --mask full every tile sees every KV block, but a tail tile's 64-row slices
 them where the tile is taller than its blocks (kernels/fwd_rules.h skip_hidden_blocks: d64's 192 x
 128, d256's 128 x 64); such a tile costs its blocks times SOLO_SHARE + (1 - SOLO_SHARE) x (its
 active slices / all), and the order is head by head for every walk (no sections without a mask).
-There the dynamic walk is what a workspace gives d64's partial tiles (HATTN_FWD_DYNAMIC_FULL).
+There the dynamic walk is what a workspace gives d64's partial tiles (HATTN_FWD_DYNAMIC_FULL), and
+"split tail" models what hattn does not have yet: the tiles of the last, partial pass cut into one
+equal run of KV blocks per CTA, partial results merged (--merge blocks of time).
 
   python3 scripts/model_tile_walk.py [--sms 132] [--overhead 2] [--ahead 2] [--mask causal|full]
 """
@@ -109,6 +111,16 @@ def dynamic_walk(costs: list[float], ctas: int, overhead: float, ahead: float | 
     return end
 
 
+def split_tail(costs: list[float], ctas: int, overhead: float, merge: float) -> float:
+    """Whole tiles on the dynamic walk for every pass that fills the grid; the tiles left over
+    (fewer than `ctas`) cut into `ctas` equal runs of KV blocks (a stream-K tail: a run may cross
+    tiles), each CTA paying one start-up plus `merge` blocks to combine the partial results."""
+    whole = len(costs) - len(costs) % ctas
+    head = dynamic_walk(costs[:whole], ctas, overhead, 0.0) if whole else 0.0
+    tail = sum(costs[whole:])
+    return head + (tail / ctas + overhead + merge if tail else 0.0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sms", type=int, default=132, help="CTAs of the persistent grid (H100 / H200: 132)")
@@ -117,10 +129,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--mask", choices=("causal", "full"), default="causal")
+    ap.add_argument("--merge", type=float, default=1.0, help="split tail: blocks' worth of time to merge partials")
     a = ap.parse_args()
+    full = a.mask == "full"
     print(f"finish / ideal on {a.sms} CTAs (tile start-up {a.overhead} blocks), {a.mask} masks")
-    print("| d | seqlen | tiles | fixed | dyn-early | dyn-late | list |")
-    print("|---|---|---|---|---|---|---|")
+    print("| d | seqlen | tiles | fixed | dyn-early | dyn-late | list |" + (" split tail |" if full else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if full else ""))
     for d in (64, 128, 256):
         for s in (512, 1024, 2048, 4096, 8192, 16384):
             if a.mask == "full":
@@ -131,6 +145,8 @@ def main() -> None:
             ideal = (sum(costs) + a.overhead * len(costs)) / a.sms
             row = [fixed_walk(by_head, a.sms, a.overhead), dynamic_walk(costs, a.sms, a.overhead, None),
                    dynamic_walk(costs, a.sms, a.overhead, a.ahead), dynamic_walk(costs, a.sms, a.overhead, 0.0)]
+            if full:
+                row.append(split_tail(costs, a.sms, a.overhead, a.merge))
             print(f"| {d} | {s} | {len(costs)} | " + " | ".join(f"{x / ideal:.3f}" for x in row) + " |")
 
 
