@@ -11,7 +11,7 @@
 // persistent CTA per SM up to fwd_fp8's kPersistentMaxSeqlenK keys, else one CTA per tile), tiles
 // (one CTA per tile), sms (one CTA per SM at any length), h1 (auto, tiles head by head instead
 // of the causal sections, see sm90::TileScheduler), dyn (auto with a schedule workspace: causal
-// problems take the dynamic walk). Columns are then named variant@grid,
+// problems and d64's partial full tiles take the dynamic walk). Columns are then named variant@grid,
 // and with two grids or more a last table gives each grid's ratio to the first grid, per variant.
 // --v-layouts: rows (V as the pre-pass writes it by default: the call transposes it into its
 // workspace first) and vt (V^T from the pre-pass, HATTN_FP8_PREPASS_V_TRANSPOSED, passed with
@@ -80,8 +80,8 @@ __global__ void spin_kernel(long long cycles) {
 // The grids --grids names; kOneCtaPerTile is more CTAs than any problem has tiles (the launcher
 // takes min(grid_ctas, tiles)). h1: the automatic grid with the tiles in head-by-head order
 // (Fp8FwdArgs::section_heads = 1, the order before causal sections). dyn: the automatic grid given
-// a schedule workspace (hattn_fwd_fp8_params.schedule_workspace: causal problems take the dynamic
-// walk); the other grids run without one.
+// a schedule workspace (hattn_fwd_fp8_params.schedule_workspace: causal problems and d64's
+// partial full tiles take the dynamic walk); the other grids run without one.
 enum class Grid { kAuto, kTiles, kSms, kAutoHeadByHead, kDynamic };
 constexpr int kOneCtaPerTile = INT_MAX;
 const char* grid_name(Grid g) {

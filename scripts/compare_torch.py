@@ -675,7 +675,7 @@ class Fp8Row:
     hattn_bf16_tflops: float | None = None
     hattn_e4m3_ms: float | None = None  # hattn_fwd_fp8 on inputs already in e4m3 (its V^T kernel included)
     hattn_e4m3_tflops: float | None = None
-    # --fp8-fixed-walk: the same call without the schedule workspace (causal shapes: the fixed tile walk)
+    # --fp8-fixed-walk: the same call without the schedule workspace (the fixed tile walk)
     hattn_e4m3_fixed_ms: float | None = None
     hattn_e4m3_fixed_tflops: float | None = None
     prepass_ms: float | None = None  # hattn_fp8_prepass of q, k, v (bf16 -> e4m3 + block descales), alone
@@ -1501,8 +1501,8 @@ def main() -> int:
                         help="fp8: the pre-pass writes V's rows and hattn_fwd_fp8 transposes them itself (its "
                              "V^T kernel timed in); default: the pre-pass writes V^T")
     parser.add_argument("--fp8-fixed-walk", action="store_true",
-                        help="fp8: also time hattn_fwd_fp8 without its schedule workspace on causal shapes (the "
-                             "fixed tile walk; the A/B of the dynamic walk), column hattn_e4m3_fixed")
+                        help="fp8: also time hattn_fwd_fp8 without its schedule workspace (the fixed tile walk; "
+                             "the A/B of the dynamic walk), column hattn_e4m3_fixed")
     parser.add_argument("--no-hadamard", dest="fp8_hadamard", action="store_false",
                         help="fp8: hattn's pre-pass without the random-sign Hadamard (quantization only)")
     parser.add_argument("--budget-s", type=float, default=0.0,
