@@ -91,22 +91,27 @@ typedef struct hattn_fwd_params {
     unsigned flags;      /* HATTN_FWD_* variant bits, 0 by default */
 
     /* Optional (NULL: none): hattn_fwd_workspace_size() bytes of device memory, 16-byte aligned,
-     * zero-filled once before its first use (cudaMemset); every call leaves it zero-filled again.
-     * With it, causal problems run on one thread block per SM that take their tiles from a
-     * counter in the workspace, longest first, from 1k keys on (d64: over 256; faster:
+     * zero-filled once before its first use (cudaMemset; only its first
+     * HATTN_FWD_WORKSPACE_STATE_BYTES must be zero, and every call leaves them zero again; the rest
+     * is scratch). With it, causal problems run on one thread block per SM that take their tiles
+     * from a counter in the workspace, longest first, from 1k keys on (d64: over 256; faster:
      * bench/RESULTS.md runs 46, 50, 51); without it they keep a fixed tile order. So do problems
      * without a mask whose last query tile is partial, at d64 (seqlen_q not a multiple of 192) and
      * d256 (of 128), up to 8192 keys: those tiles then fill the grid's last pass (d64 +2-8%, run
-     * 55d). Two calls in flight at once (on different streams)
-     * need separate workspaces (not checked). workspace_size is its size in bytes. */
+     * 55d). Other problems without a mask, at d128 and d256, run on one thread block per SM and
+     * split the tiles left over for a partly empty last pass over their keys, merging the
+     * partial results through the workspace (run 56). Two calls in flight at once (on different
+     * streams) need separate workspaces (not checked). workspace_size is its size in bytes. */
     void* workspace;
     size_t workspace_size;
 } hattn_fwd_params;
 
 /* Bytes of the forwards' optional scheduler workspace (hattn_fwd_params.workspace,
- * hattn_fwd_fp8_params.schedule_workspace); call it rather than
- * hard-coding the value, which may grow in a later version. */
+ * hattn_fwd_fp8_params.schedule_workspace): about 19 MB, most of it scratch for partial results;
+ * call it rather than hard-coding the value, which may change in a later version. */
 HATTN_API size_t hattn_fwd_workspace_size(void);
+/* The workspace's leading bytes that must be zero before a call (and are left zero by it). */
+#define HATTN_FWD_WORKSPACE_STATE_BYTES 4096
 
 /* Fill params for contiguous [b, s, h, d] tensors (strides derived from the sizes), the
  * default scale, no causal mask and no LSE. Returns params with everything else zeroed. */

@@ -50,6 +50,12 @@ __device__ __forceinline__ void st_relaxed_gpu_global_s32(int32_t* addr, int32_t
     asm volatile("st.relaxed.gpu.global.s32 [%0], %1;" ::"l"(addr), "r"(value) : "memory");
 }
 
+// PTX ISA 9.7.9.11 st.release.gpu.global.s32: a flag that publishes this thread's earlier writes
+// (and, after a CTA barrier, its CTA's) to whoever reads it with acquire.
+__device__ __forceinline__ void st_release_gpu_global_s32(int32_t* addr, int32_t value) {
+    asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(addr), "r"(value) : "memory");
+}
+
 // PTX ISA 9.7.9.8 ld.acquire.gpu in a PTX loop: blocks until *addr == value. With a non-zero
 // timeout_ns the thread executes `trap` once that much wall time has passed (debug builds), so a
 // broken ordering fails the launch instead of hanging the GPU.

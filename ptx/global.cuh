@@ -3,7 +3,9 @@
 //
 // The loads are of data the kernel never writes, so they carry no "memory" clobber and are not
 // volatile: the compiler may schedule (hoist, batch) them freely, which is what keeps enough bytes
-// in flight. The store is volatile (it must happen) but orders nothing.
+// in flight. The stores are volatile (they must happen) but order nothing. ld_global_v2_f32 is the
+// exception: it reads what another CTA of the same kernel wrote and published with a flag, so it
+// is volatile with a "memory" clobber and stays below the acquire that read the flag.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,21 @@ __device__ __forceinline__ float4 ld_global_nc_l2_hint_v4_f32(const float* p, ui
 // PTX ISA 9.7.9.11 st: 8 bytes to global memory (8-byte aligned).
 __device__ __forceinline__ void st_global_v2_b32(void* p, uint32_t a, uint32_t b) {
     asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));
+}
+
+// PTX ISA 9.7.9.8 ld: 2 floats (8-byte aligned) through the coherent path, ordered after the
+// thread's earlier acquire (see above).
+__device__ __forceinline__ float2 ld_global_v2_f32(const float* p) {
+    float2 r;
+    asm volatile("ld.global.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p) : "memory");
+    return r;
+}
+
+// PTX ISA 9.7.9.8 ld: 1 float through the coherent path (as ld_global_v2_f32).
+__device__ __forceinline__ float ld_global_f32(const float* p) {
+    float r;
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(r) : "l"(p) : "memory");
+    return r;
 }
 
 // PTX ISA 9.7.9.11 st: 4 bytes to global memory (4-byte aligned).

@@ -599,8 +599,8 @@ std::vector<Case> rising_max_cases() {
 // 256; fwd_rules.h) on the dynamic walk (a persistent grid whose thread blocks take tiles from a
 // counter), each head dim and dtype, odd lengths, rows with no key, GQA, the causal sections
 // (several heads' tiles longest first), and many tiles per thread block; shorter causal problems
-// (d64's 128-row tile up to 256 keys among them) and full masks ignore the workspace (and must
-// leave it zero-filled too).
+// (d64's 128-row tile up to 256 keys among them) ignore the workspace (and must leave its state
+// zero-filled too); full masks take it as below.
 std::vector<Case> workspace_cases() {
     std::vector<Case> cases;
     for (const hattn::test::GridShape& g : hattn::test::head_dim_dtype_mask_grid(1031, 1100))
@@ -623,6 +623,18 @@ std::vector<Case> workspace_cases() {
     // Full masks whose last d64 tile is partial (the dynamic walk with HATTN_FWD_DYNAMIC_FULL).
     cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, false));
     cases.push_back(make_case(2, 24, 8, 1100, 1300, 64, HATTN_DTYPE_FP16, false));
+    // Full masks of whole query tiles past one pass of the grid: the split tail (HATTN_FWD_SPLIT_TAIL;
+    // on 132 SMs 192, 192, 216 and 140 tiles: d128 tiles cut in two, d256 in two or three, the
+    // seqlen_k tail in a merger's piece, 8k keys in sixteen pieces), the ablation variants too.
+    cases.push_back(make_case(1, 24, 8, 1024, 1000, 128, HATTN_DTYPE_BF16, false));
+    cases.push_back(make_case(1, 24, 24, 1024, 1100, 256, HATTN_DTYPE_BF16, false));
+    cases.push_back(make_case(2, 12, 4, 1152, 3000, 128, HATTN_DTYPE_FP16, false));
+    cases.push_back(make_case(1, 70, 10, 256, 8192, 128, HATTN_DTYPE_BF16, false));
+    for (unsigned flags : {unsigned{HATTN_FWD_NO_PINGPONG}, unsigned{HATTN_FWD_NO_INTRA_WG_OVERLAP}}) {
+        Case c = make_case(1, 24, 8, 1024, 1000, 128, HATTN_DTYPE_BF16, false);
+        c.flags = flags;
+        cases.push_back(c);
+    }
     for (Case& c : cases) c.workspace = true;
     return finish(cases, 8);
 }
@@ -694,6 +706,26 @@ TEST(FwdDeterminism, DynamicWalkMatchesFixedWalkBitForBit) {
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     EXPECT_TRUE(first.o_buffer == second.o_buffer) << "O differs between two dynamic runs";
     EXPECT_TRUE(first.o_buffer == fixed.o_buffer) << "O differs between the dynamic and the fixed walk";
+}
+
+// The split tail cuts the same tiles into the same pieces and merges them in the same order on
+// every call: bit-identical too (though not with whole tiles, whose sums run in another order;
+// the Workspace cases check both against the reference).
+TEST(FwdDeterminism, SplitTailRunsAreBitIdentical) {
+    HATTN_REQUIRE_HOPPER();
+    Case c = make_case(1, 70, 10, 256, 8192, 128, HATTN_DTYPE_BF16, false);
+    c.seed = 79;
+    c.workspace = true;
+    const Problem pb(c);
+    RunResult first, second;
+    run_on_device(pb, &first);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    run_on_device(pb, &second);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    EXPECT_TRUE(first.o_buffer == second.o_buffer) << "O differs between two runs";
+    EXPECT_TRUE(std::equal(first.lse.begin(), first.lse.end(), second.lse.begin(), [](float a, float b) {
+        return std::memcmp(&a, &b, sizeof(float)) == 0;
+    })) << "LSE differs between two runs";
 }
 
 // The GPU reference judges the large cases: check it against float64 first (independent of the

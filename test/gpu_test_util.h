@@ -145,10 +145,10 @@ inline void zero_schedule_workspace(void* ws) {
     HATTN_CUDA_CHECK(cudaMemset(ws, 0, hattn_fwd_workspace_size()));
 }
 
-// After a call: every byte of the workspace is zero again (the last thread block to finish zeroes
-// the counters for the next call).
+// After a call: the workspace's state bytes are zero again (the last thread block to finish zeroes
+// the counters for the next call, a split tile's merger its partners' flags); the rest is scratch.
 inline void expect_schedule_workspace_reset(const void* ws) {
-    std::vector<uint8_t> bytes(hattn_fwd_workspace_size(), 0xAB);
+    std::vector<uint8_t> bytes(HATTN_FWD_WORKSPACE_STATE_BYTES, 0xAB);
     HATTN_CUDA_CHECK(cudaMemcpy(bytes.data(), ws, bytes.size(), cudaMemcpyDeviceToHost));
     for (uint8_t b : bytes) ASSERT_EQ(b, 0) << "the workspace is not zero-filled after the call";
 }

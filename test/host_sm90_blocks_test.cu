@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <set>
 #include <vector>
 
@@ -186,6 +187,87 @@ TEST(Sm90Scheduler, FullMasksWalkDynamicallyOnlyForAPartialTailThatSkips) {
     EXPECT_FALSE(TileScheduler::partial_tail_walk(false, 192, 4096, 4096)) << "a tile that does not skip";
     EXPECT_FALSE(TileScheduler::partial_tail_walk(true, 192, 4096, kMax + 1)) << "past the length limit";
     EXPECT_FALSE(TileScheduler::partial_tail_walk(true, 128, 4096, 4096));
+}
+
+// The split tail (TileScheduler::plan_split_tail, for_each_tail_piece): the whole passes plus the
+// pieces cover every KV block of every tile exactly once; a tile cut into pieces has one merger,
+// the piece with its first iterations and its CTA's last piece, whose partners are exactly the
+// CTAs after it holding the tile's other pieces, each as the first piece of its run and at most
+// one writer per CTA (one partial slot each); runs differ by at most one block.
+TEST(Sm90Scheduler, SplitTailCoversEveryBlockOnceWithOneMergerPerSplitTile) {
+    using hattn::sm90::Tile;
+    struct Shape {
+        int tiles, ctas, n_blocks;
+    };
+    const Shape shapes[] = {{2048, 132, 128}, {1024, 132, 256}, {2048, 132, 32}, {8, 3, 8},
+                            {7, 3, 5},       {300, 132, 4},    {133, 132, 40},  {1000, 144, 3}, {12, 5, 9}, {52, 7, 30}};
+    for (const Shape& sh : shapes) {
+        TileScheduler s{};
+        std::string error;
+        ASSERT_TRUE(TileScheduler::make(128, 128 * sh.tiles, 1, 1, 1, false, 0, s, &error)) << error;
+        ASSERT_EQ(s.num_tiles, sh.tiles);
+        const bool split = s.plan_split_tail(sh.ctas, sh.n_blocks, 4);
+        const int passes = sh.tiles / sh.ctas, left = sh.tiles % sh.ctas;
+        const int64_t run = (static_cast<int64_t>(left) * sh.n_blocks + sh.ctas - 1) / sh.ctas;
+        ASSERT_EQ(split, left > 0 && run >= 4) << sh.tiles << " tiles on " << sh.ctas;
+        if (!split) {
+            EXPECT_EQ(s.walk_tiles, s.num_tiles);
+            continue;
+        }
+        EXPECT_EQ(s.walk_tiles, passes * sh.ctas);
+        std::vector<std::vector<int>> seen(sh.tiles, std::vector<int>(sh.n_blocks, 0));
+        for (int i = 0; i < s.walk_tiles; ++i)
+            for (int& b : seen[i]) ++b;  // the whole passes
+        std::vector<int> merger_of(sh.tiles, -1), partners(sh.tiles, 0), writers_seen(sh.tiles, 0);
+        std::vector<std::vector<int>> writer_ctas(sh.tiles);
+        for (int cta = 0; cta < sh.ctas; ++cta) {
+            std::vector<Tile> pieces;
+            s.for_each_tail_piece(cta, [&](const Tile& t) { pieces.push_back(t); });
+            int blocks = 0, writers = 0;
+            for (size_t i = 0; i < pieces.size(); ++i) {
+                const Tile& t = pieces[i];
+                int index = -1;  // the tile's index, from its coordinates
+                for (int k = s.walk_tiles; k < sh.tiles; ++k) {
+                    const Tile w = s.tile_at(k);
+                    if (w.m_block == t.m_block && w.head == t.head && w.batch == t.batch) index = k;
+                }
+                ASSERT_GE(index, s.walk_tiles);
+                ASSERT_TRUE(t.it_begin >= 0 && t.it_begin < t.it_end && t.it_end <= sh.n_blocks);
+                for (int it = t.it_begin; it < t.it_end; ++it) ++seen[index][it];
+                blocks += t.it_end - t.it_begin;
+                if (t.split == hattn::sm90::kSplitWriter) {
+                    ++writers;
+                    EXPECT_EQ(i, 0u) << "a writer opens its run";
+                    EXPECT_GT(t.it_begin, 0);
+                    writer_ctas[index].push_back(cta);
+                } else if (t.split > 0) {
+                    EXPECT_EQ(i + 1, pieces.size()) << "a merger closes its run";
+                    EXPECT_EQ(t.it_begin, 0);
+                    EXPECT_LT(t.it_end, sh.n_blocks);
+                    EXPECT_EQ(merger_of[index], -1);
+                    merger_of[index] = cta;
+                    partners[index] = t.split;
+                } else {
+                    EXPECT_EQ(t.split, hattn::sm90::kWholeTile);
+                    EXPECT_EQ(t.it_begin, 0);
+                    EXPECT_EQ(t.it_end, sh.n_blocks);
+                }
+            }
+            EXPECT_LE(writers, 1) << "one partial slot per CTA";
+            EXPECT_TRUE(blocks == s.split_run || (blocks < s.split_run && cta >= s.split_units / s.split_run))
+                << "equal runs but the last";
+        }
+        for (int k = 0; k < sh.tiles; ++k) {
+            for (int it = 0; it < sh.n_blocks; ++it) ASSERT_EQ(seen[k][it], 1) << "tile " << k << " block " << it;
+            if (writer_ctas[k].empty()) {
+                EXPECT_EQ(merger_of[k], -1);
+                continue;
+            }
+            ASSERT_GE(merger_of[k], 0) << "a split tile has a merger";
+            ASSERT_EQ(static_cast<int>(writer_ctas[k].size()), partners[k]);
+            for (int j = 0; j < partners[k]; ++j) EXPECT_EQ(writer_ctas[k][j], merger_of[k] + 1 + j);
+        }
+    }
 }
 
 TEST(Sm90Tile, SwizzledOffsetsAreABijectionWithSixteenByteChunksKept) {

@@ -97,6 +97,7 @@ hattn_fwd_params hattn_fwd_params_contiguous(const void* q, const void* k, const
 }
 
 size_t hattn_fwd_workspace_size(void) { return hattn::fwd::kWorkspaceBytes; }
+static_assert(HATTN_FWD_WORKSPACE_STATE_BYTES == hattn::sm90::kScheduleStateBytes, "hattn.h states the layout's state bytes");
 
 hattn_status hattn_fwd_validate(const hattn_fwd_params* params, char* msg, size_t msg_len) {
     return reported(validate(params), msg, msg_len);

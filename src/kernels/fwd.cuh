@@ -57,6 +57,7 @@
 #include "kernels/sm90/scheduler.cuh"
 #include "kernels/sm90/scores_recompute.cuh"
 #include "kernels/sm90/softmax.cuh"
+#include "kernels/sm90/split_tail.cuh"
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/fence.cuh"
@@ -96,6 +97,9 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     static constexpr bool kSpeculative = kSpeculativeMax && lazy_rescale(kHeadDim);
     // Consumers skip the blocks none of their rows sees (fwd_rules.h).
     static constexpr bool kSkipHiddenBlocks = skip_hidden_blocks(Shape::kBlockM, Shape::kBlockN);
+    // Full masks may split their last pass (fwd_rules.h); not on three consumers, whose 160
+    // registers the merge's code would spill (and whose 192-row tiles seldom divide seqlen_q).
+    static constexpr bool kSplitTail = fwd::kSplitTail && Shape::kConsumers == 2;
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
@@ -133,6 +137,7 @@ struct KernelParams {
     float* lse;         // [batch, heads_q, seqlen_q] or nullptr
     Mask mask;
     TileScheduler scheduler;
+    uint8_t* workspace;  // the split tail's flags and partial tiles (scheduler.split_run > 0)
     float scale;        // softmax scale (natural units), for the LSE
     float scale_log2;   // scale * log2(e): exp(x*scale) = exp2(x*scale_log2)
 };
@@ -251,10 +256,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             t = smem.hand_off.consumer_tile(smem.q_ring, q_state, me.lane);
             if (!TileScheduler::place<kBlockM, kBlockN>(t, p.mask, m0, n_blocks)) break;
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
-            // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first.
-            const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
-            const int first =  // blocks none of our rows sees, skipped (fwd_rules.h)
-                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
+            // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first;
+            // this CTA computes iterations [t.it_begin, end) of them (all, unless a split tail's).
+            const int end = min(t.it_end, n_blocks);
+            const int n_masked = min(end, max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN)));
+            const int first = min(end, max(t.it_begin,  // blocks none of our rows sees, skipped (fwd_rules.h)
+                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0));
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
             // S = Q K_it^T alone on the tensor cores, then its softmax (the pipeline's first
             // block, or every block without the intra-warpgroup overlap).
@@ -292,13 +299,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // Blocks no row of ours sees, passed over with as many turns as computing them would
             // take (one per block with the overlap, whose drain takes one more: the last block's
             // here when we see none), so every consumer of the tile takes the same number.
-            pass_over_blocks(first, smem.k_ring, k_state, smem.v_ring, v_state, me.lane == 0, [&](int it) {
-                for (int turn = 0; turn < (Cfg::kIntraWgOverlap ? 1 : 2) + (Cfg::kIntraWgOverlap && it == n_blocks - 1); ++turn) {
+            pass_over_blocks(first - t.it_begin, smem.k_ring, k_state, smem.v_ring, v_state, me.lane == 0, [&](int i) {
+                const bool last = t.it_begin + i == end - 1;
+                for (int turn = 0; turn < (Cfg::kIntraWgOverlap ? 1 : 2) + (Cfg::kIntraWgOverlap && last); ++turn) {
                     take_turn();
                     pass_turn();
                 }
             });
-            if (n_blocks > first) {
+            if (end > first) {
                 if constexpr (Cfg::kIntraWgOverlap) {
                     // Prologue: S for the first (highest) block we see and its softmax; no PV yet.
                     s_block(first);
@@ -338,7 +346,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     };
                     int it = first + 1;
                     for (; it < n_masked; ++it) step(it, std::true_type{});
-                    for (; it < n_blocks; ++it) step(it, std::false_type{});
+                    for (; it < end; ++it) step(it, std::false_type{});
                     // Our last QK^T has completed (waited for above) and the drain PV reads only P
                     // (registers) and V: Q is free one softmax and one PV earlier than the epilogue.
                     release_q();
@@ -346,13 +354,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
                     ptx::wgmma_fence_operand(o);
-                    if (n_blocks - first >= 2) release(smem.v_ring, v_release);
+                    if (end - first >= 2) release(smem.v_ring, v_release);
                     if (rescale_o) rescale_rows(o, o_scale);
                     acc_to_a_fragment<Elem, kBlockN>(s, pf);
                     pv_block();
                 } else {
                     // One block at a time: S, softmax, PV, with no overlap inside the warpgroup.
-                    for (int it = first; it < n_blocks; ++it) {
+                    for (int it = first; it < end; ++it) {
                         s_block(it);
                         if (rescale_o) rescale_rows(o, o_scale);
                         acc_to_a_fragment<Elem, kBlockN>(s, pf);
@@ -363,38 +371,50 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             // With its own O buffer, Q is free once our last QK^T has completed: the producer
             // loads the next tile's Q while we write this tile's O.
-            if (!Cfg::kIntraWgOverlap || n_blocks == first) release_q();
+            if (!Cfg::kIntraWgOverlap || end == first) release_q();
 
             // ============================== epilogue ==============================
-            // O /= rowsum, then O -> smem (stmatrix) -> TMA store. LSE straight to global.
+            // O /= rowsum, then O -> smem (stmatrix) -> TMA store. LSE straight to global. A split
+            // tail's piece hands its partial O to the tile's merger or merges its partners' first.
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
             softmax.finalize(p.scale, inv_sum, lse);
-            if (p.lse != nullptr && me.lane % 4 == 0) {
-                float* lse_row = p.lse + (static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head) * p.mask.seqlen_q;
-#pragma unroll
-                for (int r = 0; r < kAccRowsPerThread; ++r)
-                    if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
-            }
             rescale_rows(o, inv_sum);
-            // The barrier keeps us from overwriting our rows of the staging buffer before the
-            // previous tile's store has read them out. Thread 0 waits for those reads only here,
-            // not right after issuing the store: a bulk group is tracked per issuing thread and
-            // nothing else touches our rows of a separate O buffer in between, so the reads
-            // overlap this tile's GEMMs instead of delaying its start (O in Q waits at once).
-            if (Cfg::kSeparateO && me.tid == 0) ptx::bulk_wait_group_read<0>();
-            me.epilogue.sync();
-            store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, me.first_row_in_tile);
-            store_fence();
-            me.epilogue.sync();
-            if (me.tid == 0) {
-                o_staging.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
-                ptx::bulk_commit_group();
-                if (!Cfg::kSeparateO) {  // O was staged in Q: the next Q may land once it is read out
-                    ptx::bulk_wait_group_read<0>();
-                    smem.q_ring.consumer_release(q_state);
+            const bool writer = Cfg::kSplitTail && t.split == kSplitWriter;
+            if (Cfg::kSplitTail && t.split != kWholeTile) {
+                const SplitTail<Cfg::kConsumers, kHeadDim> split{p.workspace, me.cw, me.tid};
+                const int slot = static_cast<int>(blockIdx.x);
+                if (writer) split.write(slot, o, lse, me.epilogue);
+                else split.merge(slot + 1, t.split, o, lse, me.epilogue);
+            }
+            if (!writer) {
+                if (p.lse != nullptr && me.lane % 4 == 0) {
+                    float* lse_row = p.lse + (static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head) * p.mask.seqlen_q;
+    #pragma unroll
+                    for (int r = 0; r < kAccRowsPerThread; ++r)
+                        if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
+                }
+                // The barrier keeps us from overwriting our rows of the staging buffer before the
+                // previous tile's store has read them out. Thread 0 waits for those reads only here,
+                // not right after issuing the store: a bulk group is tracked per issuing thread and
+                // nothing else touches our rows of a separate O buffer in between, so the reads
+                // overlap this tile's GEMMs instead of delaying its start (O in Q waits at once).
+                if (Cfg::kSeparateO && me.tid == 0) ptx::bulk_wait_group_read<0>();
+                me.epilogue.sync();
+                store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, me.first_row_in_tile);
+                store_fence();
+                me.epilogue.sync();
+                if (me.tid == 0) {
+                    o_staging.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
+                    ptx::bulk_commit_group();
+                    if (!Cfg::kSeparateO) {  // O was staged in Q: the next Q may land once it is read out
+                        ptx::bulk_wait_group_read<0>();
+                        smem.q_ring.consumer_release(q_state);
+                    }
+                } else if (!Cfg::kSeparateO && me.lane == 0) {
+                    smem.q_ring.consumer_release(q_state);  // (the slot stays held until thread 0's arrival)
                 }
             } else if (!Cfg::kSeparateO && me.lane == 0) {
-                smem.q_ring.consumer_release(q_state);  // (the slot stays held until thread 0's arrival)
+                smem.q_ring.consumer_release(q_state);  // a writer stages no O in Q
             }
             q_state.advance();
         }
@@ -450,13 +470,17 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
                                                                    Cfg::kSkipHiddenBlocks, Cfg::kBlockM, a.seqlen_q, a.seqlen_k));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) scheduler.tile_counter = static_cast<int32_t*>(a.workspace);
+    // Other full masks given a workspace split their last pass over KV blocks (whole query tiles
+    // only: a tail tile's slices would skip some blocks of the run).
+    const bool split_tail = Cfg::kSplitTail && !a.causal && !dynamic && a.workspace != nullptr && a.seqlen_q % Cfg::kBlockM == 0;
     int ctas = 0;
     const char* what = "querying the SM count";
     const int persistent_max = a.causal ? kPersistentCausalMaxSeqlenK : persistent_max_seqlen_k(Cfg::kHeadDim);
-    cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, dynamic || a.seqlen_k <= persistent_max, &ctas);
+    cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, dynamic || split_tail || a.seqlen_k <= persistent_max, &ctas);
+    if (split_tail) scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
     // (After the grid: it settles the tile order the kernel walks.)
-    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, a.softmax_scale,
-                         a.softmax_scale * kLog2e};
+    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, static_cast<uint8_t*>(a.workspace),
+                         a.softmax_scale, a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/sm90/schedule_workspace.h"
+
 // For the small functions both a launcher (host) and its kernel (device) call. Compiled as plain
 // C++ (the host-only files of the C API) it is empty. Marked explicitly rather than relying on
 // nvcc's --expt-relaxed-constexpr, so the vendored single files compile with no extra flags.
@@ -40,13 +42,16 @@ struct FwdArgs {
                                    // when tiles are short); N > 0 = at most N, walking the tiles
     int section_heads = 0;         // (head, batch) pairs per tile-order section (sm90::TileScheduler):
                                    // 0 = the launcher's rule (kCausalSections), N > 0 = N
-    void* workspace = nullptr;     // optional: kWorkspaceBytes of zero-filled device memory (aligned to
-                                   // kWorkspaceAlign), left zero-filled by every call; with it causal
-                                   // problems take their tiles from a counter (kernels/fwd_rules.h)
+    void* workspace = nullptr;     // optional: kWorkspaceBytes of device memory (aligned to
+                                   // kWorkspaceAlign) whose first sm90::kScheduleStateBytes are zero
+                                   // and are left so by every call; with it causal problems take
+                                   // their tiles from a counter and full masks split their last
+                                   // pass over KV blocks (kernels/fwd_rules.h)
 };
 
-// The forward's optional workspace: the dynamic tile scheduler's counters.
-constexpr size_t kWorkspaceBytes = 16;
+// The forward's optional workspace: the dynamic tile scheduler's counters and the split tail's
+// flags and partial tiles (kernels/sm90/schedule_workspace.h).
+constexpr size_t kWorkspaceBytes = sm90::kScheduleWorkspaceBytes;
 constexpr size_t kWorkspaceAlign = 16;
 // Whether `workspace` (NULL included) is aligned as the scheduler's counters need.
 inline bool workspace_aligned(const void* workspace) { return reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlign == 0; }

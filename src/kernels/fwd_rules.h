@@ -63,6 +63,20 @@
 #define HATTN_FWD_DYNAMIC_FULL 1
 #endif
 
+// 1: a full-mask problem given a workspace, whose query tiles are all whole and which the dynamic
+// walk above does not take, runs on a persistent grid and cuts the tiles left over for a partly
+// empty last pass over their KV blocks (a stream-K split tail, sm90::TileScheduler::
+// plan_split_tail; partial tiles merged through the workspace, sm90/split_tail.cuh). d128 and d256
+// full grids of equal tiles otherwise finish ~3% above the ideal at every length (2048 / 1024
+// tiles on 132 SMs: 15.5 / 7.8 passes; scripts/model_tile_walk.py --mask full). A CTA's run must be
+// at least HATTN_FWD_SPLIT_MIN_RUN KV blocks. 0: full masks ignore the workspace here.
+#ifndef HATTN_FWD_SPLIT_TAIL
+#define HATTN_FWD_SPLIT_TAIL 1
+#endif
+#ifndef HATTN_FWD_SPLIT_MIN_RUN
+#define HATTN_FWD_SPLIT_MIN_RUN 4
+#endif
+
 // 1: the producer announces each tile's index on an mbarrier of its own as soon as it holds the
 // tile's Q slot, before Q's TMA lands, so the consumers set the tile up (its rows, mask bounds,
 // zeroed O, softmax state) while Q loads; 0: the index arrives with Q and the set-up waits for it
@@ -89,6 +103,8 @@ constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr bool kDynamicCausal = HATTN_FWD_DYNAMIC_CAUSAL != 0;
 constexpr bool kDynamicFull = HATTN_FWD_DYNAMIC_FULL != 0;
 constexpr bool kTileAnnounce = HATTN_FWD_TILE_ANNOUNCE != 0;
+constexpr bool kSplitTail = HATTN_FWD_SPLIT_TAIL != 0;
+constexpr int kSplitMinRunBlocks = HATTN_FWD_SPLIT_MIN_RUN;
 constexpr int kDynamicCausalMinSeqlenK = HATTN_FWD_DYNAMIC_CAUSAL_MIN_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenK = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K;
 constexpr int kPersistentMaxSeqlenKD64D256 = HATTN_FWD_PERSISTENT_MAX_SEQLEN_K_D64_D256;

@@ -148,17 +148,18 @@ __device__ __forceinline__ void init_barriers(Init init) {
 // The one thread of a producer warpgroup that issues its TMA loads: an elected lane of warp 0.
 __device__ __forceinline__ bool is_tma_issuer() { return threadIdx.x / 32 == 0 && ptx::elect_one_sync(); }
 
-// A producer's K and V loads for one tile's n_blocks KV blocks, K one block ahead of V: the
-// consumers need K_it and V_{it-1} together (S_it and P_{it-1} V_{it-1} are issued back to back).
+// A producer's K and V loads for a tile's KV block iterations [it_begin, it_end), K one block
+// ahead of V: the consumers need K_it and V_{it-1} together (S_it and P_{it-1} V_{it-1} are
+// issued back to back).
 template <class LoadK, class LoadV>
-__device__ __forceinline__ void load_kv_blocks(int n_blocks, LoadK&& load_k, LoadV&& load_v) {
-    if (n_blocks <= 0) return;
-    load_k(0);
-    for (int it = 1; it < n_blocks; ++it) {
+__device__ __forceinline__ void load_kv_blocks(int it_begin, int it_end, LoadK&& load_k, LoadV&& load_v) {
+    if (it_end <= it_begin) return;
+    load_k(it_begin);
+    for (int it = it_begin + 1; it < it_end; ++it) {
         load_k(it);
         load_v(it - 1);
     }
-    load_v(n_blocks - 1);
+    load_v(it_end - 1);
 }
 
 // The consumers' side of that order: S_it = Q K_it^T and P_{it-1} V_{it-1} issued back to back

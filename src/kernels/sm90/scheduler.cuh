@@ -27,6 +27,15 @@
 // claims; the tile travels to the consumers, decoded, with Q's slot (TileHandOff below). The CTA
 // that finishes last zeroes the counter, so the next launch on the stream finds it as the first
 // one did.
+//
+// A split tail (full masks on a persistent grid, plan_split_tail) walks only the whole passes'
+// tiles this way. The tiles left over for a last, partly empty pass are cut over their KV blocks
+// instead (stream-K): their blocks, numbered tile by tile, go to the CTAs in equal runs, so every
+// CTA finishes together. A run that starts inside a tile computes a partial O for that tile's
+// blocks it holds and hands it over through the workspace (a writer); the CTA whose run holds the
+// tile's first block iterations merges the partials into O (the merger, sm90/split_tail.cuh). A
+// run ends with the start of a tile and begins with the end of one, so a merger reaches its tile
+// last in its run while its partners wrote theirs first in theirs: the merge rarely waits.
 #pragma once
 
 #include <climits>
@@ -38,6 +47,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/sm90/pipeline.cuh"
+#include "kernels/sm90/schedule_workspace.h"
 #include "ptx/atomic.cuh"
 
 // When the dynamic walk's producer claims its next tile: 1 (default) after the current tile's
@@ -55,10 +65,17 @@ namespace hattn::sm90 {
 
 constexpr bool kClaimAfterLoads = HATTN_SCHED_CLAIM_AFTER_LOADS != 0;
 
-// (16-byte aligned: TileHandOff passes one through shared memory in a single vector access.)
+// (16-byte aligned: TileHandOff passes one through shared memory in two vector accesses.)
 struct alignas(16) Tile {
     int m_block, head, batch, kv_head;
+    // The tile's KV block iterations this CTA computes, [it_begin, min(it_end, n_blocks)) (it = 0 is
+    // the highest block), and its part in a split tail: kWholeTile, kSplitWriter (a partial O for
+    // this CTA's slot), or k > 0 (the merger of the partials in the next k CTAs' slots).
+    int it_begin = 0, it_end = INT_MAX, split = 0;
+    int unused = 0;
 };
+constexpr int kWholeTile = 0;
+constexpr int kSplitWriter = -1;
 // What the producer hands over after the last tile: the consumers' signal to stop.
 __host__ __device__ constexpr Tile past_last_tile() { return {-1, 0, 0, 0}; }
 
@@ -74,6 +91,11 @@ struct TileScheduler {
     // nullptr for the fixed passes.
     int32_t* tile_counter = nullptr;
     static constexpr int kCounterWords = 2;
+    // Tiles [0, walk_tiles) are walked whole (fixed passes or the counter); with a split tail
+    // (plan_split_tail) the rest, split_blocks KV blocks each, split_units blocks in all, go to the
+    // CTAs in runs of split_run blocks.
+    int walk_tiles = 0;
+    int split_blocks = 0, split_run = 0, split_units = 0;
 
     __host__ __device__ Tile tile_at(int index) const {
         Tile t;
@@ -96,7 +118,7 @@ struct TileScheduler {
     // `mask` (a Mask: n_blocks(m0, rows, block_n)); false for an index past the last tile.
     template <int kBlockM, int kBlockN, class MaskT>
     __device__ __forceinline__ bool tile_of(int index, const MaskT& mask, Tile& t, int& m0, int& n_blocks) const {
-        if (index >= num_tiles) return false;
+        if (index >= walk_tiles) return false;
         t = tile_at(index);
         return place<kBlockM, kBlockN>(t, mask, m0, n_blocks);
     }
@@ -134,6 +156,49 @@ struct TileScheduler {
         }
     }
 
+    // CTA `cta`'s pieces of the split tail, in order: piece(tile) with the tile's it_begin, it_end
+    // and split set. A run begins inside a tile (a writer, unless the run starts on a tile
+    // boundary), may hold whole tiles, and ends with a tile's first iterations (that tile's merger,
+    // whose partners are the CTAs whose runs hold the rest of it).
+    template <class Piece>
+    __host__ __device__ __forceinline__ void for_each_tail_piece(int cta, Piece&& piece) const {
+        if (split_run == 0) return;
+        int unit = cta * split_run;
+        const int end = unit + split_run < split_units ? unit + split_run : split_units;
+        while (unit < end) {
+            const int k = unit / split_blocks;
+            const int begin = unit - k * split_blocks;
+            const int stop = begin + (end - unit) < split_blocks ? begin + (end - unit) : split_blocks;
+            Tile t = tile_at(walk_tiles + k);
+            t.it_begin = begin;
+            t.it_end = stop;
+            t.split = begin > 0                ? kSplitWriter
+                      : stop == split_blocks ? kWholeTile
+                                             : ((k + 1) * split_blocks - 1) / split_run - cta;  // partners
+            piece(t);
+            unit += stop - begin;
+        }
+    }
+
+    // Host, after grid_ctas: cut the tiles past the last whole pass of `ctas` CTAs over their
+    // n_blocks KV blocks each (full masks: every tile has n_blocks). Only where there are whole
+    // passes and a partly empty last one, the grid fits the workspace's slots, and each CTA's run
+    // is at least min_run blocks (a piece pays a Q load, a pipeline fill and drain, and a partial
+    // tile's round trip to L2). Returns whether it split.
+    bool plan_split_tail(int ctas, int n_blocks, int min_run) {
+        const int passes = ctas > 0 ? num_tiles / ctas : 0;
+        const int left = num_tiles - passes * ctas;
+        if (passes == 0 || left == 0 || ctas > kSplitMaxCtas || n_blocks <= 0) return false;
+        const int64_t units = static_cast<int64_t>(left) * n_blocks;
+        const int64_t run = (units + ctas - 1) / ctas;
+        if (run < min_run || units + run > INT_MAX) return false;
+        walk_tiles = passes * ctas;
+        split_blocks = n_blocks;
+        split_run = static_cast<int>(run);
+        split_units = static_cast<int>(units);
+        return true;
+    }
+
     // Full masks: the dynamic walk pays where the last query tile is partial and its empty slices
     // skip their blocks (tail_skips): such a tile costs a third to two thirds of a whole one, which
     // the fixed walk's passes count as whole, while the counter hands tiles out to fill the last
@@ -167,6 +232,7 @@ struct TileScheduler {
         section = section < 1 ? 1 : section > pairs ? pairs : section;
         s = TileScheduler{num_m_blocks, heads_q, heads_q / heads_kv, static_cast<int>(num_tiles), causal,
                           static_cast<int>(section), section_heads <= 0};
+        s.walk_tiles = s.num_tiles;
         return true;
     }
 
@@ -224,8 +290,15 @@ struct TileHandOff {
         if constexpr (kAnnounce) ptx::mbarrier_wait(&announced[st.stage], st.phase);
         else q_ring.consumer_wait(st);
         const Tile mine = lane == 0 ? tile[st.stage] : past_last_tile();
-        return {__shfl_sync(0xffffffffu, mine.m_block, 0), __shfl_sync(0xffffffffu, mine.head, 0),
-                __shfl_sync(0xffffffffu, mine.batch, 0), __shfl_sync(0xffffffffu, mine.kv_head, 0)};
+        Tile t;
+        t.m_block = __shfl_sync(0xffffffffu, mine.m_block, 0);
+        t.head = __shfl_sync(0xffffffffu, mine.head, 0);
+        t.batch = __shfl_sync(0xffffffffu, mine.batch, 0);
+        t.kv_head = __shfl_sync(0xffffffffu, mine.kv_head, 0);
+        t.it_begin = __shfl_sync(0xffffffffu, mine.it_begin, 0);
+        t.it_end = __shfl_sync(0xffffffffu, mine.it_end, 0);
+        t.split = __shfl_sync(0xffffffffu, mine.split, 0);
+        return t;
     }
 };
 
@@ -258,12 +331,12 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
                                                                       hand_off->announce_bar(q_state.stage))
                                    : smem.q_ring.producer_acquire(q_state, tx_bytes);
     };
-    int index = scheduler.first_index();
-    for (int pass = 0; scheduler.template tile_of<kBlockM, kBlockN>(index, mask, t, m0, n_blocks); ++pass) {
+    // One tile (or piece of one): Q, `after_q`, then its KV blocks in the consumers' order.
+    auto load_tile = [&](auto after_q) {
         uint64_t* q_full = acquire_q(QTile::kTxBytes, t);
         smem.q[q_state.stage].load(tmap_q, q_full, m0, t.head, t.batch);
         q_state.advance();
-        if constexpr (!kClaimLate) index = scheduler.next_index(pass);
+        after_q();
         auto load_k = [&](int it) {
             uint64_t* full = smem.k_ring.producer_acquire(k_state, KTile::kTxBytes);
             smem.k[k_state.stage].load(tmap_k, full, (n_blocks - 1 - it) * kBlockN, t.kv_head, t.batch);
@@ -273,9 +346,20 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
             load_v(v_state.stage, v_ring.producer_acquire(v_state, kVTxBytes), t, (n_blocks - 1 - it) * kBlockN);
             v_state.advance();
         };
-        load_kv_blocks(n_blocks, load_k, load_v_block);
+        load_kv_blocks(t.it_begin, t.it_end < n_blocks ? t.it_end : n_blocks, load_k, load_v_block);
+    };
+    int index = scheduler.first_index();
+    for (int pass = 0; scheduler.template tile_of<kBlockM, kBlockN>(index, mask, t, m0, n_blocks); ++pass) {
+        load_tile([&] {
+            if constexpr (!kClaimLate) index = scheduler.next_index(pass);
+        });
         if constexpr (kClaimLate) index = scheduler.next_index(pass);
     }
+    scheduler.for_each_tail_piece(static_cast<int>(blockIdx.x), [&](const Tile& piece) {
+        t = piece;
+        TileScheduler::place<kBlockM, kBlockN>(t, mask, m0, n_blocks);
+        load_tile([] {});
+    });
     if (hand_off != nullptr) acquire_q(0, past_last_tile());
     scheduler.finish_walk();
     return v_state;
