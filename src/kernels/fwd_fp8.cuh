@@ -89,6 +89,7 @@
 #include "kernels/sm90/scores_recompute.cuh"
 #include "kernels/sm90/vt_e4m3.cuh"
 #include "kernels/sm90/softmax_block_scaled.cuh"
+#include "kernels/sm90/split_tail.cuh"
 #include "kernels/sm90/tensor_map.h"
 #include "kernels/sm90/tile.cuh"
 #include "ptx/fence.cuh"
@@ -163,6 +164,18 @@ constexpr bool skip_hidden_blocks(int consumers) { return HATTN_FWD_FP8_SKIP_HID
 #define HATTN_FWD_FP8_DYNAMIC_FULL 1
 #endif
 constexpr bool kDynamicFull = HATTN_FWD_FP8_DYNAMIC_FULL != 0;
+// 1: other full-mask problems with a workspace, whose query tiles are all whole, cut the tiles left
+// over for a partly empty last pass over their KV blocks, in runs of at least
+// HATTN_FWD_FP8_SPLIT_MIN_RUN blocks per CTA (the 16-bit forward's HATTN_FWD_SPLIT_TAIL,
+// kernels/fwd_rules.h; sm90::TileScheduler::plan_split_tail).
+#ifndef HATTN_FWD_FP8_SPLIT_TAIL
+#define HATTN_FWD_FP8_SPLIT_TAIL 1
+#endif
+#ifndef HATTN_FWD_FP8_SPLIT_MIN_RUN
+#define HATTN_FWD_FP8_SPLIT_MIN_RUN 4
+#endif
+constexpr bool kSplitTail = HATTN_FWD_FP8_SPLIT_TAIL != 0;
+constexpr int kSplitMinRunBlocks = HATTN_FWD_FP8_SPLIT_MIN_RUN;
 // P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
 // The gain costs nothing: it is part of the exponent, and O and the row sum share it.
 static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2 && kDefaultPGainLog2 <= kLazyMaxGainLog2,
@@ -310,6 +323,10 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     // the hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems
     // keep the fixed walk.
     static constexpr bool kTileHandOff = !Opt::kQInRegisters;
+    // Full masks may split their last pass (HATTN_FWD_FP8_SPLIT_TAIL): the pieces travel with the
+    // hand-off; not on three consumers, whose 160 registers the merge would spill, nor at d256,
+    // where O's 128 registers leave the merge too few (36 bytes spilled).
+    static constexpr bool kSplitTail = fwd_fp8::kSplitTail && kTileHandOff && Shape::kConsumers == 2 && kHeadDim_ <= 128;
     static_assert(!Opt::kRowSumMma || (Opt::kLazyRescale && kDescaleGroups == 1),
                   "row sums on the tensor cores: the lazy path, one V descale per block (its 1 / v_ds)");
 };
@@ -344,6 +361,7 @@ struct KernelParams {
     int kv_descale_blocks;
     Mask mask;
     TileScheduler scheduler;
+    uint8_t* workspace;  // the split tail's flags and partial tiles (scheduler.split_run > 0)
     float scale;  // softmax scale (natural units)
     float p_gain_log2;  // the lazy path's P gain, log2 (lazy_p_gain_log2, or Tuning::kPGainLog2 when fixed)
 };
@@ -587,9 +605,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 1);
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
-            const int n_masked = max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN));
-            const int first =  // blocks none of our rows sees, skipped (see skip_hidden_blocks)
-                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0;
+            // This CTA computes iterations [t.it_begin, end) of the tile's blocks (all, unless a
+            // split tail's piece).
+            const int end = min(t.it_end, n_blocks);
+            const int n_masked = min(end, max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN)));
+            const int first = min(end, max(t.it_begin,  // blocks none of our rows sees, skipped (see skip_hidden_blocks)
+                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0));
             // Descales of this slice of Q and of the KV blocks of this head.
             const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
             const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;
@@ -724,15 +745,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
             // Blocks no row of ours sees, passed over with the turns computing them would take
             // (one softmax and one GEMM issue each, the drain's issue with the last one).
-            pass_over_blocks(first, smem.k_ring, k_state, smem.v_ring, v_state, me.lane == 0, [&](int it) {
-                for (int turn = 0; turn < 1 + (it == n_blocks - 1); ++turn) {
+            pass_over_blocks(first - t.it_begin, smem.k_ring, k_state, smem.v_ring, v_state, me.lane == 0, [&](int i) {
+                for (int turn = 0; turn < 1 + (t.it_begin + i == end - 1); ++turn) {
                     take_turn();
                     pass_turn();
                 }
                 take_softmax_turn();
                 pass_softmax_turn();
             });
-            if (n_blocks > first) {
+            if (end > first) {
                 // Prologue: S of the first block we see alone, its softmax.
                 {
                     const BlockDescales ds_top = Opt::kSoftmaxTurns ? BlockDescales{} : load_descales(first);
@@ -813,7 +834,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 };
                 int it = first + 1;
                 steps(it, n_masked, std::true_type{});
-                steps(it, n_blocks, std::false_type{});
+                steps(it, end, std::false_type{});
                 HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 4);
                 // Our last QK^T has completed (waited for in the last step, or in the prologue) and
                 // the drain's P V reads only P (registers) and V^T: Q is free one softmax and one
@@ -822,11 +843,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
                 // Drain: the last P V.
                 {
-                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(n_blocks - 1)];
+                    const float v_ds = Opt::kLazyRescale ? 0.f : v_ds_row[descale_index(end - 1)];
                     smem.v_ring.consumer_wait(v_state);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
-                    if (n_blocks - first >= 2) release(smem.v_ring, v_release);
+                    if (end - first >= 2) release(smem.v_ring, v_release);
                     rescale_o(v_ds);
                     if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     // (Two sets: the branch on the set goes around the whole issue, fence to commit;
@@ -839,7 +860,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                         pass_turn();
                     };
                     if constexpr (kPBuffers == 1) issue_pv(kSet0);
-                    else if ((n_blocks - 1 - first) % 2 == 0) issue_pv(kSet0);
+                    else if ((end - 1 - first) % 2 == 0) issue_pv(kSet0);
                     else issue_pv(kSet1);
                     ptx::wgmma_wait_group<0>();
                     fence_pv();
@@ -860,29 +881,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             } else {
                 softmax.finalize(inv_sum, lse);
             }
-            if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
-                float* lse_row = p.lse + q_head * p.mask.seqlen_q;
-#pragma unroll
-                for (int r = 0; r < kAccRowsPerThread; ++r)
-                    if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
-            }
             // O is in units of o_unit (the P gain cancels against the row sum's; lazy: o_unit stays 1).
 #pragma unroll
             for (int r = 0; r < kAccRowsPerThread; ++r) inv_sum[r] *= o_unit;
             rescale_rows(o, inv_sum);
-            // The barrier keeps us from overwriting our rows of the staging buffer before the
-            // previous tile's store has read them out. Thread 0 waits for those reads only here,
-            // not right after issuing the store: a bulk group is tracked per issuing thread and
-            // nothing else touches our rows of the O buffer in between, so the reads overlap this
-            // tile's GEMMs instead of delaying its start.
-            if (me.tid == 0) ptx::bulk_wait_group_read<0>();
-            me.epilogue.sync();
-            store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
-            store_fence();
-            me.epilogue.sync();
-            if (me.tid == 0) {
-                smem.o.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
-                ptx::bulk_commit_group();
+            // A split tail's piece hands its partial O to the tile's merger, or merges its
+            // partners' first (sm90/split_tail.cuh).
+            const bool writer = Cfg::kSplitTail && t.split == kSplitWriter;
+            if (Cfg::kSplitTail && t.split != kWholeTile) {
+                const SplitTail<Cfg::kConsumers, kHeadDim> split{p.workspace, me.cw, me.tid};
+                const int slot = static_cast<int>(blockIdx.x);
+                if (writer) split.write(slot, o, lse, me.epilogue);
+                else split.merge(slot + 1, t.split, o, lse, me.epilogue);
+            }
+            if (!writer) {
+                if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
+                    float* lse_row = p.lse + q_head * p.mask.seqlen_q;
+#pragma unroll
+                    for (int r = 0; r < kAccRowsPerThread; ++r)
+                        if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
+                }
+                // The barrier keeps us from overwriting our rows of the staging buffer before the
+                // previous tile's store has read them out. Thread 0 waits for those reads only here,
+                // not right after issuing the store: a bulk group is tracked per issuing thread and
+                // nothing else touches our rows of the O buffer in between, so the reads overlap this
+                // tile's GEMMs instead of delaying its start.
+                if (me.tid == 0) ptx::bulk_wait_group_read<0>();
+                me.epilogue.sync();
+                store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
+                store_fence();
+                me.epilogue.sync();
+                if (me.tid == 0) {
+                    smem.o.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
+                    ptx::bulk_commit_group();
+                }
             }
             q_state.advance();
             HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 6);
@@ -1003,6 +1035,10 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
                                                                                       a.seqlen_q, a.seqlen_k));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= fwd::kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) p.scheduler.tile_counter = static_cast<int32_t*>(a.schedule_workspace);
+    // Other full masks given a workspace split their last pass over KV blocks (whole query tiles).
+    const bool split_tail = Cfg::kSplitTail && !a.causal && !dynamic && a.schedule_workspace != nullptr &&
+                            a.seqlen_q % Cfg::kBlockM == 0;
+    p.workspace = static_cast<uint8_t*>(a.schedule_workspace);
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
@@ -1010,7 +1046,9 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     int ctas = 0;
     const char* what = "querying the SM count";
     rc = p.scheduler.grid_ctas(a.grid_ctas,
-                               dynamic || a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK), &ctas);
+                               dynamic || split_tail || a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK),
+                               &ctas);
+    if (split_tail) p.scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
     if (rc == cudaSuccess) {
         what = "kernel launch";
         rc = launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {
