@@ -69,7 +69,7 @@ void print_help(FILE* out) {
                  "  --scale X              softmax scale (default 1/sqrt(dim))\n"
                  "  --no-lse               fwd: do not request LSE\n"
                  "  --no-workspace         fwd (any dtype): no scheduler workspace (causal tiles and d64's partial\n"
-                 "                         ones keep a fixed order)\n"
+                 "                         ones keep a fixed order; full masks do not split their last pass)\n"
                  "  --no-pingpong          ablation: HATTN_FWD_NO_PINGPONG (dim 128, bf16; bwd: its forward run)\n"
                  "  --no-intra-wg-overlap  ablation: HATTN_FWD_NO_INTRA_WG_OVERLAP (dim 128, bf16; bwd: its forward run)\n"
                  "  --deterministic        bwd: HATTN_BWD_DETERMINISTIC (bit-identical dQ from run to run)\n"
