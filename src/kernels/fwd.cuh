@@ -379,13 +379,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
             softmax.finalize(p.scale, inv_sum, lse);
             rescale_rows(o, inv_sum);
-            const bool writer = Cfg::kSplitTail && t.split == kSplitWriter;
-            if (Cfg::kSplitTail && t.split != kWholeTile) {
-                const SplitTail<Cfg::kConsumers, kHeadDim> split{p.workspace, me.cw, me.tid};
-                const int slot = static_cast<int>(blockIdx.x);
-                if (writer) split.write(slot, o, lse, me.epilogue);
-                else split.merge(slot + 1, t.split, o, lse, me.epilogue);
-            }
+            const bool writer = Cfg::kSplitTail && hand_over_split_piece<Cfg::kConsumers, kHeadDim>(t, p.workspace, me, o, lse);
             if (!writer) {
                 if (p.lse != nullptr && me.lane % 4 == 0) {
                     float* lse_row = p.lse + (static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head) * p.mask.seqlen_q;

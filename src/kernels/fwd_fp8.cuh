@@ -887,13 +887,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             rescale_rows(o, inv_sum);
             // A split tail's piece hands its partial O to the tile's merger, or merges its
             // partners' first (sm90/split_tail.cuh).
-            const bool writer = Cfg::kSplitTail && t.split == kSplitWriter;
-            if (Cfg::kSplitTail && t.split != kWholeTile) {
-                const SplitTail<Cfg::kConsumers, kHeadDim> split{p.workspace, me.cw, me.tid};
-                const int slot = static_cast<int>(blockIdx.x);
-                if (writer) split.write(slot, o, lse, me.epilogue);
-                else split.merge(slot + 1, t.split, o, lse, me.epilogue);
-            }
+            const bool writer = Cfg::kSplitTail && hand_over_split_piece<Cfg::kConsumers, kHeadDim>(t, p.workspace, me, o, lse);
             if (!writer) {
                 if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
                     float* lse_row = p.lse + q_head * p.mask.seqlen_q;

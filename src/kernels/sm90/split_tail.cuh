@@ -20,9 +20,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/forward_roles.cuh"
+#include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/schedule_workspace.h"
+#include "kernels/sm90/scheduler.cuh"
 #include "ptx/atomic.cuh"
 #include "ptx/global.cuh"
 #include "ptx/mbarrier.cuh"
@@ -114,5 +115,22 @@ struct SplitTail {
 #endif
     }
 };
+
+// A forward tile's epilogue, once O is normalized and the LSE known: a split tail's writer hands
+// its partial over (true: nothing left to store), its merger takes its partners' in first, a
+// whole tile passes through.
+template <int kConsumers, int kHeadDim>
+__device__ __forceinline__ bool hand_over_split_piece(const Tile& t, uint8_t* workspace, const ConsumerRole<kConsumers>& me,
+                                                      float (&o)[kHeadDim / 2], float (&lse)[kAccRowsPerThread]) {
+    if (t.split == kWholeTile) return false;
+    const SplitTail<kConsumers, kHeadDim> split{workspace, me.cw, me.tid};
+    const int slot = static_cast<int>(blockIdx.x);  // a CTA writes at most one partial (for_each_tail_piece)
+    if (t.split == kSplitWriter) {
+        split.write(slot, o, lse, me.epilogue);
+        return true;
+    }
+    split.merge(slot + 1, t.split, o, lse, me.epilogue);
+    return false;
+}
 
 }  // namespace hattn::sm90
