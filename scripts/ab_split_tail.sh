@@ -34,7 +34,7 @@ for round in $(seq 1 "$ROUNDS"); do
         for ws in "" --no-workspace; do
           tflops=$(build/bin/hattn fwd --dtype "$dtype" --dim "$d" --seqlen "$s" --batch $((TOKENS / s)) \
                      --heads $((HEAD_BUDGET / d)) --no-verify --iters "$ITERS" $ws 2>&1 |
-                   sed -n 's/.* \([0-9.]*\) TFLOPS.*/\1/p' | tail -1)
+                   sed -n 's/.*), \([0-9.]*\) TFLOPS,.*/\1/p' | tail -1)
           echo "$round $dtype $d $s ${ws:-ws} ${tflops:-FAIL}" >>"$LOG"
         done
       done

@@ -448,9 +448,9 @@ std::vector<Case> kernel_cases() {
         all.push_back(scheduled({2, 3, 1, 1031, 1100, false, false, HATTN_DTYPE_BF16, d}));  // full: d64 dynamic (a partial tile), else ignored
         all.push_back(scheduled(walked({1, 4, 2, 1300, 1300, false, false, HATTN_DTYPE_BF16, d}, 3)));  // ... 3 CTAs claim
         // Full masks of whole query tiles (d128) split their last pass over KV blocks on these
-        // grids: 32 tiles on 3 CTAs (2 left, cut in runs of 6 of their 8 blocks: the seqlen_k tail
-        // in a merger's piece), 54 on 5 (4 left, runs of 20 of 24 blocks: fp16 O, strides, GQA).
-        all.push_back(scheduled(walked({1, 4, 2, 1024, 1000, false, false, HATTN_DTYPE_BF16, d}, 3)));
+        // grids: 32 tiles on 3 CTAs (2 left, cut in runs of 16 of their 24 blocks: the seqlen_k
+        // tail in a merger's piece), 54 on 5 (4 left, runs of 20 of 24 blocks: fp16 O, strides, GQA).
+        all.push_back(scheduled(walked({1, 4, 2, 1024, 3000, false, false, HATTN_DTYPE_BF16, d}, 3)));
         all.push_back(scheduled(walked({2, 3, 3, 1152, 3000, false, true, HATTN_DTYPE_FP16, d}, 5)));
     }
 #ifdef HATTN_FP8_VARIANTS

@@ -97,9 +97,10 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
     static constexpr bool kSpeculative = kSpeculativeMax && lazy_rescale(kHeadDim);
     // Consumers skip the blocks none of their rows sees (fwd_rules.h).
     static constexpr bool kSkipHiddenBlocks = skip_hidden_blocks(Shape::kBlockM, Shape::kBlockN);
-    // Full masks may split their last pass (fwd_rules.h); not on three consumers, whose 160
-    // registers the merge's code would spill (and whose 192-row tiles seldom divide seqlen_q).
-    static constexpr bool kSplitTail = fwd::kSplitTail && Shape::kConsumers == 2;
+    // Full masks may split their last pass (fwd_rules.h): d128 only. Three consumers' 160
+    // registers would spill with the merge's code (d64), and d256's 128 KB partial tiles cost
+    // more than the split saves (-2 to -7% at 512-2k, level beyond: bench/RESULTS.md run 56c).
+    static constexpr bool kSplitTail = fwd::kSplitTail && Shape::kConsumers == 2 && kHeadDim_ <= 128;
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;

@@ -172,7 +172,7 @@ constexpr bool kDynamicFull = HATTN_FWD_FP8_DYNAMIC_FULL != 0;
 #define HATTN_FWD_FP8_SPLIT_TAIL 1
 #endif
 #ifndef HATTN_FWD_FP8_SPLIT_MIN_RUN
-#define HATTN_FWD_FP8_SPLIT_MIN_RUN 4
+#define HATTN_FWD_FP8_SPLIT_MIN_RUN 16
 #endif
 constexpr bool kSplitTail = HATTN_FWD_FP8_SPLIT_TAIL != 0;
 constexpr int kSplitMinRunBlocks = HATTN_FWD_FP8_SPLIT_MIN_RUN;

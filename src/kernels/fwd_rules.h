@@ -74,7 +74,7 @@
 #define HATTN_FWD_SPLIT_TAIL 1
 #endif
 #ifndef HATTN_FWD_SPLIT_MIN_RUN
-#define HATTN_FWD_SPLIT_MIN_RUN 4
+#define HATTN_FWD_SPLIT_MIN_RUN 16
 #endif
 
 // 1: the producer announces each tile's index on an mbarrier of its own as soon as it holds the

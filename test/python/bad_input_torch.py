@@ -321,8 +321,9 @@ def build_cases() -> list[Case]:
         E.HATTN_ERROR_WORKSPACE, field_word("workspace"))
     add("workspace_too_small", lambda lib, p, b, s: setter(workspace=b.o, workspace_size=ws_size(lib) - 1)(lib, p, b, s),
         E.HATTN_ERROR_WORKSPACE, field_word("workspace_size"))
-    add("workspace_past_address_space", setter(workspace=2**64 - 16, workspace_size=16), E.HATTN_ERROR_SIZE_OVERFLOW,
-        r"^workspace:")
+    add("workspace_past_address_space",
+        lambda lib, p, b, s: setter(workspace=2**64 - 4096, workspace_size=ws_size(lib))(lib, p, b, s),
+        E.HATTN_ERROR_SIZE_OVERFLOW, r"^workspace:")
 
     # ---- hattn_fwd_params_contiguous misused ----
     add("contiguous_null_q", contiguous(q=None), E.HATTN_ERROR_NULL_POINTER, field_word("q"))
@@ -688,7 +689,8 @@ def build_fwd_fp8_cases() -> list[Case]:
     add("schedule_workspace_too_small",
         lambda lib, p, b, s: setter(schedule_workspace=b.o, schedule_workspace_size=sched_size(lib) - 1)(lib, p, b, s),
         E.HATTN_ERROR_WORKSPACE, field_word("schedule_workspace_size"))
-    add("schedule_workspace_past_address_space", setter(schedule_workspace=2**64 - 16, schedule_workspace_size=16),
+    add("schedule_workspace_past_address_space",
+        lambda lib, p, b, s: setter(schedule_workspace=2**64 - 4096, schedule_workspace_size=sched_size(lib))(lib, p, b, s),
         E.HATTN_ERROR_SIZE_OVERFLOW, field_word("schedule_workspace"))
     return cases
 
