@@ -98,10 +98,12 @@ typedef struct hattn_fwd_params {
      * bench/RESULTS.md runs 46, 50, 51); without it they keep a fixed tile order. So do problems
      * without a mask whose last query tile is partial, at d64 (seqlen_q not a multiple of 192) and
      * d256 (of 128), up to 8192 keys: those tiles then fill the grid's last pass (d64 +2-8%, run
-     * 55d). Other problems without a mask, at d128 and d256, run on one thread block per SM and
-     * split the tiles left over for a partly empty last pass over their keys, merging the
-     * partial results through the workspace (run 56). Two calls in flight at once (on different
-     * streams) need separate workspaces (not checked). workspace_size is its size in bytes. */
+     * 55d). Other d128 problems without a mask, whose seqlen_q is a multiple of 128, run on one
+     * thread block per SM and split the tiles left over for a partly empty last pass over their
+     * keys where each block's share is at least 16 KV blocks, merging the partial results
+     * through the workspace (+1-3% at 4k-8k keys, run 56). Two calls in flight at once (on
+     * different streams) need separate workspaces (not checked). workspace_size is its size in
+     * bytes. */
     void* workspace;
     size_t workspace_size;
 } hattn_fwd_params;
@@ -364,7 +366,8 @@ typedef struct hattn_fwd_fp8_params {
      * before the first call and left zero-filled by every call. With it causal problems of >= 1280
      * keys (d64: >= 512) run on one thread block per SM that takes its tiles from a counter there,
      * longest first (faster: bench/RESULTS.md runs 47, 51 and 54h), and so do d64 problems
-     * without a mask whose query length is not a multiple of 192, up to 8192 keys (run 55d).
+     * without a mask whose query length is not a multiple of 192, up to 8192 keys (run 55d); d128
+     * problems without a mask split their last pass as hattn_fwd_params.workspace says (run 56).
      * schedule_workspace_size is its size in bytes. */
     void* schedule_workspace;
     size_t schedule_workspace_size;

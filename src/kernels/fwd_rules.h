@@ -63,13 +63,14 @@
 #define HATTN_FWD_DYNAMIC_FULL 1
 #endif
 
-// 1: a full-mask problem given a workspace, whose query tiles are all whole and which the dynamic
-// walk above does not take, runs on a persistent grid and cuts the tiles left over for a partly
-// empty last pass over their KV blocks (a stream-K split tail, sm90::TileScheduler::
-// plan_split_tail; partial tiles merged through the workspace, sm90/split_tail.cuh). d128 and d256
-// full grids of equal tiles otherwise finish ~3% above the ideal at every length (2048 / 1024
-// tiles on 132 SMs: 15.5 / 7.8 passes; scripts/model_tile_walk.py --mask full). A CTA's run must be
-// at least HATTN_FWD_SPLIT_MIN_RUN KV blocks. 0: full masks ignore the workspace here.
+// 1: a d128 full-mask problem given a workspace, whose query tiles are all whole, runs on a
+// persistent grid and cuts the tiles left over for a partly empty last pass over their KV blocks
+// (a stream-K split tail, sm90::TileScheduler::plan_split_tail; partial tiles merged through the
+// workspace, sm90/split_tail.cuh) when each CTA's run is at least HATTN_FWD_SPLIT_MIN_RUN blocks.
+// A model put the gain at ~3% (2048 equal tiles on 132 SMs are 15.5 passes); measured +1.1 / +3.0
+// / +1.0% at 4k / 8k / 16k keys (e4m3 +2.3 / +1.8 / -0.2%), -2% at 1k with runs of 5 blocks, and
+// -2 to -7% at d256 512-2k, where a piece's 128 KB partial tile costs more than the split saves
+// (bench/RESULTS.md run 56c, H100). 0: full masks ignore the workspace here.
 #ifndef HATTN_FWD_SPLIT_TAIL
 #define HATTN_FWD_SPLIT_TAIL 1
 #endif
