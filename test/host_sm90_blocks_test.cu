@@ -5,11 +5,13 @@
 
 #include <cmath>
 #include <random>
-#include <string>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "kernels/bwd.cuh"
+#include "kernels/fwd_fp8.cuh"
+#include "kernels/fwd_rules.h"
 #include "kernels/sm90/mask.cuh"
 #include "kernels/sm90/scheduler.cuh"
 #include "kernels/sm90/softmax.cuh"
@@ -267,6 +269,26 @@ TEST(Sm90Scheduler, SplitTailCoversEveryBlockOnceWithOneMergerPerSplitTile) {
             ASSERT_EQ(static_cast<int>(writer_ctas[k].size()), partners[k]);
             for (int j = 0; j < partners[k]; ++j) EXPECT_EQ(writer_ctas[k][j], merger_of[k] + 1 + j);
         }
+    }
+}
+
+// The GPU tests' split-tail cases (fwd_test's Workspace cases on 132 SMs, fwd_fp8_test's on 3 and
+// 5 CTAs) do split under the launchers' default rule (runs of kSplitMinRunBlocks).
+TEST(Sm90Scheduler, TheGpuTestsSplitTailCasesSplitUnderTheDefaultRule) {
+    struct Shape {
+        int tiles, ctas, n_blocks, min_run;
+    };
+    const int rule = hattn::fwd::kSplitMinRunBlocks;
+    const Shape shapes[] = {{24 * 8, 132, 36, rule},   // d128 b1 h24 q1024 k4500
+                            {2 * 12 * 9, 132, 24, rule},  // d128 b2 h12 q1152 k3000
+                            {84 * 2, 132, 64, rule},   // d128 b1 h84 q256 k8192
+                            {4 * 8, 3, 24, hattn::fwd_fp8::kSplitMinRunBlocks},      // FP8 b1 h4 q1024 k3000, 3 CTAs
+                            {2 * 3 * 9, 5, 24, hattn::fwd_fp8::kSplitMinRunBlocks}};  // FP8 b2 h3 q1152 k3000, 5 CTAs
+    for (const Shape& sh : shapes) {
+        TileScheduler s{};
+        std::string error;
+        ASSERT_TRUE(TileScheduler::make(128, 128 * sh.tiles, 1, 1, 1, false, 0, s, &error)) << error;
+        EXPECT_TRUE(s.plan_split_tail(sh.ctas, sh.n_blocks, sh.min_run)) << sh.tiles << " tiles on " << sh.ctas;
     }
 }
 
