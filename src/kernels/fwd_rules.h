@@ -67,10 +67,11 @@
 // persistent grid and cuts the tiles left over for a partly empty last pass over their KV blocks
 // (a stream-K split tail, sm90::TileScheduler::plan_split_tail; partial tiles merged through the
 // workspace, sm90/split_tail.cuh) when each CTA's run is at least HATTN_FWD_SPLIT_MIN_RUN blocks.
-// A model put the gain at ~3% (2048 equal tiles on 132 SMs are 15.5 passes); measured +1.1 / +3.0
-// / +1.0% at 4k / 8k / 16k keys (e4m3 +2.3 / +1.8 / -0.2%), -2% at 1k with runs of 5 blocks, and
-// -2 to -7% at d256 512-2k, where a piece's 128 KB partial tile costs more than the split saves
-// (bench/RESULTS.md run 56c, H100). 0: full masks ignore the workspace here.
+// A model put the gain at ~3% (2048 equal tiles on 132 SMs are 15.5 passes); measured with runs of
+// >= 16 blocks +1.5 / +3.7 / +4.5% at 4k / 8k / 16k keys (e4m3 +1.8 / +2.5 / +2.1%; bench/RESULTS.md
+// run 56d, H100); runs of 5 blocks lost 2% at 1k, and d256 lost 2-7% at 512-2k, where a piece's
+// 128 KB partial tile costs more than the split saves (run 56c). 0: full masks ignore the
+// workspace here.
 #ifndef HATTN_FWD_SPLIT_TAIL
 #define HATTN_FWD_SPLIT_TAIL 1
 #endif
