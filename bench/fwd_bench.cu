@@ -64,7 +64,7 @@ private:
         if (std::string e = arena.allocate(&o_, size_t(hattn::bench::kTensorElements) * sizeof(__nv_bfloat16)); !e.empty())
             return e;
         // The forward's workspace (causal problems and d64's partial full tiles take the dynamic tile
-        // walk), zero-filled once.
+        // walk, d128 full masks split their last pass through it), zero-filled once.
         if (std::string e = arena.allocate(&counters_, hattn_fwd_workspace_size()); !e.empty()) return e;
         const cudaError_t rc = cudaMemset(counters_, 0, hattn_fwd_workspace_size());
         return rc == cudaSuccess ? std::string() : cuda_error("cudaMemset", rc);
