@@ -24,8 +24,12 @@ them where the tile is taller than its blocks (kernels/fwd_rules.h skip_hidden_b
 128, d256's 128 x 64); such a tile costs its blocks times SOLO_SHARE + (1 - SOLO_SHARE) x (its
 active slices / all), and the order is head by head for every walk (no sections without a mask).
 There the dynamic walk is what a workspace gives d64's partial tiles (HATTN_FWD_DYNAMIC_FULL), and
-"split tail" models what hattn does not have yet: the tiles of the last, partial pass cut into one
-equal run of KV blocks per CTA, partial results merged (--merge blocks of time).
+"split tail" models hattn's split tail (kernels/sm90/split_tail.cuh): the tiles of the last, partial
+pass cut into one equal run of KV blocks per CTA, partial results merged (--merge blocks of time).
+It counts idle SMs as lost time; measured, the split gained 1.5-4.5% at d128 4k-16k where this
+predicts ~3%, and lost at d256 and short lengths (bench/RESULTS.md run 56c/d): a piece's partial
+tile costs more than one block there, and a partly empty pass runs at higher clocks under the
+power limit, so it is not as slow as its SM count says.
 
   python3 scripts/model_tile_walk.py [--sms 132] [--overhead 2] [--ahead 2] [--mask causal|full]
 """
