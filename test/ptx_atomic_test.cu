@@ -10,6 +10,8 @@
 //     of CTAs, the deterministic backward's dQ ordering in miniature: CTA j waits until the
 //     counter reads j, appends its id to an order log through a plain-stored cursor, checks the row every
 //     thread of CTA j - 1 wrote with plain stores, writes its own row, fences, and releases j + 1.
+//   * st_release_gpu_global_s32 + ld_global_v2_f32 / ld_global_f32: one CTA's plain stores, read by
+//     another after it acquires the released flag (the split tail's hand-over).
 #include "gpu_test_util.h"
 #include "ptx_test_util.cuh"
 
@@ -121,6 +123,30 @@ void expect_same_floats(const char* what, const std::vector<float>& got, const s
     EXPECT_EQ(bad, 0) << what;
 }
 
+// The split tail's hand-over in miniature (ptx/global.cuh's coherent loads, st.release): CTA 0
+// stores a float pair and a float per thread with plain stores, fences, meets at a barrier and
+// releases a flag with st_release_gpu_global_s32; every thread of CTA 1 acquires the flag and reads
+// them back with ld_global_v2_f32 / ld_global_f32.
+constexpr int kHandOverThreads = 128;
+__global__ void __launch_bounds__(kHandOverThreads) hand_over_kernel(float* pairs, float* singles, int32_t* flag,
+                                                                     float* got_pairs, float* got_singles) {
+    const int t = static_cast<int>(threadIdx.x);
+    if (blockIdx.x == 0) {
+        pairs[2 * t] = static_cast<float>(t);
+        pairs[2 * t + 1] = static_cast<float>(t) + 0.5f;
+        singles[t] = 3.f * static_cast<float>(t);
+        hattn::ptx::fence_acq_rel_gpu();
+        __syncthreads();
+        if (t == 0) hattn::ptx::st_release_gpu_global_s32(flag, 1);
+    } else {
+        hattn::ptx::spin_until_equal_acquire_gpu(flag, 1, kChainTimeoutNs);
+        const float2 pair = hattn::ptx::ld_global_v2_f32(pairs + 2 * t);
+        got_pairs[2 * t] = pair.x;
+        got_pairs[2 * t + 1] = pair.y;
+        got_singles[t] = hattn::ptx::ld_global_f32(singles + t);
+    }
+}
+
 }  // namespace
 
 TEST(PtxAtomic, RedGlobalAddV2V4ExactSums) {
@@ -183,6 +209,32 @@ TEST(PtxAtomic, RedGlobalAddV2V4ExactSums) {
     expect_same_floats("per thread index (v4, all CTAs)", got_per_column, per_column);
     expect_same_floats("per thread (v4, once)", got_per_thread_v4, per_thread_v4);
     expect_same_floats("per thread (v2, repeated)", got_per_thread_v2, per_thread_v2);
+}
+
+TEST(PtxAtomic, ReleasedStoresAreSeenByAcquiringLoads) {
+    HATTN_REQUIRE_HOPPER();
+    DeviceBuffer<float> pairs(2 * kHandOverThreads), singles(kHandOverThreads), got_pairs(2 * kHandOverThreads),
+        got_singles(kHandOverThreads);
+    DeviceBuffer<int32_t> flag(1);
+    HATTN_CUDA_CHECK(pairs.status);
+    HATTN_CUDA_CHECK(singles.status);
+    HATTN_CUDA_CHECK(got_pairs.status);
+    HATTN_CUDA_CHECK(got_singles.status);
+    HATTN_CUDA_CHECK(flag.status);
+    HATTN_CUDA_CHECK(cudaMemset(pairs.ptr, 0xFF, pairs.bytes()));  // NaN until written
+    HATTN_CUDA_CHECK(cudaMemset(singles.ptr, 0xFF, singles.bytes()));
+    HATTN_CUDA_CHECK(cudaMemset(flag.ptr, 0, flag.bytes()));
+    hand_over_kernel<<<2, kHandOverThreads>>>(pairs.ptr, singles.ptr, flag.ptr, got_pairs.ptr, got_singles.ptr);
+    HATTN_CUDA_CHECK(cudaGetLastError());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> p(2 * kHandOverThreads), s(kHandOverThreads);
+    HATTN_CUDA_CHECK(cudaMemcpy(p.data(), got_pairs.ptr, got_pairs.bytes(), cudaMemcpyDeviceToHost));
+    HATTN_CUDA_CHECK(cudaMemcpy(s.data(), got_singles.ptr, got_singles.bytes(), cudaMemcpyDeviceToHost));
+    for (int t = 0; t < kHandOverThreads; ++t) {
+        EXPECT_EQ(p[2 * t], static_cast<float>(t)) << "thread " << t;
+        EXPECT_EQ(p[2 * t + 1], static_cast<float>(t) + 0.5f) << "thread " << t;
+        EXPECT_EQ(s[t], 3.f * static_cast<float>(t)) << "thread " << t;
+    }
 }
 
 // Defined last: if the chain's ordering is broken the wait traps, which leaves this process's CUDA
