@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             if (!writer) {
                 if (p.lse != nullptr && me.lane % 4 == 0) {
                     float* lse_row = p.lse + (static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head) * p.mask.seqlen_q;
-    #pragma unroll
+#pragma unroll
                     for (int r = 0; r < kAccRowsPerThread; ++r)
                         if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
                 }
@@ -471,8 +471,12 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     int ctas = 0;
     const char* what = "querying the SM count";
     const int persistent_max = a.causal ? kPersistentCausalMaxSeqlenK : persistent_max_seqlen_k(Cfg::kHeadDim);
-    cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, dynamic || split_tail || a.seqlen_k <= persistent_max, &ctas);
-    if (split_tail) scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
+    const bool persistent = dynamic || a.seqlen_k <= persistent_max;
+    cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, persistent || split_tail, &ctas);
+    // A problem the plan does not split (no partly empty pass, or runs too short) keeps the rule's grid.
+    if (rc == cudaSuccess && split_tail &&
+        !scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks) && !persistent)
+        rc = scheduler.grid_ctas(a.grid_ctas, false, &ctas);
     // (After the grid: it settles the tile order the kernel walks.)
     const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, static_cast<uint8_t*>(a.workspace),
                          a.softmax_scale, a.softmax_scale * kLog2e};
