@@ -109,7 +109,7 @@ typedef struct hattn_fwd_params {
 } hattn_fwd_params;
 
 /* Bytes of the forwards' optional scheduler workspace (hattn_fwd_params.workspace,
- * hattn_fwd_fp8_params.schedule_workspace): about 19 MB, most of it scratch for partial results;
+ * hattn_fwd_fp8_params.schedule_workspace): 19.5 MB, most of it scratch for partial results;
  * call it rather than hard-coding the value, which may change in a later version. */
 HATTN_API size_t hattn_fwd_workspace_size(void);
 /* The workspace's leading bytes that must be zero before a call (and are left zero by it). */
