@@ -3,6 +3,8 @@
 // These are the pieces every kernel shares; a wrong limit here is a wrong attention everywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <random>
 #include <set>
@@ -268,6 +270,44 @@ TEST(Sm90Scheduler, SplitTailCoversEveryBlockOnceWithOneMergerPerSplitTile) {
             ASSERT_GE(merger_of[k], 0) << "a split tile has a merger";
             ASSERT_EQ(static_cast<int>(writer_ctas[k].size()), partners[k]);
             for (int j = 0; j < partners[k]; ++j) EXPECT_EQ(writer_ctas[k][j], merger_of[k] + 1 + j);
+        }
+    }
+}
+
+// A consumer slice's block range (TileScheduler::slice_blocks): for whole tiles and any piece of one,
+// full and causal, with and without skipping hidden blocks, the range clamped to the piece, the
+// hidden blocks skipped only past its start, the masked ones counted from the tile's top.
+TEST(Sm90Scheduler, SliceBlocksClampTheMaskedAndHiddenBlocksToThePiece) {
+    using hattn::sm90::Tile;
+    constexpr int kBlockM = 192, kBlockN = 128;
+    for (bool causal : {false, true}) {
+        for (int sq : {1, 100, 333, 1000}) {
+            for (int sk : {1, 200, 1000}) {
+                const Mask mask{sq, sk, causal};
+                for (int m0 = 0; m0 < sq; m0 += kBlockM) {
+                    const int n_blocks = mask.n_blocks(m0, kBlockM, kBlockN);
+                    const int masked = std::max(0, n_blocks - mask.first_masked_block(m0, kBlockN));
+                    for (int row0 = 0; row0 < kBlockM; row0 += 64) {
+                        const int hidden = mask.hidden_blocks(m0, row0, 64, kBlockN, n_blocks);
+                        for (int begin = 0; begin <= n_blocks; ++begin) {
+                            for (int stop = begin; stop <= n_blocks + 1; ++stop) {
+                                Tile t;
+                                t.it_begin = begin;
+                                t.it_end = stop == n_blocks + 1 ? INT_MAX : stop;  // INT_MAX: a whole tile
+                                const int end = std::min(t.it_end, n_blocks);
+                                const auto skip = TileScheduler::slice_blocks<true, kBlockN>(t, mask, m0, row0, n_blocks);
+                                const auto all = TileScheduler::slice_blocks<false, kBlockN>(t, mask, m0, row0, n_blocks);
+                                ASSERT_EQ(skip.end, end);
+                                ASSERT_EQ(skip.n_masked, std::min(end, masked));
+                                ASSERT_EQ(skip.first, std::min(end, std::max(begin, hidden)));
+                                ASSERT_EQ(all.first, std::min(end, begin));
+                                ASSERT_EQ(all.end, end);
+                                ASSERT_EQ(all.n_masked, skip.n_masked);
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

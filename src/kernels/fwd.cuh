@@ -257,12 +257,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             t = smem.hand_off.consumer_tile(smem.q_ring, q_state, me.lane);
             if (!TileScheduler::place<kBlockM, kBlockN>(t, p.mask, m0, n_blocks)) break;
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);  // this thread's row (and +8)
-            // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first;
-            // this CTA computes iterations [t.it_begin, end) of them (all, unless a split tail's).
-            const int end = min(t.it_end, n_blocks);
-            const int n_masked = min(end, max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN)));
-            const int first = min(end, max(t.it_begin,  // blocks none of our rows sees, skipped (fwd_rules.h)
-                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0));
+            // Blocks are visited from n_blocks - 1 down, so the ones needing a mask come first; we
+            // compute [first, end) of them (a split tail's piece, the blocks none of our rows sees
+            // skipped: fwd_rules.h).
+            const auto blocks = TileScheduler::slice_blocks<Cfg::kSkipHiddenBlocks, kBlockN>(t, p.mask, m0, me.first_row_in_tile, n_blocks);
+            const int first = blocks.first, end = blocks.end, n_masked = blocks.n_masked;
             auto mask = [&](int it) { p.mask.apply<kBlockN>(s, first_row, (n_blocks - 1 - it) * kBlockN); };
             // S = Q K_it^T alone on the tensor cores, then its softmax (the pipeline's first
             // block, or every block without the intra-warpgroup overlap).

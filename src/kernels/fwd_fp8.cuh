@@ -605,12 +605,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             }
             HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 1);
             const int first_row = m0 + me.first_row_in_tile + acc_row_in_warpgroup(me.tid);
-            // This CTA computes iterations [t.it_begin, end) of the tile's blocks (all, unless a
-            // split tail's piece).
-            const int end = min(t.it_end, n_blocks);
-            const int n_masked = min(end, max(0, n_blocks - p.mask.first_masked_block(m0, kBlockN)));
-            const int first = min(end, max(t.it_begin,  // blocks none of our rows sees, skipped (see skip_hidden_blocks)
-                Cfg::kSkipHiddenBlocks ? p.mask.hidden_blocks(m0, me.first_row_in_tile, kMmaM, kBlockN, n_blocks) : 0));
+            // The blocks we compute, [first, end) (a split tail's piece, those none of our rows sees
+            // skipped: see skip_hidden_blocks), the first n_masked of the tile's needing the mask.
+            const auto blocks = TileScheduler::slice_blocks<Cfg::kSkipHiddenBlocks, kBlockN>(t, p.mask, m0, me.first_row_in_tile, n_blocks);
+            const int first = blocks.first, end = blocks.end, n_masked = blocks.n_masked;
             // Descales of this slice of Q and of the KV blocks of this head.
             const int64_t q_head = static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head;
             const int64_t kv_head = static_cast<int64_t>(t.batch) * (p.scheduler.heads_q / p.scheduler.heads_per_kv) + t.kv_head;

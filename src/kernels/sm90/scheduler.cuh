@@ -46,6 +46,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/schedule_workspace.h"
 #include "ptx/atomic.cuh"
@@ -129,6 +130,22 @@ struct TileScheduler {
         m0 = t.m_block * kBlockM;
         n_blocks = mask.n_blocks(m0, kBlockM, kBlockN);
         return true;
+    }
+
+    // Which of tile t's n_blocks KV block iterations (it = 0: the highest block) a consumer's
+    // 64-row slice from row0 computes: [first, end), of which those below n_masked need the mask.
+    // end: the tile's whole range unless a split tail's piece; first: past the range's start the
+    // blocks none of the slice's rows sees, with kSkipHidden (the kernels' skip_hidden_blocks).
+    struct SliceBlocks {
+        int first, end, n_masked;
+    };
+    template <bool kSkipHidden, int kBlockN, class MaskT>
+    __host__ __device__ static SliceBlocks slice_blocks(const Tile& t, const MaskT& mask, int m0, int row0, int n_blocks) {
+        const int end = t.it_end < n_blocks ? t.it_end : n_blocks;
+        const int masked = n_blocks - mask.first_masked_block(m0, kBlockN);
+        const int hidden = kSkipHidden ? mask.hidden_blocks(m0, row0, kMmaM, kBlockN, n_blocks) : 0;
+        const int first = t.it_begin > hidden ? t.it_begin : hidden;
+        return {first < end ? first : end, end, masked < 0 ? 0 : masked < end ? masked : end};
     }
 
     // This CTA's tile on pass `pass` of a fixed walk; false once the walk is over.
