@@ -142,8 +142,9 @@ fi
     grep -E '^\||geometric' "$LOGS/rerun_without_cudnn.log" | cut -c1-400
   fi
   if [ -s "$LOGS/compare.out" ]; then
-    echo "-- hattn FP8 vs cuDNN FP8 (TFLOPS; e4m3 = hattn_fwd_fp8 on e4m3 inputs, its V^T kernel included;"
-    echo "   the pre-pass is its own column; rel L2 against bf16 SDPA of the same bf16 inputs)"
+    echo "-- hattn FP8 vs cuDNN FP8 (TFLOPS; e4m3 = hattn_fwd_fp8 on e4m3 inputs, V^T from the pre-pass, or with"
+    echo "   FP8_ARGS=--fp8-v-rows V's rows and its own V^T kernel timed in; the pre-pass is its own column;"
+    echo "   rel L2 against bf16 SDPA of the same bf16 inputs)"
     cat "$LOGS/compare.out"
   fi
 } >>"$SUMMARY"
