@@ -101,7 +101,9 @@ typedef struct hattn_fwd_params {
      * 55d). Other d128 problems without a mask, whose seqlen_q is a multiple of 128, run on one
      * thread block per SM and split the tiles left over for a partly empty last pass over their
      * keys where each block's share is at least 16 KV blocks, merging the partial results
-     * through the workspace (+1-3% at 4k-8k keys, run 56). Two calls in flight at once (on
+     * through the workspace (+1-3% at 4k-8k keys, run 56; a cooperative launch, as those thread
+     * blocks wait for one another: given fewer SMs than the device has, by MPS or a green
+     * context, the call runs whole tiles instead). Two calls in flight at once (on
      * different streams) need separate workspaces (not checked). workspace_size is its size in
      * bytes. */
     void* workspace;

@@ -216,6 +216,13 @@ struct TileScheduler {
         return true;
     }
 
+    // Host: back to whole tiles for every CTA (a split plan whose cooperative launch could not
+    // have all its CTAs resident at once).
+    void drop_split_tail() {
+        walk_tiles = num_tiles;
+        split_blocks = split_run = split_units = 0;
+    }
+
     // Full masks: the dynamic walk pays where the last query tile is partial and its empty slices
     // skip their blocks (tail_skips): such a tile costs a third to two thirds of a whole one, which
     // the fixed walk's passes count as whole, while the counter hands tiles out to fill the last

@@ -16,6 +16,8 @@
 // spins on one), leaving the workspace's state words zero for the next call.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -131,6 +133,20 @@ __device__ __forceinline__ bool hand_over_split_piece(const Tile& t, uint8_t* wo
     }
     split.merge(slot + 1, t.split, o, lse, me.epilogue);
     return false;
+}
+
+// Host: a forward's launch, `launch(cooperative)`, for a plan that splits its tail (`split`) or
+// not. A split tail's thread blocks wait for one another's partial tiles, so they must all run at
+// once: a cooperative launch. Where the kernel has fewer SMs than its grid (MPS, a green context)
+// that launch is refused; `to_whole_tiles()` then drops the split (and sets the grid the rule
+// gives without it) and the kernel is launched on whole tiles.
+template <class Launch, class ToWholeTiles>
+cudaError_t launch_split_tail(bool split, Launch&& launch, ToWholeTiles&& to_whole_tiles) {
+    cudaError_t rc = launch(split);
+    if (!split || rc != cudaErrorCooperativeLaunchTooLarge) return rc;
+    (void)cudaGetLastError();  // the refused launch's error, so the next launch's check reads its own
+    rc = to_whole_tiles();
+    return rc == cudaSuccess ? launch(false) : rc;
 }
 
 }  // namespace hattn::sm90
