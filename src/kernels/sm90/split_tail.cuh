@@ -141,16 +141,11 @@ __device__ __forceinline__ bool hand_over_split_piece(const Tile& t, uint8_t* wo
 // grid (MPS, a green context: cudaErrorCooperativeLaunchTooLarge), or cooperative launches are not
 // available -- `to_whole_tiles()` drops the split (and sets the grid the rule gives without it) and
 // the kernel is launched plainly on whole tiles; an error that is not the cooperative launch's
-// shows again there and is returned. HATTN_SPLIT_TAIL_COOPERATIVE=0 (an A/B option) launches a
-// split plainly, as before run 58, trusting that the grid's thread blocks all find an SM.
-#ifndef HATTN_SPLIT_TAIL_COOPERATIVE
-#define HATTN_SPLIT_TAIL_COOPERATIVE 1
-#endif
+// shows again there and is returned.
 template <class Launch, class ToWholeTiles>
 cudaError_t launch_split_tail(bool split, Launch&& launch, ToWholeTiles&& to_whole_tiles) {
-    constexpr bool kCooperative = HATTN_SPLIT_TAIL_COOPERATIVE != 0;
-    cudaError_t rc = launch(split && kCooperative);
-    if (!split || !kCooperative || rc == cudaSuccess) return rc;
+    cudaError_t rc = launch(split);
+    if (!split || rc == cudaSuccess) return rc;
     (void)cudaGetLastError();  // the refused launch's error, so the next launch's check reads its own
     rc = to_whole_tiles();
     return rc == cudaSuccess ? launch(false) : rc;
