@@ -137,15 +137,13 @@ __device__ __forceinline__ bool hand_over_split_piece(const Tile& t, uint8_t* wo
 
 // Host: a forward's launch, `launch(cooperative)`, for a plan that splits its tail (`split`) or
 // not. A split tail's thread blocks wait for one another's partial tiles, so they must all run at
-// once: a cooperative launch. Where that launch is refused -- the kernel has fewer SMs than its
-// grid (MPS, a green context: cudaErrorCooperativeLaunchTooLarge), or cooperative launches are not
-// available -- `to_whole_tiles()` drops the split (and sets the grid the rule gives without it) and
-// the kernel is launched plainly on whole tiles; an error that is not the cooperative launch's
-// shows again there and is returned.
+// once: a cooperative launch. Where the kernel has fewer SMs than its grid (MPS, a green context)
+// that launch is refused; `to_whole_tiles()` then drops the split (and sets the grid the rule
+// gives without it) and the kernel is launched on whole tiles.
 template <class Launch, class ToWholeTiles>
 cudaError_t launch_split_tail(bool split, Launch&& launch, ToWholeTiles&& to_whole_tiles) {
     cudaError_t rc = launch(split);
-    if (!split || rc == cudaSuccess) return rc;
+    if (!split || rc != cudaErrorCooperativeLaunchTooLarge) return rc;
     (void)cudaGetLastError();  // the refused launch's error, so the next launch's check reads its own
     rc = to_whole_tiles();
     return rc == cudaSuccess ? launch(false) : rc;
