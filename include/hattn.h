@@ -101,12 +101,10 @@ typedef struct hattn_fwd_params {
      * 55d). Other d128 problems without a mask, whose seqlen_q is a multiple of 128, run on one
      * thread block per SM and split the tiles left over for a partly empty last pass over their
      * keys where each block's share is at least 16 KV blocks, merging the partial results
-     * through the workspace (+1-3% at 4k-8k keys, run 56; a cooperative launch, as those thread
-     * blocks wait for one another: given fewer SMs than the device has, by MPS or a green
-     * context, the call runs whole tiles instead). A split tile's merged O may differ from a whole
-     * tile's in the last bits; either is the same from run to run. Two calls in flight at once (on
-     * different streams) need separate workspaces (not checked). workspace_size is its size in
-     * bytes. */
+     * through the workspace (+1-3% at 4k-8k keys, run 56). A split tile's merged O may differ
+     * from a whole tile's in the last bits; either is the same from run to run. Two calls in
+     * flight at once (on different streams) need separate workspaces (not checked).
+     * workspace_size is its size in bytes. */
     void* workspace;
     size_t workspace_size;
 } hattn_fwd_params;

@@ -452,8 +452,9 @@ std::vector<Case> kernel_cases() {
         // tail in a merger's piece), 54 on 5 (4 left, runs of 20 of 24 blocks: fp16 O, strides, GQA).
         all.push_back(scheduled(walked({1, 4, 2, 1024, 3000, false, false, HATTN_DTYPE_BF16, d}, 3)));
         all.push_back(scheduled(walked({2, 3, 3, 1152, 3000, false, true, HATTN_DTYPE_FP16, d}, 5)));
-        // A split plan on more CTAs than a Hopper GPU has SMs (264 tiles on 140, runs of 16 of 17
-        // blocks): its cooperative launch is refused and the kernel runs whole tiles instead.
+        // ... on more CTAs than a Hopper GPU has SMs (264 tiles on 140, runs of 16 of 17 blocks):
+        // the last CTAs start only as the first ones finish, and a merger waits only for runs of
+        // CTAs started before it (TileScheduler::tail_run).
         if (d == 128) all.push_back(scheduled(walked({2, 12, 4, 1408, 2100, false, false, HATTN_DTYPE_BF16, d}, 140)));
     }
 #ifdef HATTN_FP8_VARIANTS

@@ -195,9 +195,11 @@ TEST(Sm90Scheduler, FullMasksWalkDynamicallyOnlyForAPartialTailThatSkips) {
 
 // The split tail (TileScheduler::plan_split_tail, for_each_tail_piece): the whole passes plus the
 // pieces cover every KV block of every tile exactly once; a tile cut into pieces has one merger,
-// the piece with its first iterations and its CTA's last piece, whose partners are exactly the
-// CTAs after it holding the tile's other pieces, each as the first piece of its run and at most
-// one writer per CTA (one partial slot each); runs differ by at most one block.
+// the piece with its first iterations and its run's last piece, whose partners are exactly the
+// runs after it holding the tile's other pieces, each as the first piece of its run, and at most
+// one writer per run (one partial slot each); runs differ by at most one block. (The kernels give
+// run r to CTA gridDim.x - 1 - r, TileScheduler::tail_run: a merger's partners are CTAs launched
+// before it.)
 TEST(Sm90Scheduler, SplitTailCoversEveryBlockOnceWithOneMergerPerSplitTile) {
     using hattn::sm90::Tile;
     struct Shape {
@@ -310,56 +312,6 @@ TEST(Sm90Scheduler, SliceBlocksClampTheMaskedAndHiddenBlocksToThePiece) {
             }
         }
     }
-}
-
-// launch_split_tail: a split plan launches cooperatively; a refusal for want of SMs (and only that)
-// drops to whole tiles and launches once more, not cooperatively; a plan without a split launches
-// once, plainly.
-TEST(Sm90Scheduler, SplitTailLaunchFallsBackToWholeTilesOnlyWhenTheGridCannotBeResident) {
-    struct Outcome {
-        std::vector<bool> launches;  // each launch's `cooperative`
-        int dropped = 0;
-        cudaError_t rc = cudaSuccess;
-    };
-    auto run = [](bool split, cudaError_t first, cudaError_t regrid) {
-        Outcome out;
-        out.rc = hattn::sm90::launch_split_tail(
-            split,
-            [&](bool cooperative) {
-                out.launches.push_back(cooperative);
-                return out.launches.size() == 1 ? first : cudaSuccess;
-            },
-            [&] {
-                ++out.dropped;
-                return regrid;
-            });
-        return out;
-    };
-    const Outcome refused = run(true, cudaErrorCooperativeLaunchTooLarge, cudaSuccess);
-    EXPECT_EQ(refused.launches, (std::vector<bool>{true, false}));
-    EXPECT_EQ(refused.dropped, 1);
-    EXPECT_EQ(refused.rc, cudaSuccess);
-    const Outcome regrid_failed = run(true, cudaErrorCooperativeLaunchTooLarge, cudaErrorNoDevice);
-    EXPECT_EQ(regrid_failed.launches, (std::vector<bool>{true}));
-    EXPECT_EQ(regrid_failed.rc, cudaErrorNoDevice);
-    const Outcome other_error = run(true, cudaErrorInvalidValue, cudaSuccess);
-    EXPECT_EQ(other_error.launches, (std::vector<bool>{true}));
-    EXPECT_EQ(other_error.dropped, 0);
-    EXPECT_EQ(other_error.rc, cudaErrorInvalidValue);
-    const Outcome whole = run(false, cudaSuccess, cudaSuccess);
-    EXPECT_EQ(whole.launches, (std::vector<bool>{false}));
-    EXPECT_EQ(whole.dropped, 0);
-    // drop_split_tail undoes a plan: every tile whole again.
-    TileScheduler s{};
-    std::string error;
-    ASSERT_TRUE(TileScheduler::make(128, 128 * 264, 1, 1, 1, false, 0, s, &error)) << error;
-    ASSERT_TRUE(s.plan_split_tail(140, 17, hattn::fwd_fp8::kSplitMinRunBlocks));
-    s.drop_split_tail();
-    EXPECT_EQ(s.walk_tiles, s.num_tiles);
-    EXPECT_EQ(s.split_units, 0);
-    int pieces = 0;
-    for (int cta = 0; cta < 140; ++cta) s.for_each_tail_piece(cta, [&](const hattn::sm90::Tile&) { ++pieces; });
-    EXPECT_EQ(pieces, 0);
 }
 
 // The GPU tests' split-tail cases (fwd_test's Workspace cases on 132 SMs, fwd_fp8_test's on 3, 5

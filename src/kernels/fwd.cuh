@@ -379,7 +379,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             float inv_sum[kAccRowsPerThread], lse[kAccRowsPerThread];
             softmax.finalize(p.scale, inv_sum, lse);
             rescale_rows(o, inv_sum);
-            const bool writer = Cfg::kSplitTail && hand_over_split_piece<Cfg::kConsumers, kHeadDim>(t, p.workspace, me, o, lse);
+            const bool writer = Cfg::kSplitTail && hand_over_split_piece<Cfg::kConsumers, kHeadDim>(
+                                                       t, p.scheduler.tail_run(), p.workspace, me, o, lse);
             if (!writer) {
                 if (p.lse != nullptr && me.lane % 4 == 0) {
                     float* lse_row = p.lse + (static_cast<int64_t>(t.batch) * p.scheduler.heads_q + t.head) * p.mask.seqlen_q;
@@ -472,31 +473,22 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
     const int persistent_max = a.causal ? kPersistentCausalMaxSeqlenK : persistent_max_seqlen_k(Cfg::kHeadDim);
     const bool persistent = dynamic || a.seqlen_k <= persistent_max;
     cudaError_t rc = scheduler.grid_ctas(a.grid_ctas, persistent || split_tail, &ctas);
-    const bool split = rc == cudaSuccess && split_tail &&
-                       scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
     // A problem the plan does not split (no partly empty pass, or runs too short) keeps the rule's grid.
-    if (rc == cudaSuccess && split_tail && !split && !persistent) rc = scheduler.grid_ctas(a.grid_ctas, false, &ctas);
+    if (rc == cudaSuccess && split_tail &&
+        !scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks) && !persistent)
+        rc = scheduler.grid_ctas(a.grid_ctas, false, &ctas);
+    // (After the grid: it settles the tile order the kernel walks.)
+    const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, static_cast<uint8_t*>(a.workspace),
+                         a.softmax_scale, a.softmax_scale * kLog2e};
 
     constexpr int kSmem = shared_bytes<Cfg>();
     static_assert(kSmem <= kMaxSharedBytes, "tile does not fit in shared memory");
-    // (The parameters after the grid: it settles the tile order the kernel walks.)
-    auto launch = [&](bool cooperative) {
-        const KernelParams p{a.lse, Mask{a.seqlen_q, a.seqlen_k, a.causal}, scheduler, static_cast<uint8_t*>(a.workspace),
-                             a.softmax_scale, a.softmax_scale * kLog2e};
-        cudaLaunchAttribute attributes[2];
-        unsigned n = 0;
-        if (kProgrammaticLaunch) attributes[n++] = programmatic_launch_attribute();
-        if (cooperative) attributes[n++] = cooperative_launch_attribute();
-        return launch_with_dynamic_smem<fwd_kernel<Cfg>>(kSmem, [&] {
-            return launch_kernel_ex(fwd_kernel<Cfg>, dim3(ctas), dim3(Cfg::kThreads), kSmem, stream, attributes, n, tq,
-                                    tk, tv, to, p);
-        });
-    };
     if (rc == cudaSuccess) {
         what = "kernel launch";
-        rc = launch_split_tail(split, launch, [&] {
-            scheduler.drop_split_tail();
-            return scheduler.grid_ctas(a.grid_ctas, persistent, &ctas);
+        cudaLaunchAttribute pdl[1] = {programmatic_launch_attribute()};  // with kProgrammaticLaunch only
+        rc = launch_with_dynamic_smem<fwd_kernel<Cfg>>(kSmem, [&] {
+            return launch_kernel_ex(fwd_kernel<Cfg>, dim3(ctas), dim3(Cfg::kThreads), kSmem, stream, pdl,
+                                    kProgrammaticLaunch ? 1u : 0u, tq, tk, tv, to, p);
         });
     }
     if (rc != cudaSuccess && error) *error = std::string("forward ") + what + ": " + cudaGetErrorString(rc);

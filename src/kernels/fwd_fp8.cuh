@@ -885,7 +885,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             rescale_rows(o, inv_sum);
             // A split tail's piece hands its partial O to the tile's merger, or merges its
             // partners' first (sm90/split_tail.cuh).
-            const bool writer = Cfg::kSplitTail && hand_over_split_piece<Cfg::kConsumers, kHeadDim>(t, p.workspace, me, o, lse);
+            const bool writer = Cfg::kSplitTail && hand_over_split_piece<Cfg::kConsumers, kHeadDim>(
+                                                       t, p.scheduler.tail_run(), p.workspace, me, o, lse);
             if (!writer) {
                 if (p.lse != nullptr && ptx::lane_id() % 4 == 0) {
                     float* lse_row = p.lse + q_head * p.mask.seqlen_q;
@@ -1037,22 +1038,15 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     // Persistent for short keys: +15-23% at 512, +5-14% at 2k, +2-10% at 4k (RESULTS run 33d).
     int ctas = 0;
     const char* what = "querying the SM count";
-    const bool persistent = dynamic || a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK);
-    rc = p.scheduler.grid_ctas(a.grid_ctas, persistent || split_tail, &ctas);
-    const bool split = rc == cudaSuccess && split_tail &&
-                       p.scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
+    rc = p.scheduler.grid_ctas(a.grid_ctas,
+                               dynamic || split_tail || a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK),
+                               &ctas);
+    if (split_tail) p.scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
     if (rc == cudaSuccess) {
         what = "kernel launch";
-        auto launch = [&](bool cooperative) {
-            cudaLaunchAttribute attributes[1] = {cooperative_launch_attribute()};
-            return launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {
-                return launch_kernel_ex(fwd_fp8_kernel<Cfg>, dim3(ctas), dim3(Cfg::kThreads), kSmem, stream, attributes,
-                                        cooperative ? 1u : 0u, tq, tk, tv, to, p);
-            });
-        };
-        rc = launch_split_tail(split, launch, [&] {
-            p.scheduler.drop_split_tail();
-            return p.scheduler.grid_ctas(a.grid_ctas, persistent || split_tail, &ctas);
+        rc = launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {
+            fwd_fp8_kernel<Cfg><<<ctas, Cfg::kThreads, kSmem, stream>>>(tq, tk, tv, to, p);
+            return cudaGetLastError();
         });
     }
     if (rc != cudaSuccess && error) *error = std::string("FP8 forward ") + what + ": " + cudaGetErrorString(rc);

@@ -119,17 +119,6 @@ inline cudaLaunchAttribute programmatic_launch_attribute() {
     return attribute;
 }
 
-// The launch attribute (cudaLaunchKernelEx) of a cooperative launch: every thread block of the grid
-// runs at the same time, or the launch fails with cudaErrorCooperativeLaunchTooLarge -- what thread
-// blocks that wait for one another's results need to be sure of (the forwards' split tail), where
-// MPS or a green context may leave the kernel fewer SMs than the device has.
-inline cudaLaunchAttribute cooperative_launch_attribute() {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeCooperative;
-    attribute.val.cooperative = 1;
-    return attribute;
-}
-
 // The launch attribute (cudaLaunchKernelEx) that groups a 1-D grid's thread blocks into clusters
 // of `ctas` consecutive ones.
 inline cudaLaunchAttribute cluster_dimension_attribute(unsigned ctas) {

@@ -173,7 +173,16 @@ struct TileScheduler {
         }
     }
 
-    // CTA `cta`'s pieces of the split tail, in order: piece(tile) with the tile's it_begin, it_end
+    // This CTA's run of the split tail: the runs go to the CTAs in reverse launch order, so a
+    // merger (its run's last piece) waits only on the runs after its own -- CTAs launched before it,
+    // which write their pieces without waiting on anything. Thread blocks are dispatched in order
+    // of their index (what the backward's deterministic dQ order relies on as well): with fewer
+    // SMs than CTAs (MPS, a green context, a busy GPU) every CTA a merger waits for is already
+    // running or done, and the tail cannot hang; in launch order a merger's partners could be
+    // the CTAs still waiting for its SM.
+    __device__ __forceinline__ int tail_run() const { return static_cast<int>(gridDim.x - 1 - blockIdx.x); }
+
+    // Run `cta`'s pieces of the split tail, in order: piece(tile) with the tile's it_begin, it_end
     // and split set. A run begins inside a tile (a writer, unless the run starts on a tile
     // boundary), may hold whole tiles, and ends with a tile's first iterations (that tile's merger,
     // whose partners are the CTAs whose runs hold the rest of it).
@@ -214,13 +223,6 @@ struct TileScheduler {
         split_run = static_cast<int>(run);
         split_units = static_cast<int>(units);
         return true;
-    }
-
-    // Host: back to whole tiles for every CTA (a split plan whose cooperative launch could not
-    // have all its CTAs resident at once).
-    void drop_split_tail() {
-        walk_tiles = num_tiles;
-        split_blocks = split_run = split_units = 0;
     }
 
     // Full masks: the dynamic walk pays where the last query tile is partial and its empty slices
@@ -379,7 +381,7 @@ __device__ __forceinline__ typename VRing::State produce_forward_tiles(const Til
         });
         if constexpr (kClaimLate) index = scheduler.next_index(pass);
     }
-    scheduler.for_each_tail_piece(static_cast<int>(blockIdx.x), [&](const Tile& piece) {
+    scheduler.for_each_tail_piece(scheduler.tail_run(), [&](const Tile& piece) {
         t = piece;
         TileScheduler::place<kBlockM, kBlockN>(t, mask, m0, n_blocks);
         load_tile([] {});

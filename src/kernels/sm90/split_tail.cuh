@@ -1,7 +1,7 @@
 // hattn/src/kernels/sm90/split_tail.cuh -- the split tail's hand-over of partial tiles between CTAs
 // (TileScheduler::plan_split_tail cuts the last pass's tiles over their KV blocks).
 //
-// A writer's consumer warpgroup stores its normalized partial O (fp32) and LSE into its CTA's slot
+// A writer's consumer warpgroup stores its normalized partial O (fp32) and LSE into its run's slot
 // of the schedule workspace (sm90/schedule_workspace.h) and raises a flag; the merger's
 // warpgroup of the same rows waits for each partner's flag, reads the partner's slot and combines
 // it with its own registers. With O_i normalized and its rows' LSE_i (natural log):
@@ -13,10 +13,10 @@
 // Memory ordering: every writer thread fences its stores (fence.acq_rel.gpu), the warpgroup meets
 // at its epilogue barrier, then one thread releases the flag; each merger thread acquires it
 // before its loads. The merger zeroes the flags it consumed (after a barrier, so no thread still
-// spins on one), leaving the workspace's state words zero for the next call.
+// spins on one), leaving the workspace's state words zero for the next call. A merger waits only
+// for CTAs launched before it (TileScheduler::tail_run), so the wait cannot hang even where the
+// grid's CTAs do not all fit on the GPU at once.
 #pragma once
-
-#include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstddef>
@@ -122,31 +122,19 @@ struct SplitTail {
 // its partial over (true: nothing left to store), its merger takes its partners' in first, a
 // whole tile passes through.
 template <int kConsumers, int kHeadDim>
-__device__ __forceinline__ bool hand_over_split_piece(const Tile& t, uint8_t* workspace, const ConsumerRole<kConsumers>& me,
-                                                      float (&o)[kHeadDim / 2], float (&lse)[kAccRowsPerThread]) {
+__device__ __forceinline__ bool hand_over_split_piece(const Tile& t, int run, uint8_t* workspace,
+                                                      const ConsumerRole<kConsumers>& me, float (&o)[kHeadDim / 2],
+                                                      float (&lse)[kAccRowsPerThread]) {
     if (t.split == kWholeTile) return false;
     const SplitTail<kConsumers, kHeadDim> split{workspace, me.cw, me.tid};
-    const int slot = static_cast<int>(blockIdx.x);  // a CTA writes at most one partial (for_each_tail_piece)
+    // A slot per run (TileScheduler::tail_run): a run writes at most one partial (its first piece),
+    // and a merger's partners hold the runs after its own (for_each_tail_piece).
     if (t.split == kSplitWriter) {
-        split.write(slot, o, lse, me.epilogue);
+        split.write(run, o, lse, me.epilogue);
         return true;
     }
-    split.merge(slot + 1, t.split, o, lse, me.epilogue);
+    split.merge(run + 1, t.split, o, lse, me.epilogue);
     return false;
-}
-
-// Host: a forward's launch, `launch(cooperative)`, for a plan that splits its tail (`split`) or
-// not. A split tail's thread blocks wait for one another's partial tiles, so they must all run at
-// once: a cooperative launch. Where the kernel has fewer SMs than its grid (MPS, a green context)
-// that launch is refused; `to_whole_tiles()` then drops the split (and sets the grid the rule
-// gives without it) and the kernel is launched on whole tiles.
-template <class Launch, class ToWholeTiles>
-cudaError_t launch_split_tail(bool split, Launch&& launch, ToWholeTiles&& to_whole_tiles) {
-    cudaError_t rc = launch(split);
-    if (!split || rc != cudaErrorCooperativeLaunchTooLarge) return rc;
-    (void)cudaGetLastError();  // the refused launch's error, so the next launch's check reads its own
-    rc = to_whole_tiles();
-    return rc == cudaSuccess ? launch(false) : rc;
 }
 
 }  // namespace hattn::sm90
