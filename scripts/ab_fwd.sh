@@ -57,7 +57,7 @@ defs() {
     skip0) echo "${D}SKIP_HIDDEN_BLOCKS=0" ;;  # consumers compute (masked) the blocks none of their rows sees (before run 50)
     split0) echo "${D}SPLIT_TAIL=0" ;;  # full masks do not split their last pass over KV blocks (before run 56; d128 persistent only up to 4k keys then)
     split0p) echo "${D}SPLIT_TAIL=0 ${D}PERSISTENT_MAX_SEQLEN_K=1000000000" ;;  # ... with d128 full masks on the persistent walk at every length (the split tail's grid, unsplit)
-    splitrun2|splitrun8|splitrun16) echo "${D}SPLIT_MIN_RUN=${1#splitrun}" ;;  # the split tail with runs of at least 2 / 8 / 16 KV blocks (default 4)
+    splitrun2|splitrun4|splitrun8|splitrun16) echo "${D}SPLIT_MIN_RUN=${1#splitrun}" ;;  # the split tail with runs of at least 2 / 4 / 8 / 16 KV blocks (default 16)
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
