@@ -71,7 +71,7 @@ struct alignas(16) Tile {
     int m_block, head, batch, kv_head;
     // The tile's KV block iterations this CTA computes, [it_begin, min(it_end, n_blocks)) (it = 0 is
     // the highest block), and its part in a split tail: kWholeTile, kSplitWriter (a partial O for
-    // this CTA's slot), or k > 0 (the merger of the partials in the next k CTAs' slots).
+    // this CTA's run's slot), or k > 0 (the merger of the partials in the next k runs' slots).
     int it_begin = 0, it_end = INT_MAX, split = 0;
     int unused = 0;
 };
