@@ -182,14 +182,14 @@ struct TileScheduler {
     // the CTAs still waiting for its SM.
     __device__ __forceinline__ int tail_run() const { return static_cast<int>(gridDim.x - 1 - blockIdx.x); }
 
-    // Run `cta`'s pieces of the split tail, in order: piece(tile) with the tile's it_begin, it_end
+    // Run `run`'s pieces of the split tail, in order: piece(tile) with the tile's it_begin, it_end
     // and split set. A run begins inside a tile (a writer, unless the run starts on a tile
     // boundary), may hold whole tiles, and ends with a tile's first iterations (that tile's merger,
-    // whose partners are the CTAs whose runs hold the rest of it).
+    // whose partners are the runs that hold the rest of it).
     template <class Piece>
-    __host__ __device__ __forceinline__ void for_each_tail_piece(int cta, Piece&& piece) const {
+    __host__ __device__ __forceinline__ void for_each_tail_piece(int run, Piece&& piece) const {
         if (split_run == 0) return;
-        int unit = cta * split_run;
+        int unit = run * split_run;
         const int end = unit + split_run < split_units ? unit + split_run : split_units;
         while (unit < end) {
             const int k = unit / split_blocks;
@@ -200,7 +200,7 @@ struct TileScheduler {
             t.it_end = stop;
             t.split = begin > 0                ? kSplitWriter
                       : stop == split_blocks ? kWholeTile
-                                             : ((k + 1) * split_blocks - 1) / split_run - cta;  // partners
+                                             : ((k + 1) * split_blocks - 1) / split_run - run;  // partners
             piece(t);
             unit += stop - begin;
         }
