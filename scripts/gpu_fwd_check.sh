@@ -14,8 +14,10 @@
 #             matching SANITIZE_FILTER and on causal `hattn fwd` runs on a persistent grid with and
 #             without the scheduler workspace. Default filters: the cases with a workspace (the
 #             dynamic causal walk) at every head dim on small shapes -- 16-bit: 1031 x 1100 keys
-#             both ways and one with many tiles per thread block; FP8: 1031 x 1300 with the
-#             in-kernel V transpose, three CTAs claiming 28-44 tiles, and d64 at 600 x 700
+#             both ways and one with many tiles per thread block, and (not under racecheck: too
+#             slow there) d128 full masks whose last pass is split; FP8: 1031 x 1300 with the
+#             in-kernel V transpose, three CTAs claiming 28-44 tiles, d64 at 600 x 700, and a
+#             split tail on three CTAs
 # Writes $OUT/summary.txt (printed last) and $OUT/logs.tgz.
 # Environment: FORWARD (bf16 | fp8), OUT (./gpu_fwd_check_out), JOBS (nproc), BUDGET_S (300),
 #   STEPS ("tests sanitize"), SANITIZE_FILTER, RACECHECK_FILTER (racecheck's, when SANITIZE_FILTER is
@@ -34,7 +36,7 @@ case "$FORWARD" in
   bf16)
     TEST=fwd_test SHARDS=2 HOST_TESTS="host_fwd_validation_test host_sm90_blocks_test"
     CLI_ARGS=(--dim 64 --seqlen 1100)
-    DEFAULT_FILTER='Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*'
+    DEFAULT_FILTER='Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*:Workspace/*_q1152_k3000_*'
     # racecheck runs 10-40x slower than the others: the bf16 causal cases of the first set (both
     # ways) and d64's 192-row tiles walking ~2 tiles per thread block fit its 150 s (the full-mask
     # cases, 65 s of it, stay with memcheck and synccheck; the whole set needs some 300 s).
@@ -42,7 +44,7 @@ case "$FORWARD" in
   fp8)
     TEST=fwd_fp8_test SHARDS=4 HOST_TESTS="host_fwd_fp8_validation_test"
     CLI_ARGS=(--dtype e4m3 --dim 128 --seqlen 1300)  # d128's dynamic walk starts at 1280 keys
-    DEFAULT_FILTER='Cases/Fp8Kernel.*/b2_hq3_hkv3_sq1031_sk1300_d*_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1300_sk1300_d*_causal_bf16_ctas3_sched:Cases/Fp8Kernel.*/b2_hq4_hkv2_sq600_sk700_d64_causal_bf16_sched'
+    DEFAULT_FILTER='Cases/Fp8Kernel.*/b2_hq3_hkv3_sq1031_sk1300_d*_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1300_sk1300_d*_causal_bf16_ctas3_sched:Cases/Fp8Kernel.*/b2_hq4_hkv2_sq600_sk700_d64_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1024_sk3000_d128_full_bf16_ctas3_sched'
     DEFAULT_RACECHECK_FILTER=$DEFAULT_FILTER ;;
   *) echo "gpu_fwd_check.sh: FORWARD='$FORWARD' is not bf16 or fp8" >&2; exit 2 ;;
 esac
