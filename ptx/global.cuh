@@ -3,9 +3,10 @@
 //
 // The loads are of data the kernel never writes, so they carry no "memory" clobber and are not
 // volatile: the compiler may schedule (hoist, batch) them freely, which is what keeps enough bytes
-// in flight. The stores are volatile (they must happen) but order nothing. ld_global_v2_f32 is the
-// exception: it reads what another CTA of the same kernel wrote and published with a flag, so it
-// is volatile with a "memory" clobber and stays below the acquire that read the flag.
+// in flight. The stores are volatile (they must happen) but order nothing. ld_global_v2_f32 and
+// ld_global_f32 are the exception: they read what another CTA of the same kernel wrote and
+// published with a flag, so they are volatile with a "memory" clobber and stay below the acquire
+// that read the flag.
 #pragma once
 
 #include <cstdint>

@@ -314,6 +314,17 @@ TEST(Sm90Scheduler, SliceBlocksClampTheMaskedAndHiddenBlocksToThePiece) {
     }
 }
 
+// Which launches may split their tail: full masks off the dynamic walk, with a workspace, whose
+// query tiles are all whole.
+TEST(Sm90Scheduler, OnlyWholeTileFullMasksWithAWorkspaceMaySplitTheirTail) {
+    int workspace = 0;
+    EXPECT_TRUE(TileScheduler::may_split_tail(false, false, &workspace, 128, 1024));
+    EXPECT_FALSE(TileScheduler::may_split_tail(true, false, &workspace, 128, 1024));   // causal
+    EXPECT_FALSE(TileScheduler::may_split_tail(false, true, &workspace, 128, 1024));   // the dynamic walk
+    EXPECT_FALSE(TileScheduler::may_split_tail(false, false, nullptr, 128, 1024));     // no workspace
+    EXPECT_FALSE(TileScheduler::may_split_tail(false, false, &workspace, 128, 1000));  // a partial last tile
+}
+
 // The GPU tests' split-tail cases (fwd_test's Workspace cases on 132 SMs, fwd_fp8_test's on 3, 5
 // and 140 CTAs) do split under the launchers' default rule (runs of kSplitMinRunBlocks).
 TEST(Sm90Scheduler, TheGpuTestsSplitTailCasesSplitUnderTheDefaultRule) {

@@ -465,9 +465,9 @@ cudaError_t launch_fwd(FwdArgs a, cudaStream_t stream, std::string* error) {
                                                                    Cfg::kSkipHiddenBlocks, Cfg::kBlockM, a.seqlen_q, a.seqlen_k));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) scheduler.tile_counter = static_cast<int32_t*>(a.workspace);
-    // Other full masks given a workspace split their last pass over KV blocks (whole query tiles
-    // only: a tail tile's slices would skip some blocks of the run).
-    const bool split_tail = Cfg::kSplitTail && !a.causal && !dynamic && a.workspace != nullptr && a.seqlen_q % Cfg::kBlockM == 0;
+    // Other full masks given a workspace split their last pass over KV blocks.
+    const bool split_tail =
+        Cfg::kSplitTail && TileScheduler::may_split_tail(a.causal, dynamic, a.workspace, Cfg::kBlockM, a.seqlen_q);
     int ctas = 0;
     const char* what = "querying the SM count";
     const int persistent_max = a.causal ? kPersistentCausalMaxSeqlenK : persistent_max_seqlen_k(Cfg::kHeadDim);

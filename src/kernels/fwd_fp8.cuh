@@ -1028,9 +1028,9 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
                                                                                       a.seqlen_q, a.seqlen_k));
     static_assert(TileScheduler::kCounterWords * sizeof(int32_t) <= fwd::kWorkspaceBytes, "the workspace holds the counters");
     if (dynamic) p.scheduler.tile_counter = static_cast<int32_t*>(a.schedule_workspace);
-    // Other full masks given a workspace split their last pass over KV blocks (whole query tiles).
-    const bool split_tail = Cfg::kSplitTail && !a.causal && !dynamic && a.schedule_workspace != nullptr &&
-                            a.seqlen_q % Cfg::kBlockM == 0;
+    // Other full masks given a workspace split their last pass over KV blocks.
+    const bool split_tail = Cfg::kSplitTail && TileScheduler::may_split_tail(a.causal, dynamic, a.schedule_workspace,
+                                                                             Cfg::kBlockM, a.seqlen_q);
     p.workspace = static_cast<uint8_t*>(a.schedule_workspace);
 
     constexpr int kSmem = shared_bytes<Cfg>();
@@ -1041,7 +1041,7 @@ cudaError_t launch_fwd_fp8(const Fp8FwdArgs& a, cudaStream_t stream, std::string
     rc = p.scheduler.grid_ctas(a.grid_ctas,
                                dynamic || split_tail || a.seqlen_k <= (a.causal ? kPersistentCausalMaxSeqlenK : kPersistentMaxSeqlenK),
                                &ctas);
-    if (split_tail) p.scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
+    if (rc == cudaSuccess && split_tail) p.scheduler.plan_split_tail(ctas, (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, kSplitMinRunBlocks);
     if (rc == cudaSuccess) {
         what = "kernel launch";
         rc = launch_with_dynamic_smem<fwd_fp8_kernel<Cfg>>(kSmem, [&] {

@@ -206,6 +206,13 @@ struct TileScheduler {
         }
     }
 
+    // Host: whether a launch may split its tail: a full mask not on the dynamic walk, a workspace
+    // for the partial tiles, and whole query tiles (a partial last tile's empty slices would skip
+    // blocks of a run).
+    static bool may_split_tail(bool causal, bool dynamic, const void* workspace, int block_m, int seqlen_q) {
+        return !causal && !dynamic && workspace != nullptr && seqlen_q % block_m == 0;
+    }
+
     // Host, after grid_ctas: cut the tiles past the last whole pass of `ctas` CTAs over their
     // n_blocks KV blocks each (full masks: every tile has n_blocks). Only where there are whole
     // passes and a partly empty last one, the grid fits the workspace's slots, and each CTA's run
