@@ -9,6 +9,11 @@
 //                               entries on both sides of element 2^31 against the GPU reference.
 //   NonFinite/NonFiniteInputs.* NaN and +-Inf in one element of Q, K or V: exactly the rows
 //                               include/hattn.h says are affected change, in the way it says.
+//   PartialGpu.SplitTailFinishes{16Bit,Fp8}
+//                               both forwards' split tail (CTAs that wait for other CTAs' partial
+//                               tiles) on the 1 or 5 SMs a blocker kernel leaves free: each call
+//                               finishes while the blocker holds the rest, bit-identical to a run
+//                               on the whole GPU.
 //
 // Every test skips (never passes silently) without a Hopper GPU; every CUDA call is checked.
 // Expected runtimes on an H200: a few seconds each (ManyCallsNoLeak stops itself at 50 s).
@@ -35,6 +40,7 @@
 
 #include "gpu_test_util.h"
 #include "hattn.h"
+#include "ptx/mbarrier.cuh"
 #include "testing/device_random.cuh"
 #include "testing/gpu_reference.h"
 #include "testing/numerics.h"
@@ -826,5 +832,221 @@ TEST_P(NonFiniteInputs, OnlyTheDocumentedRowsChange) {
 std::string non_finite_name(const ::testing::TestParamInfo<NonFiniteCase>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(NonFinite, NonFiniteInputs, ::testing::ValuesIn(non_finite_cases()), non_finite_name);
+
+// =============================================================================================
+// PartialGpu: the split tail on the few SMs other work leaves
+// =============================================================================================
+
+// A full-mask d128 problem past one pass of the grid splits its last pass (the workspace's split
+// tail, sm90/split_tail.cuh): a merger CTA spins until its partner CTAs have written their partial
+// tiles. A GPU shared with other work (MPS, a green context, a kernel on another stream) may run
+// only a few of the grid's CTAs at a time, so those waits must only ever be on CTAs that started
+// first (TileScheduler::tail_run). Here a blocker kernel holds every SM but kFreeSms (one CTA per SM,
+// pinned there by its shared memory) until the host releases it; the forward runs on the SMs left
+// and must finish before the release, with the same bits as on the whole GPU.
+//
+// The shape, b1 hq84 hkv12 256 x 8192 d128: 168 query tiles of 128 rows, on 132 SMs one whole pass
+// and 36 tiles of 64 KV blocks cut into runs of 18 blocks (on any SM count from 85 to 167 a split
+// too). The forward takes some 40 ms on one SM; the wait allows kCallTimeoutS.
+constexpr int kPartialBatch = 1, kPartialHeadsQ = 84, kPartialHeadsKv = 12, kPartialSeqQ = 256, kPartialSeqK = 8192;
+constexpr int kPartialHeadDim = 128;
+constexpr double kBlockerStartTimeoutS = 10.0;
+constexpr double kCallTimeoutS = 20.0;
+constexpr uint64_t kBlockerMaxNs = 120ull * 1000 * 1000 * 1000;  // a blocker never outlives a broken test
+constexpr unsigned kBlockerSleepNs = 1000;
+
+// One CTA per SM (its dynamic shared memory is the most a CTA may have): announces itself in
+// started[blockIdx.x] (host memory), then holds the SM until *release (host memory) is set.
+__global__ void hold_sm_until_released(volatile int* started, const volatile int* release) {
+    if (threadIdx.x == 0) {
+        started[blockIdx.x] = 1;
+        __threadfence_system();
+        const uint64_t t0 = hattn::ptx::read_globaltimer();
+        while (*release == 0 && hattn::ptx::read_globaltimer() - t0 < kBlockerMaxNs) __nanosleep(kBlockerSleepNs);
+    }
+    __syncthreads();
+}
+
+// e4m3 bytes from a hash of the index, bit 6 (the exponent's top bit) cleared: |x| <= 1.875, never
+// the NaN patterns 0x7F / 0xFF.
+__global__ void fill_e4m3_hash(uint8_t* out, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed;
+        h ^= h >> 15;
+        h *= 0x85EBCA77u;
+        h ^= h >> 13;
+        out[i] = static_cast<uint8_t>(h & 0xBFu);
+    }
+}
+
+// Host memory the GPU reads and writes (cudaHostAllocMapped).
+struct MappedInts {
+    int* host = nullptr;
+    int* device = nullptr;
+    cudaError_t rc;
+    explicit MappedInts(int n) {
+        rc = cudaHostAlloc(reinterpret_cast<void**>(&host), n * sizeof(int), cudaHostAllocMapped);
+        if (rc == cudaSuccess) {
+            std::memset(host, 0, n * sizeof(int));
+            rc = cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), host, 0);
+        }
+    }
+    ~MappedInts() { if (host != nullptr) cudaFreeHost(host); }
+    MappedInts(const MappedInts&) = delete;
+    MappedInts& operator=(const MappedInts&) = delete;
+};
+
+struct OwnedStream {
+    cudaStream_t s = nullptr;
+    ~OwnedStream() { if (s != nullptr) cudaStreamDestroy(s); }
+};
+struct OwnedEvent {
+    cudaEvent_t e = nullptr;
+    ~OwnedEvent() { if (e != nullptr) cudaEventDestroy(e); }
+};
+
+// A forward call on a stream (returns its status; its message goes to the test's failure).
+using ForwardCall = std::function<hattn_status(cudaStream_t)>;
+
+// Runs `call` once on the whole GPU and once per free-SM count beside the blocker; O (o_bytes at
+// o) and LSE (lse_count floats) must match the whole-GPU run bit for bit.
+void expect_finishes_on_a_partial_gpu(const ForwardCall& call, void* o, size_t o_bytes, const float* lse,
+                                      size_t lse_count) {
+    int device = 0, sms = 0, smem_optin = 0;
+    HATTN_CUDA_CHECK(cudaGetDevice(&device));
+    HATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    HATTN_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    HATTN_CUDA_CHECK(cudaFuncSetAttribute(hold_sm_until_released, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          smem_optin));
+    OwnedStream blocker_stream, call_stream;
+    OwnedEvent done;
+    HATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&blocker_stream.s, cudaStreamNonBlocking));
+    HATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&call_stream.s, cudaStreamNonBlocking));
+    HATTN_CUDA_CHECK(cudaEventCreateWithFlags(&done.e, cudaEventDisableTiming));
+
+    auto download = [&](HostResult* r) {
+        r->o.resize(o_bytes / 2);
+        r->lse.resize(lse_count);
+        HATTN_CUDA_CHECK(cudaMemcpy(r->o.data(), o, o_bytes, cudaMemcpyDeviceToHost));
+        HATTN_CUDA_CHECK(cudaMemcpy(r->lse.data(), lse, lse_count * 4, cudaMemcpyDeviceToHost));
+    };
+    HATTN_CUDA_CHECK(cudaMemset(o, kPoisonByte, o_bytes));
+    ASSERT_EQ(call(call_stream.s), HATTN_SUCCESS) << "the whole-GPU run";
+    HATTN_CUDA_CHECK(cudaStreamSynchronize(call_stream.s));
+    HostResult whole;
+    ASSERT_NO_FATAL_FAILURE(download(&whole));
+
+    for (int free_sms : {1, 5}) {
+        SCOPED_TRACE("free SMs: " + std::to_string(free_sms));
+        const int held = sms - free_sms;
+        MappedInts started(held), release(1);
+        ASSERT_EQ(started.rc, cudaSuccess) << cuda_error(started.rc, "cudaHostAlloc (started)");
+        ASSERT_EQ(release.rc, cudaSuccess) << cuda_error(release.rc, "cudaHostAlloc (release)");
+        HATTN_CUDA_CHECK(cudaMemsetAsync(o, kPoisonByte, o_bytes, call_stream.s));
+        HATTN_CUDA_CHECK(cudaStreamSynchronize(call_stream.s));
+        hold_sm_until_released<<<held, 32, smem_optin, blocker_stream.s>>>(started.device, release.device);
+        HATTN_CUDA_CHECK(cudaGetLastError());
+        // Every blocker CTA resident before the call is launched.
+        const Clock::time_point t0 = Clock::now();
+        auto count_started = [&] {
+            int n = 0;
+            for (int i = 0; i < held; ++i) n += reinterpret_cast<volatile int*>(started.host)[i];
+            return n;
+        };
+        while (count_started() < held && seconds_since(t0) < kBlockerStartTimeoutS) std::this_thread::yield();
+        const bool all_held = count_started() == held;
+        hattn_status st = HATTN_SUCCESS;
+        bool finished = false;
+        double call_s = 0;
+        if (all_held) {
+            const Clock::time_point t1 = Clock::now();
+            st = call(call_stream.s);
+            if (st == HATTN_SUCCESS && cudaEventRecord(done.e, call_stream.s) == cudaSuccess) {
+                cudaError_t q;
+                while ((q = cudaEventQuery(done.e)) == cudaErrorNotReady && seconds_since(t1) < kCallTimeoutS)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                finished = q == cudaSuccess;
+            }
+            call_s = seconds_since(t1);
+        }
+        // Release the blocker whatever happened (a stuck call then finishes on the freed SMs).
+        reinterpret_cast<volatile int*>(release.host)[0] = 1;
+        HATTN_CUDA_CHECK(cudaStreamSynchronize(blocker_stream.s));
+        HATTN_CUDA_CHECK(cudaStreamSynchronize(call_stream.s));
+        ASSERT_TRUE(all_held) << "only " << count_started() << " of " << held << " blocker CTAs started in "
+                              << kBlockerStartTimeoutS << " s";
+        ASSERT_EQ(st, HATTN_SUCCESS);
+        EXPECT_TRUE(finished) << "the call did not finish in " << kCallTimeoutS << " s on " << free_sms
+                              << " free SMs (it waits on CTAs that cannot start)";
+        std::printf("  %d free SMs: the call took %.1f ms\n", free_sms, call_s * 1e3);
+        HostResult partial;
+        ASSERT_NO_FATAL_FAILURE(download(&partial));
+        const std::string diff = first_difference(partial, whole);
+        EXPECT_TRUE(diff.empty()) << "against the whole-GPU run: " << diff;
+    }
+}
+
+TEST(PartialGpu, SplitTailFinishes16Bit) {
+    HATTN_REQUIRE_HOPPER();
+    const Shape sh{"split", kPartialBatch, kPartialHeadsQ, kPartialHeadsKv, kPartialSeqQ, kPartialSeqK,
+                   kPartialHeadDim, HATTN_DTYPE_BF16, false, 0};
+    DeviceBuffer q(sh.q_elems() * 2), k(sh.kv_elems() * 2), v(sh.kv_elems() * 2), o(sh.q_elems() * 2),
+        lse(sh.lse_elems() * 4), ws(hattn_fwd_workspace_size());
+    uint64_t seed = 31;
+    for (DeviceBuffer* b : {&q, &k, &v}) {
+        ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (inputs)");
+        HATTN_CUDA_CHECK(hattn::testing::fill_normal(b->ptr, b->bytes / 2, sh.dtype, seed++, 1.0f, nullptr));
+    }
+    for (DeviceBuffer* b : {&o, &lse, &ws}) ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (outputs)");
+    ASSERT_NO_FATAL_FAILURE(hattn::test::zero_schedule_workspace(ws.ptr));
+    hattn_fwd_params p = sh.params(q.ptr, k.ptr, v.ptr, o.ptr, lse.as<float>());
+    p.workspace = ws.ptr;
+    p.workspace_size = ws.bytes;
+    expect_finishes_on_a_partial_gpu([&](cudaStream_t s) { return hattn_fwd(&p, s); }, o.ptr, o.bytes,
+                                     lse.as<float>(), sh.lse_elems());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_NO_FATAL_FAILURE(hattn::test::expect_schedule_workspace_reset(ws.ptr));
+}
+
+TEST(PartialGpu, SplitTailFinishesFp8) {
+    HATTN_REQUIRE_HOPPER();
+    const Shape sh{"split", kPartialBatch, kPartialHeadsQ, kPartialHeadsKv, kPartialSeqQ, kPartialSeqK,
+                   kPartialHeadDim, HATTN_DTYPE_BF16, false, 0};
+    const auto descales = [](int heads, int seqlen) {
+        return static_cast<size_t>(kPartialBatch) * heads * ((seqlen + HATTN_FP8_BLOCK_ROWS - 1) / HATTN_FP8_BLOCK_ROWS);
+    };
+    const size_t q_desc = descales(kPartialHeadsQ, kPartialSeqQ), kv_desc = descales(kPartialHeadsKv, kPartialSeqK);
+    DeviceBuffer q(sh.q_elems()), k(sh.kv_elems()), v(sh.kv_elems()), o(sh.q_elems() * 2), lse(sh.lse_elems() * 4),
+        qd(q_desc * 4), kd(kv_desc * 4), vd(kv_desc * 4),
+        vt(hattn_fwd_fp8_workspace_size(kPartialBatch, kPartialHeadsKv, kPartialSeqK, kPartialHeadDim)),
+        ws(hattn_fwd_workspace_size());
+    constexpr int kFillThreads = 256, kFillBlocks = 1024;
+    uint32_t seed = 41;
+    for (DeviceBuffer* b : {&q, &k, &v}) {
+        ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (inputs)");
+        fill_e4m3_hash<<<kFillBlocks, kFillThreads>>>(b->as<uint8_t>(), b->bytes, seed++);
+        HATTN_CUDA_CHECK(cudaGetLastError());
+    }
+    for (DeviceBuffer* b : {&qd, &kd, &vd}) {
+        ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (descales)");
+        const std::vector<float> ones(b->bytes / 4, 1.0f);
+        HATTN_CUDA_CHECK(cudaMemcpy(b->ptr, ones.data(), b->bytes, cudaMemcpyHostToDevice));
+    }
+    for (DeviceBuffer* b : {&o, &lse, &vt, &ws}) ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (outputs)");
+    ASSERT_NO_FATAL_FAILURE(hattn::test::zero_schedule_workspace(ws.ptr));
+    hattn_fwd_fp8_params p = hattn_fwd_fp8_params_contiguous(
+        q.ptr, k.ptr, v.ptr, o.ptr, qd.as<float>(), kd.as<float>(), vd.as<float>(), kPartialBatch, kPartialHeadsQ,
+        kPartialHeadsKv, kPartialSeqQ, kPartialSeqK, kPartialHeadDim, HATTN_DTYPE_BF16);
+    p.lse = lse.as<float>();
+    p.workspace = vt.ptr;
+    p.workspace_size = vt.bytes;
+    p.schedule_workspace = ws.ptr;
+    p.schedule_workspace_size = ws.bytes;
+    expect_finishes_on_a_partial_gpu([&](cudaStream_t s) { return hattn_fwd_fp8(&p, s); }, o.ptr, o.bytes,
+                                     lse.as<float>(), sh.lse_elems());
+    HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_NO_FATAL_FAILURE(hattn::test::expect_schedule_workspace_reset(ws.ptr));
+}
 
 }  // namespace
