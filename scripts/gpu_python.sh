@@ -8,7 +8,8 @@
 #   OUT=/some/dir bash scripts/gpu_python.sh
 #
 # Environment: OUT (gpu_python_out), PYTHON (python3, must import torch), PYTHON_BUDGET_S (360: the
-# whole script's time), PIP_TIMEOUT_S (200). Writes to $OUT: summary.txt (printed last),
+# whole script's time), PIP_TIMEOUT_S (200), PYTEST_ARGS (more pytest arguments, e.g. "-k overhead"
+# for one test; not used without pytest). Writes to $OUT: summary.txt (printed last),
 # pip_install.log, pytest.log, junit.xml (with pytest). Without pytest installed, the suites run
 # under test/python/run_without_pytest.py. Exit 0 when the install and every test passed.
 set -uo pipefail
@@ -84,7 +85,8 @@ elif [ "$left" -lt 30 ]; then
 else
   t0=$SECONDS
   if "$VPY" -c 'import pytest' 2>/dev/null; then
-    runner=(-m pytest test/python -v -rfEs -s -p no:cacheprovider --junitxml="$OUT/junit.xml")
+    # shellcheck disable=SC2206  # PYTEST_ARGS is a list of arguments
+    runner=(-m pytest test/python -v -rfEs -s -p no:cacheprovider --junitxml="$OUT/junit.xml" ${PYTEST_ARGS:-})
   else
     note "pytest is not installed: running the suites with test/python/run_without_pytest.py"
     runner=(test/python/run_without_pytest.py)
