@@ -102,7 +102,9 @@ typedef struct hattn_fwd_params {
      * thread block per SM and split the tiles left over for a partly empty last pass over their
      * keys where each block's share is at least 16 KV blocks, merging the partial results
      * through the workspace (+1-3% at 4k-8k keys, run 56). A split tile's merged O may differ
-     * from a whole tile's in the last bits; either is the same from run to run. Two calls in
+     * from a whole tile's in the last bits; either is the same from run to run. Thread blocks
+     * only ever wait for blocks launched before them, so a GPU shared with other work (MPS, a
+     * green context) that runs a few of them at a time still finishes. Two calls in
      * flight at once (on different streams) need separate workspaces (not checked).
      * workspace_size is its size in bytes. */
     void* workspace;
