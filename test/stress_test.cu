@@ -9,11 +9,11 @@
 //                               entries on both sides of element 2^31 against the GPU reference.
 //   NonFinite/NonFiniteInputs.* NaN and +-Inf in one element of Q, K or V: exactly the rows
 //                               include/hattn.h says are affected change, in the way it says.
-//   PartialGpu.SplitTailFinishes{16Bit,Fp8}
-//                               both forwards' split tail (CTAs that wait for other CTAs' partial
-//                               tiles) on the 1 or 5 SMs a blocker kernel leaves free: each call
-//                               finishes while the blocker holds the rest, bit-identical to a run
-//                               on the whole GPU.
+//   PartialGpu.*                both forwards' split tail (CTAs that wait for other CTAs' partial
+//                               tiles) and the backward's deterministic dQ (CTAs that wait for the
+//                               previous KV block's) on the 1 or 5 SMs a blocker kernel leaves
+//                               free: each call finishes while the blocker holds the rest,
+//                               bit-identical to a run on the whole GPU.
 //
 // Every test skips (never passes silently) without a Hopper GPU; every CUDA call is checked.
 // Expected runtimes on an H200: a few seconds each (ManyCallsNoLeak stops itself at 50 s).
@@ -834,7 +834,7 @@ std::string non_finite_name(const ::testing::TestParamInfo<NonFiniteCase>& info)
 INSTANTIATE_TEST_SUITE_P(NonFinite, NonFiniteInputs, ::testing::ValuesIn(non_finite_cases()), non_finite_name);
 
 // =============================================================================================
-// PartialGpu: the split tail on the few SMs other work leaves
+// PartialGpu: kernels whose CTAs wait for each other, on the few SMs other work leaves
 // =============================================================================================
 
 // A full-mask d128 problem past one pass of the grid splits its last pass (the workspace's split
@@ -906,13 +906,31 @@ struct OwnedEvent {
     ~OwnedEvent() { if (e != nullptr) cudaEventDestroy(e); }
 };
 
-// A forward call on a stream (returns its status; its message goes to the test's failure).
-using ForwardCall = std::function<hattn_status(cudaStream_t)>;
+// A call on a stream (returns its status).
+using StreamCall = std::function<hattn_status(cudaStream_t)>;
 
-// Runs `call` once on the whole GPU and once per free-SM count beside the blocker; O (o_bytes at
-// o) and LSE (lse_count floats) must match the whole-GPU run bit for bit.
-void expect_finishes_on_a_partial_gpu(const ForwardCall& call, void* o, size_t o_bytes, const float* lse,
-                                      size_t lse_count) {
+// An output of a call: `bytes` at `ptr`, poisoned before each run and compared bit for bit.
+struct OutputRegion {
+    const char* name;
+    void* ptr;
+    size_t bytes;
+};
+
+// "" if equal, else how many bytes differ and where the first is.
+std::string first_byte_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+    const auto mismatch = std::mismatch(want.begin(), want.end(), got.begin());
+    if (mismatch.first == want.end()) return {};
+    size_t n = 0;
+    for (size_t i = 0; i < want.size(); ++i) n += got[i] != want[i];
+    std::ostringstream s;
+    s << n << " bytes differ, the first at byte " << (mismatch.first - want.begin());
+    return s.str();
+}
+
+// Runs `call` once on the whole GPU, then once per free-SM count beside the blocker: each run must
+// finish while the blocker holds the other SMs, and leave every output bit-identical to the
+// whole-GPU run's.
+void expect_finishes_on_a_partial_gpu(const StreamCall& call, const std::vector<OutputRegion>& outputs) {
     int device = 0, sms = 0, smem_optin = 0;
     HATTN_CUDA_CHECK(cudaGetDevice(&device));
     HATTN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -925,16 +943,21 @@ void expect_finishes_on_a_partial_gpu(const ForwardCall& call, void* o, size_t o
     HATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&call_stream.s, cudaStreamNonBlocking));
     HATTN_CUDA_CHECK(cudaEventCreateWithFlags(&done.e, cudaEventDisableTiming));
 
-    auto download = [&](HostResult* r) {
-        r->o.resize(o_bytes / 2);
-        r->lse.resize(lse_count);
-        HATTN_CUDA_CHECK(cudaMemcpy(r->o.data(), o, o_bytes, cudaMemcpyDeviceToHost));
-        HATTN_CUDA_CHECK(cudaMemcpy(r->lse.data(), lse, lse_count * 4, cudaMemcpyDeviceToHost));
+    auto poison = [&] {
+        for (const OutputRegion& r : outputs) HATTN_CUDA_CHECK(cudaMemsetAsync(r.ptr, kPoisonByte, r.bytes, call_stream.s));
+        HATTN_CUDA_CHECK(cudaStreamSynchronize(call_stream.s));
     };
-    HATTN_CUDA_CHECK(cudaMemset(o, kPoisonByte, o_bytes));
+    auto download = [&](std::vector<std::vector<uint8_t>>* got) {
+        got->resize(outputs.size());
+        for (size_t i = 0; i < outputs.size(); ++i) {
+            (*got)[i].resize(outputs[i].bytes);
+            HATTN_CUDA_CHECK(cudaMemcpy((*got)[i].data(), outputs[i].ptr, outputs[i].bytes, cudaMemcpyDeviceToHost));
+        }
+    };
+    ASSERT_NO_FATAL_FAILURE(poison());
     ASSERT_EQ(call(call_stream.s), HATTN_SUCCESS) << "the whole-GPU run";
     HATTN_CUDA_CHECK(cudaStreamSynchronize(call_stream.s));
-    HostResult whole;
+    std::vector<std::vector<uint8_t>> whole;
     ASSERT_NO_FATAL_FAILURE(download(&whole));
 
     for (int free_sms : {1, 5}) {
@@ -943,8 +966,7 @@ void expect_finishes_on_a_partial_gpu(const ForwardCall& call, void* o, size_t o
         MappedInts started(held), release(1);
         ASSERT_EQ(started.rc, cudaSuccess) << cuda_error(started.rc, "cudaHostAlloc (started)");
         ASSERT_EQ(release.rc, cudaSuccess) << cuda_error(release.rc, "cudaHostAlloc (release)");
-        HATTN_CUDA_CHECK(cudaMemsetAsync(o, kPoisonByte, o_bytes, call_stream.s));
-        HATTN_CUDA_CHECK(cudaStreamSynchronize(call_stream.s));
+        ASSERT_NO_FATAL_FAILURE(poison());
         hold_sm_until_released<<<held, 32, smem_optin, blocker_stream.s>>>(started.device, release.device);
         HATTN_CUDA_CHECK(cudaGetLastError());
         // Every blocker CTA resident before the call is launched.
@@ -980,10 +1002,12 @@ void expect_finishes_on_a_partial_gpu(const ForwardCall& call, void* o, size_t o
         EXPECT_TRUE(finished) << "the call did not finish in " << kCallTimeoutS << " s on " << free_sms
                               << " free SMs (it waits on CTAs that cannot start)";
         std::printf("  %d free SMs: the call took %.1f ms\n", free_sms, call_s * 1e3);
-        HostResult partial;
+        std::vector<std::vector<uint8_t>> partial;
         ASSERT_NO_FATAL_FAILURE(download(&partial));
-        const std::string diff = first_difference(partial, whole);
-        EXPECT_TRUE(diff.empty()) << "against the whole-GPU run: " << diff;
+        for (size_t i = 0; i < outputs.size(); ++i) {
+            const std::string diff = first_byte_difference(partial[i], whole[i]);
+            EXPECT_TRUE(diff.empty()) << outputs[i].name << " against the whole-GPU run: " << diff;
+        }
     }
 }
 
@@ -1003,8 +1027,8 @@ TEST(PartialGpu, SplitTailFinishes16Bit) {
     hattn_fwd_params p = sh.params(q.ptr, k.ptr, v.ptr, o.ptr, lse.as<float>());
     p.workspace = ws.ptr;
     p.workspace_size = ws.bytes;
-    expect_finishes_on_a_partial_gpu([&](cudaStream_t s) { return hattn_fwd(&p, s); }, o.ptr, o.bytes,
-                                     lse.as<float>(), sh.lse_elems());
+    expect_finishes_on_a_partial_gpu([&](cudaStream_t s) { return hattn_fwd(&p, s); },
+                                     {{"O", o.ptr, o.bytes}, {"LSE", lse.ptr, lse.bytes}});
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_NO_FATAL_FAILURE(hattn::test::expect_schedule_workspace_reset(ws.ptr));
 }
@@ -1043,10 +1067,45 @@ TEST(PartialGpu, SplitTailFinishesFp8) {
     p.workspace_size = vt.bytes;
     p.schedule_workspace = ws.ptr;
     p.schedule_workspace_size = ws.bytes;
-    expect_finishes_on_a_partial_gpu([&](cudaStream_t s) { return hattn_fwd_fp8(&p, s); }, o.ptr, o.bytes,
-                                     lse.as<float>(), sh.lse_elems());
+    expect_finishes_on_a_partial_gpu([&](cudaStream_t s) { return hattn_fwd_fp8(&p, s); },
+                                     {{"O", o.ptr, o.bytes}, {"LSE", lse.ptr, lse.bytes}});
     HATTN_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_NO_FATAL_FAILURE(hattn::test::expect_schedule_workspace_reset(ws.ptr));
+}
+
+// The backward's deterministic mode adds dQ in KV-block order: the CTA of block j waits for block
+// j - 1's (bwd.cuh). Both of its grid orders -- the 1-D one (full masks) and the causal one that
+// starts the longest KV blocks first -- launch block j - 1 of a head before block j, so on a
+// partial GPU the wait is always for a CTA that has started. d128, 1000 x 1200, GQA 8:2.
+TEST(PartialGpu, DeterministicBackwardFinishes) {
+    HATTN_REQUIRE_HOPPER();
+    for (bool causal : {false, true}) {
+        SCOPED_TRACE(causal ? "causal" : "full");
+        const Shape sh{"bwd", 2, 8, 2, 1000, 1200, 128, HATTN_DTYPE_BF16, causal, 0};
+        DeviceBuffer q(sh.q_elems() * 2), k(sh.kv_elems() * 2), v(sh.kv_elems() * 2), o(sh.q_elems() * 2),
+            dout(sh.q_elems() * 2), lse(sh.lse_elems() * 4), dq(sh.q_elems() * 2), dk(sh.kv_elems() * 2),
+            dv(sh.kv_elems() * 2),
+            ws(hattn_bwd_workspace_size(sh.batch, sh.heads_q, sh.seqlen_q, sh.head_dim));
+        uint64_t seed = 51;
+        for (DeviceBuffer* b : {&q, &k, &v, &dout}) {
+            ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (inputs)");
+            HATTN_CUDA_CHECK(hattn::testing::fill_normal(b->ptr, b->bytes / 2, sh.dtype, seed++, 1.0f, nullptr));
+        }
+        for (DeviceBuffer* b : {&o, &lse, &dq, &dk, &dv, &ws})
+            ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (outputs)");
+        const hattn_fwd_params fp = sh.params(q.ptr, k.ptr, v.ptr, o.ptr, lse.as<float>());
+        ASSERT_EQ(hattn_fwd(&fp, nullptr), HATTN_SUCCESS);
+        HATTN_CUDA_CHECK(cudaDeviceSynchronize());
+        hattn_bwd_params bp = hattn_bwd_params_contiguous(q.ptr, k.ptr, v.ptr, o.ptr, dout.ptr, lse.as<float>(),
+                                                          dq.ptr, dk.ptr, dv.ptr, sh.batch, sh.heads_q, sh.heads_kv,
+                                                          sh.seqlen_q, sh.seqlen_k, sh.head_dim, sh.dtype);
+        bp.causal = causal ? 1 : 0;
+        bp.flags = HATTN_BWD_DETERMINISTIC;
+        bp.workspace = ws.ptr;
+        bp.workspace_size = ws.bytes;
+        expect_finishes_on_a_partial_gpu([&](cudaStream_t s) { return hattn_bwd(&bp, s); },
+                                         {{"dQ", dq.ptr, dq.bytes}, {"dK", dk.ptr, dk.bytes}, {"dV", dv.ptr, dv.bytes}});
+    }
 }
 
 }  // namespace
