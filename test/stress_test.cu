@@ -853,7 +853,10 @@ constexpr int kPartialHeadDim = 128;
 constexpr double kBlockerStartTimeoutS = 10.0;
 constexpr double kCallTimeoutS = 20.0;
 constexpr uint64_t kBlockerMaxNs = 120ull * 1000 * 1000 * 1000;  // a blocker never outlives a broken test
-constexpr unsigned kBlockerSleepNs = 1000;
+// Between a blocker's reads of the release flag: every read crosses PCIe to host memory, and 130
+// SMs polling every microsecond might slow the GPU's memory traffic (run 59's partial-GPU times
+// were 3-10x what the SMs left should take); the release waits at most this long.
+constexpr unsigned kBlockerSleepNs = 50000;
 
 // One CTA per SM (its dynamic shared memory is the most a CTA may have): announces itself in
 // started[blockIdx.x] (host memory), then holds the SM until *release (host memory) is set.
@@ -955,8 +958,11 @@ void expect_finishes_on_a_partial_gpu(const StreamCall& call, const std::vector<
         }
     };
     ASSERT_NO_FATAL_FAILURE(poison());
+    const Clock::time_point t_whole = Clock::now();
     ASSERT_EQ(call(call_stream.s), HATTN_SUCCESS) << "the whole-GPU run";
     HATTN_CUDA_CHECK(cudaStreamSynchronize(call_stream.s));
+    std::printf("  all %d SMs: the call took %.2f ms (the first call: with its set-up)\n", sms,
+                seconds_since(t_whole) * 1e3);
     std::vector<std::vector<uint8_t>> whole;
     ASSERT_NO_FATAL_FAILURE(download(&whole));
 
