@@ -36,12 +36,14 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "hattn.h"
 #include "ptx/mbarrier.cuh"
 #include "testing/device_random.cuh"
+#include "testing/fp8_accuracy.h"
 #include "testing/gpu_reference.h"
 #include "testing/numerics.h"
 
@@ -841,13 +843,14 @@ INSTANTIATE_TEST_SUITE_P(NonFinite, NonFiniteInputs, ::testing::ValuesIn(non_fin
 // tail, sm90/split_tail.cuh): a merger CTA spins until its partner CTAs have written their partial
 // tiles. A GPU shared with other work (MPS, a green context, a kernel on another stream) may run
 // only a few of the grid's CTAs at a time, so those waits must only ever be on CTAs that started
-// first (TileScheduler::tail_run). Here a blocker kernel holds every SM but kFreeSms (one CTA per SM,
-// pinned there by its shared memory) until the host releases it; the forward runs on the SMs left
-// and must finish before the release, with the same bits as on the whole GPU.
+// first (TileScheduler::tail_run). Here a blocker kernel holds every SM but 1 or 5 (one CTA per
+// SM, pinned there by its shared memory) until the host releases it; the forward runs on the SMs
+// left and must finish before the release, with the same bits as on the whole GPU.
 //
 // The shape, b1 hq84 hkv12 256 x 8192 d128: 168 query tiles of 128 rows, on 132 SMs one whole pass
-// and 36 tiles of 64 KV blocks cut into runs of 18 blocks (on any SM count from 85 to 167 a split
-// too). The forward takes some 40 ms on one SM; the wait allows kCallTimeoutS.
+// and 36 tiles of 64 KV blocks cut into runs of 18 blocks (a split on 85 to 134 SMs: runs of at
+// least 16 blocks). On one SM of an H100 the call took 70-80 ms (run 59); the wait allows
+// kCallTimeoutS.
 constexpr int kPartialBatch = 1, kPartialHeadsQ = 84, kPartialHeadsKv = 12, kPartialSeqQ = 256, kPartialSeqK = 8192;
 constexpr int kPartialHeadDim = 128;
 constexpr double kBlockerStartTimeoutS = 10.0;
@@ -868,19 +871,6 @@ __global__ void hold_sm_until_released(volatile int* started, const volatile int
         while (*release == 0 && hattn::ptx::read_globaltimer() - t0 < kBlockerMaxNs) __nanosleep(kBlockerSleepNs);
     }
     __syncthreads();
-}
-
-// e4m3 bytes from a hash of the index, bit 6 (the exponent's top bit) cleared: |x| <= 1.875, never
-// the NaN patterns 0x7F / 0xFF.
-__global__ void fill_e4m3_hash(uint8_t* out, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-        uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed;
-        h ^= h >> 15;
-        h *= 0x85EBCA77u;
-        h ^= h >> 13;
-        out[i] = static_cast<uint8_t>(h & 0xBFu);
-    }
 }
 
 // Host memory the GPU reads and writes (cudaHostAllocMapped).
@@ -1050,18 +1040,18 @@ TEST(PartialGpu, SplitTailFinishesFp8) {
     DeviceBuffer q(sh.q_elems()), k(sh.kv_elems()), v(sh.kv_elems()), o(sh.q_elems() * 2), lse(sh.lse_elems() * 4),
         qd(q_desc * 4), kd(kv_desc * 4), vd(kv_desc * 4),
         vt(hattn_fwd_fp8_workspace_size(kPartialBatch, kPartialHeadsKv, kPartialSeqK, kPartialHeadDim)),
-        ws(hattn_fwd_workspace_size());
-    constexpr int kFillThreads = 256, kFillBlocks = 1024;
-    uint32_t seed = 41;
-    for (DeviceBuffer* b : {&q, &k, &v}) {
-        ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (inputs)");
-        fill_e4m3_hash<<<kFillBlocks, kFillThreads>>>(b->as<uint8_t>(), b->bytes, seed++);
-        HATTN_CUDA_CHECK(cudaGetLastError());
-    }
-    for (DeviceBuffer* b : {&qd, &kd, &vd}) {
-        ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (descales)");
-        const std::vector<float> ones(b->bytes / 4, 1.0f);
-        HATTN_CUDA_CHECK(cudaMemcpy(b->ptr, ones.data(), b->bytes, cudaMemcpyHostToDevice));
+        ws(hattn_fwd_workspace_size()), source(std::max(sh.q_elems(), sh.kv_elems()) * 2), amax(sizeof(float));
+    // e4m3 inputs: N(0, 1) bf16 values quantized with one scale per tensor.
+    ASSERT_NE(source.ptr, nullptr) << cuda_error(source.rc, "cudaMalloc (bf16 source)");
+    ASSERT_NE(amax.ptr, nullptr) << cuda_error(amax.rc, "cudaMalloc (amax)");
+    uint64_t seed = 41;
+    for (auto [e4m3, descale, n_descales] : {std::tuple{&q, &qd, q_desc}, {&k, &kd, kv_desc}, {&v, &vd, kv_desc}}) {
+        ASSERT_NE(e4m3->ptr, nullptr) << cuda_error(e4m3->rc, "cudaMalloc (inputs)");
+        ASSERT_NE(descale->ptr, nullptr) << cuda_error(descale->rc, "cudaMalloc (descales)");
+        HATTN_CUDA_CHECK(hattn::testing::fill_normal(source.ptr, e4m3->bytes, HATTN_DTYPE_BF16, seed++, 1.0f, nullptr));
+        HATTN_CUDA_CHECK(hattn::testing::quantize_e4m3_per_tensor(source.ptr, e4m3->bytes, HATTN_DTYPE_BF16,
+                                                                  e4m3->as<uint8_t>(), descale->as<float>(),
+                                                                  n_descales, amax.as<float>(), nullptr));
     }
     for (DeviceBuffer* b : {&o, &lse, &vt, &ws}) ASSERT_NE(b->ptr, nullptr) << cuda_error(b->rc, "cudaMalloc (outputs)");
     ASSERT_NO_FATAL_FAILURE(hattn::test::zero_schedule_workspace(ws.ptr));
