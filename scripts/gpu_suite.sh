@@ -20,7 +20,8 @@
 #             size, plus GQA, persistent-grid (more tiles than SMs), causal seqlen_q != seqlen_k and
 #             the backward's deterministic mode
 #             (SANITIZE_JOBS runs at a time)
-#   robust    build/test/stress_test (threads, 100k calls, >2^31 elements, NaN/Inf inputs),
+#   robust    build/test/stress_test (threads, 100k calls, >2^31 elements, NaN/Inf inputs, waiting
+#             CTAs on a partial GPU),
 #             build/test/hang_guard_test (the debug hang guard traps) and
 #             test/python/bad_input_torch.py (every validation failure of the forward, the
 #             backward, the FP8 pre-pass and the FP8 forward, from PyTorch processes)
@@ -558,7 +559,7 @@ phase_robust() {
       robust_step "$name" 90 "$log" "$bin" --gtest_color=no || rc=$?
     fi
     detail "$name: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \] [0-9]+ test' "$log" | tr '\n' ' ')"
-    grep -E '^(ConcurrentThreads|ManyCallsNoLeak|Over2Pow31Elements):|^  .*(TFLOPS|batch entry)|: WRONG$|^hang guard child:|^\[  FAILED  \] [A-Za-z]' "$log" \
+    grep -E '^(ConcurrentThreads|ManyCallsNoLeak|Over2Pow31Elements):|^  .*(TFLOPS|batch entry|free SMs: the call)|: WRONG$|^hang guard child:|^\[  FAILED  \] [A-Za-z]' "$log" \
         | awk '!seen[$0]++' | head -40 | sed 's/^/  /' >>"$DETAILS"
     local s
     s=$(grep -cE '^\[  SKIPPED \] [A-Za-z].*\([0-9]+ ms\)' "$log")
