@@ -9,7 +9,8 @@
 # core, then, each step under its own timeout:
 #   tests     fwd_test (two shards at once), host_fwd_validation_test, host_sm90_blocks_test; or with
 #             FORWARD=fp8 fwd_fp8_test (four shards: its float64 reference is CPU-bound),
-#             host_fwd_fp8_validation_test
+#             host_fwd_fp8_validation_test; then stress_test's PartialGpu test of that forward (its
+#             split tail on the 1 or 5 SMs a blocker kernel leaves free)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck (all at once) on the test cases
 #             matching SANITIZE_FILTER and on causal `hattn fwd` runs on a persistent grid with and
 #             without the scheduler workspace. Default filters: the cases with a workspace (the
@@ -35,6 +36,7 @@ CUDA_DEFS=${CUDA_DEFS:-}
 case "$FORWARD" in
   bf16)
     TEST=fwd_test SHARDS=2 HOST_TESTS="host_fwd_validation_test host_sm90_blocks_test"
+    PARTIAL_GPU_TEST=PartialGpu.SplitTailFinishes16Bit
     CLI_ARGS=(--dim 64 --seqlen 1100)
     DEFAULT_FILTER='Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*:Workspace/*_q1152_k3000_*'
     # racecheck runs 10-40x slower than the others: the bf16 causal cases of the first set (both
@@ -43,6 +45,7 @@ case "$FORWARD" in
     DEFAULT_RACECHECK_FILTER='Workspace/*_bf16_causal_*_q1031_k1100_*:Workspace/*_bf16_causal_*_q1100_k1031_*:Workspace/*_q1100_k1300_*' ;;
   fp8)
     TEST=fwd_fp8_test SHARDS=4 HOST_TESTS="host_fwd_fp8_validation_test"
+    PARTIAL_GPU_TEST=PartialGpu.SplitTailFinishesFp8
     CLI_ARGS=(--dtype e4m3 --dim 128 --seqlen 1300)  # d128's dynamic walk starts at 1280 keys
     DEFAULT_FILTER='Cases/Fp8Kernel.*/b2_hq3_hkv3_sq1031_sk1300_d*_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1300_sk1300_d*_causal_bf16_ctas3_sched:Cases/Fp8Kernel.*/b2_hq4_hkv2_sq600_sk700_d64_causal_bf16_sched:Cases/Fp8Kernel.*/b1_hq4_hkv2_sq1024_sk3000_d128_full_bf16_ctas3_sched'
     DEFAULT_RACECHECK_FILTER=$DEFAULT_FILTER ;;
@@ -70,7 +73,7 @@ B=build
 [ -n "$CUDA_DEFS" ] && B=build-defs
 run build 200 env BUILD_DIR="$B" CUDA_DEFS="$CUDA_DEFS" bash -c 'if [ -n "$CUDA_DEFS" ]; then
     bash scripts/configure.sh "-DCMAKE_CUDA_FLAGS=$CUDA_DEFS" "-DCMAKE_CXX_FLAGS=$CUDA_DEFS"
-  else bash scripts/configure.sh; fi >/dev/null && cmake --build "$BUILD_DIR" -j '"$JOBS"' --target '"$TEST $HOST_TESTS"' hattn_cli hattn_shared'
+  else bash scripts/configure.sh; fi >/dev/null && cmake --build "$BUILD_DIR" -j '"$JOBS"' --target '"$TEST $HOST_TESTS"' stress_test hattn_cli hattn_shared'
 T=$B/test
 if grep -q '^build .*PASS' "$STATUS"; then
   if step tests; then
@@ -87,6 +90,7 @@ if grep -q '^build .*PASS' "$STATUS"; then
     failed=$(cat "$LOGS/${TEST}"_*.log | grep -cE '^\[  FAILED  \] .*\([0-9]+ ms\)$')
     record "$TEST" "$([ "$rc" -eq 0 ] && echo PASS || echo "FAIL (rc $rc)"): $(total PASSED) passed, $failed failed, $(total SKIPPED) skipped" $((SECONDS - t0))
     for host_test in $HOST_TESTS; do run "$host_test" 20 "$T/$host_test"; done
+    run partial_gpu 60 "$T/stress_test" --gtest_filter="$PARTIAL_GPU_TEST"
   fi
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if step sanitize && [ -x "$SAN" ]; then
