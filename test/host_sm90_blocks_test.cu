@@ -334,7 +334,8 @@ TEST(Sm90Scheduler, TheGpuTestsSplitTailCasesSplitUnderTheDefaultRule) {
     const int rule = hattn::fwd::kSplitMinRunBlocks;
     const Shape shapes[] = {{24 * 8, 132, 36, rule},   // d128 b1 h24 q1024 k4500
                             {2 * 12 * 9, 132, 24, rule},  // d128 b2 h12 q1152 k3000
-                            {84 * 2, 132, 64, rule},   // d128 b1 h84 q256 k8192
+                            {84 * 2, 132, 64, rule},   // d128 b1 h84 q256 k8192 (stress_test's PartialGpu too)
+                            {84 * 2, 132, 64, hattn::fwd_fp8::kSplitMinRunBlocks},  // ... FP8 (the same tiles)
                             {4 * 8, 3, 24, hattn::fwd_fp8::kSplitMinRunBlocks},      // FP8 b1 h4 q1024 k3000, 3 CTAs
                             {2 * 3 * 9, 5, 24, hattn::fwd_fp8::kSplitMinRunBlocks},   // FP8 b2 h3 q1152 k3000, 5 CTAs
                             {2 * 12 * 11, 140, 17, hattn::fwd_fp8::kSplitMinRunBlocks}};  // FP8 b2 h12 q1408 k2100, 140 CTAs

@@ -849,7 +849,7 @@ INSTANTIATE_TEST_SUITE_P(NonFinite, NonFiniteInputs, ::testing::ValuesIn(non_fin
 //
 // The shape, b1 hq84 hkv12 256 x 8192 d128: 168 query tiles of 128 rows, on 132 SMs one whole pass
 // and 36 tiles of 64 KV blocks cut into runs of 18 blocks (a split on 85 to 134 SMs: runs of at
-// least 16 blocks). On one SM of an H100 the call took 70-80 ms (run 59); the wait allows
+// least 16 blocks; host_sm90_blocks_test checks that both forwards' rules split it on 132). On one SM of an H100 the call took 70-80 ms (run 59); the wait allows
 // kCallTimeoutS.
 constexpr int kPartialBatch = 1, kPartialHeadsQ = 84, kPartialHeadsKv = 12, kPartialSeqQ = 256, kPartialSeqK = 8192;
 constexpr int kPartialHeadDim = 128;
