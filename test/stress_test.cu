@@ -849,16 +849,17 @@ INSTANTIATE_TEST_SUITE_P(NonFinite, NonFiniteInputs, ::testing::ValuesIn(non_fin
 //
 // The shape, b1 hq84 hkv12 256 x 8192 d128: 168 query tiles of 128 rows, on 132 SMs one whole pass
 // and 36 tiles of 64 KV blocks cut into runs of 18 blocks (a split on 85 to 134 SMs: runs of at
-// least 16 blocks; host_sm90_blocks_test checks that both forwards' rules split it on 132). On one SM of an H100 the call took 70-80 ms (run 59); the wait allows
-// kCallTimeoutS.
+// least 16 blocks; host_sm90_blocks_test checks that both forwards' rules split it on 132). On one
+// free SM of an H100 the call takes 55-65 ms, the backward's case up to 0.7 s (bench/RESULTS.md
+// run 60); the wait allows kCallTimeoutS.
 constexpr int kPartialBatch = 1, kPartialHeadsQ = 84, kPartialHeadsKv = 12, kPartialSeqQ = 256, kPartialSeqK = 8192;
 constexpr int kPartialHeadDim = 128;
 constexpr double kBlockerStartTimeoutS = 10.0;
 constexpr double kCallTimeoutS = 20.0;
 constexpr uint64_t kBlockerMaxNs = 120ull * 1000 * 1000 * 1000;  // a blocker never outlives a broken test
 // Between a blocker's reads of the release flag: every read crosses PCIe to host memory, and 130
-// SMs polling every microsecond might slow the GPU's memory traffic (run 59's partial-GPU times
-// were 3-10x what the SMs left should take); the release waits at most this long.
+// SMs polling every microsecond slowed the calls beside them (bench/RESULTS.md runs 59-60: 50 us
+// between reads took 18-70% off their times); the release waits at most this long.
 constexpr unsigned kBlockerSleepNs = 50000;
 
 // One CTA per SM (its dynamic shared memory is the most a CTA may have): announces itself in
