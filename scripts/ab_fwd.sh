@@ -59,6 +59,7 @@ defs() {
     split0p) echo "${D}SPLIT_TAIL=0 ${D}PERSISTENT_MAX_SEQLEN_K=1000000000" ;;  # ... with d128 full masks on the persistent walk at every length (the split tail's grid, unsplit)
     splitrun2|splitrun4|splitrun8|splitrun16) echo "${D}SPLIT_MIN_RUN=${1#splitrun}" ;;  # the split tail with runs of at least 2 / 4 / 8 / 16 KV blocks (default 16)
     pdl) echo "${D}PDL=1" ;;  # programmatic dependent launch: a call's prologue overlaps the previous kernel's tail
+    ohalves0) echo "${D}O_HALVES=0" ;;  # d256 stages O in Q's buffer (before run 61): the next Q waits for the O store's reads
     *) echo "unknown variant $1" >&2; return 1 ;;
   esac
 }

@@ -504,8 +504,8 @@ std::vector<Case> feature_cases() {
     }
     // Many more tiles than SMs, so each persistent CTA walks several tiles and the Q slots, the
     // O staging (and its deferred read wait), the ping-pong turn carried from tile to tile and
-    // every barrier phase run on across tiles: d256 stages O in Q's buffer, d64 and d128 in their
-    // own, with two Q slots.
+    // every barrier phase run on across tiles: d256 stages O in two column halves through a
+    // half-width buffer (one Q slot), d64 and d128 in a buffer of O's size, with two Q slots.
     cases.push_back(make_case(4, 24, 8, 333, 390, 64, HATTN_DTYPE_BF16, false));
     cases.push_back(make_case(4, 24, 24, 300, 517, 128, HATTN_DTYPE_FP16, false));
     cases.push_back(make_case(3, 32, 4, 260, 300, 256, HATTN_DTYPE_BF16, false));

@@ -34,6 +34,10 @@
 //     speculative step; the max's FMNMX tree and shuffles were ~15% of a d64 step, and every exp
 //     waited for them): +3% at d64, +4-6% at d128. Its rare redo reads K, so K's slot is released
 //     after that softmax.
+//   * At d = 256 (64 KB of Q, 128 KB of K/V slots) O is stored in two column halves through a
+//     32 KB buffer of its own rather than through Q's: the next tile's Q then loads under the
+//     last block and the epilogue instead of after the store's reads, +6% at 512-1k keys, +3% at
+//     2k, +1% at 4k-8k (bench/RESULTS.md run 61a); the halves' one exposed read wait costs less.
 #pragma once
 
 #include <cuda.h>
@@ -104,14 +108,23 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {  // + kConsumers
 
     using QTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim>;
     using KvTile = SwizzledTile<Elem, Shape::kBlockN, kHeadDim>;
+    // Whether q_tiles Q slots and an O staging buffer of 1 / o_parts of O's columns (none: 0)
+    // fit beside the K/V rings.
+    static constexpr bool fits(int q_tiles, int o_parts) {
+        return q_tiles * sizeof(QTile) + (o_parts > 0 ? sizeof(QTile) / o_parts : 0) + 2 * Shape::kStages * sizeof(KvTile) +
+                   2 * kSharedAlign <= kMaxSharedBytes;
+    }
     // O is staged in its own buffer when shared memory allows, so the next tile's Q can land
-    // while this tile's O is still being stored; otherwise (head_dim 256) it reuses Q's buffer.
-    static constexpr bool kSeparateO =
-        2 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes;
+    // while this tile's O is still being stored. At head_dim 256 (Q and two K/V stages: 192 KB)
+    // only half of O fits beside them: O then goes out in two column halves through a buffer of
+    // half its width (kOParts 2; fwd_rules.h). Otherwise it reuses Q's buffer (kOParts 0), and
+    // the next Q waits for the store to be read out.
+    static constexpr int kOParts = fits(1, 1) ? 1 : kOHalves && fits(1, 2) ? 2 : 0;
+    static constexpr bool kSeparateO = kOParts > 0;
+    using OTile = SwizzledTile<Elem, Shape::kBlockM, kHeadDim / (kSeparateO ? kOParts : 1)>;
     // Two Q slots where they fit too (d64, d128): the next tile's Q then loads during this whole
     // tile, not only after our last QK^T, and is there on arrival.
-    static constexpr int kQStages =
-        3 * sizeof(QTile) + 2 * Shape::kStages * sizeof(KvTile) + 2 * kSharedAlign <= kMaxSharedBytes ? 2 : 1;
+    static constexpr int kQStages = kSeparateO && fits(2, kOParts) ? 2 : 1;
     static_assert(Shape::kBlockN % Elem::kMmaK == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
 };
 
@@ -123,7 +136,7 @@ struct alignas(kSharedAlign) SharedStorage {
     typename Cfg::QTile q[Cfg::kQStages];
     typename Cfg::KvTile k[Cfg::kStages];
     typename Cfg::KvTile v[Cfg::kStages];
-    std::conditional_t<Cfg::kSeparateO, typename Cfg::QTile, NoTile> o;  // NoTile: O is staged in q
+    std::conditional_t<Cfg::kSeparateO, typename Cfg::OTile, NoTile> o;  // NoTile: O is staged in q
     Ring<Cfg::kQStages> q_ring;
     Ring<Cfg::kStages> k_ring;
     Ring<Cfg::kStages> v_ring;
@@ -393,14 +406,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                 // not right after issuing the store: a bulk group is tracked per issuing thread and
                 // nothing else touches our rows of a separate O buffer in between, so the reads
                 // overlap this tile's GEMMs instead of delaying its start (O in Q waits at once).
-                if (Cfg::kSeparateO && me.tid == 0) ptx::bulk_wait_group_read<0>();
-                me.epilogue.sync();
-                store_fragment<Elem, typename Cfg::QTile, kHeadDim>(o_staging, o, me.first_row_in_tile);
-                store_fence();
-                me.epilogue.sync();
+                // O in column halves (kOParts 2): the second waits for the first's reads.
+                static_for<Cfg::kSeparateO ? Cfg::kOParts : 1>([&](auto part) {
+                    constexpr int kCols = Cfg::OTile::kCols, kCol0 = decltype(part)::value * kCols;
+                    if (Cfg::kSeparateO && me.tid == 0) ptx::bulk_wait_group_read<0>();
+                    me.epilogue.sync();
+                    store_fragment<Elem, typename Cfg::OTile, kCols>(o_staging, regs_slice<kCols / 2, kCol0 / 2>(o),
+                                                                     me.first_row_in_tile);
+                    store_fence();
+                    me.epilogue.sync();
+                    if (me.tid == 0) {
+                        o_staging.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch, kCol0);
+                        ptx::bulk_commit_group();
+                    }
+                });
                 if (me.tid == 0) {
-                    o_staging.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
-                    ptx::bulk_commit_group();
                     if (!Cfg::kSeparateO) {  // O was staged in Q: the next Q may land once it is read out
                         ptx::bulk_wait_group_read<0>();
                         smem.q_ring.consumer_release(q_state);

@@ -98,8 +98,17 @@
 #define HATTN_FWD_PDL 0
 #endif
 
+// 1: where O's staging buffer does not fit beside Q and the K/V rings but half of it does (d256:
+// 192 KB of Q and K/V), O is stored in two column halves through a half-width buffer, so the next
+// tile's Q loads during the last block and the epilogue; 0: O is staged in Q's buffer and the next
+// Q waits until the store has read it out.
+#ifndef HATTN_FWD_O_HALVES
+#define HATTN_FWD_O_HALVES 1
+#endif
+
 namespace hattn::fwd {
 
+constexpr bool kOHalves = HATTN_FWD_O_HALVES != 0;
 constexpr bool kProgrammaticLaunch = HATTN_FWD_PDL != 0;
 constexpr bool kCausalSections = HATTN_FWD_CAUSAL_SECTIONS != 0;
 constexpr bool kDynamicCausal = HATTN_FWD_DYNAMIC_CAUSAL != 0;

@@ -138,12 +138,17 @@ __device__ __forceinline__ float row_sum_of(const float (&acc)[kN], int row_half
     return row_reduce<kN, SumOp, kFirst, kLen>(acc, row_half, SumOp{});
 }
 
-// The first kM registers of a fragment (its first 2 kM columns) as an array of their own, for an
-// accumulator wider than what is stored.
+// Registers [kFirst, kFirst + kM) of a fragment (its columns 2 kFirst .. 2 (kFirst + kM)) as an
+// array of their own: the part of an accumulator one store takes (a wider accumulator, or O
+// stored in column parts).
+template <int kM, int kFirst, int kN>
+__device__ __forceinline__ const float (&regs_slice(const float (&acc)[kN]))[kM] {
+    static_assert(kFirst + kM <= kN && kM % 4 == 0 && kFirst % 4 == 0, "whole n8 column groups of the fragment");
+    return *reinterpret_cast<const float(*)[kM]>(&acc[kFirst]);
+}
 template <int kM, int kN>
 __device__ __forceinline__ const float (&leading_regs(const float (&acc)[kN]))[kM] {
-    static_assert(kM <= kN && kM % 4 == 0, "whole n8 column groups of the fragment");
-    return *reinterpret_cast<const float(*)[kM]>(&acc[0]);
+    return regs_slice<kM, 0>(acc);
 }
 
 // Multiply each of the thread's two rows by its factor.

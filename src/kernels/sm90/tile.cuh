@@ -82,10 +82,12 @@ struct alignas(1024) SwizzledTile {
 #pragma unroll 1
         for (int a = 0; a < kAtoms; ++a) ptx::tma_load_4d(atom(a), map, bar, col0 + a * kAtomCols, row0, head, batch);
     }
-    // TMA store of rows [first_row, first_row + rows) of the tile (rows a multiple of 8).
-    __device__ __forceinline__ void store_rows(const CUtensorMap* map, int first_row, int row0, int head, int batch) {
+    // TMA store of rows [first_row, first_row + rows) of the tile (rows a multiple of 8), to
+    // columns col0.. of the map (a multiple of kAtomCols: a tile narrower than the tensor).
+    __device__ __forceinline__ void store_rows(const CUtensorMap* map, int first_row, int row0, int head, int batch,
+                                               int col0 = 0) {
         for (int a = 0; a < kAtoms; ++a)
-            ptx::tma_store_4d(map, atom(a) + first_row * kSpan, a * kAtomCols, row0, head, batch);
+            ptx::tma_store_4d(map, atom(a) + first_row * kSpan, col0 + a * kAtomCols, row0, head, batch);
     }
 
     // K-major descriptor of k-step kk for the rows starting at `first_row` (a multiple of 8):
