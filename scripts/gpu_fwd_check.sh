@@ -15,8 +15,9 @@
 #             matching SANITIZE_FILTER and on causal `hattn fwd` runs on a persistent grid with and
 #             without the scheduler workspace. Default filters: the cases with a workspace (the
 #             dynamic causal walk) at every head dim on small shapes -- 16-bit: 1031 x 1100 keys
-#             both ways and one with many tiles per thread block, and (not under racecheck: too
-#             slow there) d128 full masks whose last pass is split; FP8: 1031 x 1300 with the
+#             both ways and one with many tiles per thread block, d256 full and causal over
+#             several tiles per thread block (its O in two halves through one buffer), and (not
+#             under racecheck: too slow there) d128 full masks whose last pass is split; FP8: 1031 x 1300 with the
 #             in-kernel V transpose, three CTAs claiming 28-44 tiles, d64 at 600 x 700, and a
 #             split tail on three CTAs
 # Writes $OUT/summary.txt (printed last) and $OUT/logs.tgz.
@@ -38,11 +39,12 @@ case "$FORWARD" in
     TEST=fwd_test SHARDS=2 HOST_TESTS="host_fwd_validation_test host_sm90_blocks_test"
     PARTIAL_GPU_TEST=PartialGpu.SplitTailFinishes16Bit
     CLI_ARGS=(--dim 64 --seqlen 1100)
-    DEFAULT_FILTER='Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*:Workspace/*_q1152_k3000_*'
+    DEFAULT_FILTER='Workspace/*_q1031_k1100_*:Workspace/*_q1100_k1031_*:Workspace/*q2049_k2049*:Workspace/*_q1152_k3000_*:Features/*d256_bf16_*_b3_h32x4_*'
     # racecheck runs 10-40x slower than the others: the bf16 causal cases of the first set (both
-    # ways) and d64's 192-row tiles walking ~2 tiles per thread block fit its 150 s (the full-mask
-    # cases, 65 s of it, stay with memcheck and synccheck; the whole set needs some 300 s).
-    DEFAULT_RACECHECK_FILTER='Workspace/*_bf16_causal_*_q1031_k1100_*:Workspace/*_bf16_causal_*_q1100_k1031_*:Workspace/*_q1100_k1300_*' ;;
+    # ways), d64's causal 192-row tiles walking ~2 tiles per thread block and d256's half-width O
+    # buffer over several tiles per thread block (Features b3 h32x4) fit its 150 s; the full-mask
+    # cases (65 s of it) stay with memcheck and synccheck (the whole set needs some 300 s).
+    DEFAULT_RACECHECK_FILTER='Workspace/*_bf16_causal_*_q1031_k1100_*:Workspace/*_bf16_causal_*_q1100_k1031_*:Workspace/*_causal_*_q1100_k1300_*:Features/*d256_bf16_*_b3_h32x4_*' ;;
   fp8)
     TEST=fwd_fp8_test SHARDS=4 HOST_TESTS="host_fwd_fp8_validation_test"
     PARTIAL_GPU_TEST=PartialGpu.SplitTailFinishesFp8
