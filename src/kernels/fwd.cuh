@@ -401,25 +401,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     for (int r = 0; r < kAccRowsPerThread; ++r)
                         if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
                 }
-                // The barrier keeps us from overwriting our rows of the staging buffer before the
-                // previous tile's store has read them out. Thread 0 waits for those reads only here,
-                // not right after issuing the store: a bulk group is tracked per issuing thread and
-                // nothing else touches our rows of a separate O buffer in between, so the reads
-                // overlap this tile's GEMMs instead of delaying its start (O in Q waits at once).
-                // O in column halves (kOParts 2): the second waits for the first's reads.
-                static_for<Cfg::kSeparateO ? Cfg::kOParts : 1>([&](auto part) {
-                    constexpr int kCols = Cfg::OTile::kCols, kCol0 = decltype(part)::value * kCols;
-                    if (Cfg::kSeparateO && me.tid == 0) ptx::bulk_wait_group_read<0>();
-                    me.epilogue.sync();
-                    store_fragment<Elem, typename Cfg::OTile, kCols>(o_staging, regs_slice<kCols / 2, kCol0 / 2>(o),
-                                                                     me.first_row_in_tile);
-                    store_fence();
-                    me.epilogue.sync();
-                    if (me.tid == 0) {
-                        o_staging.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch, kCol0);
-                        ptx::bulk_commit_group();
-                    }
-                });
+                // Thread 0 waits for the previous tile's O store to read our staging rows out only
+                // here (nothing else touches them in between), so those reads overlap this tile's
+                // GEMMs; O in Q's buffer waited at once. d256's O goes out in two column halves.
+                store_o_rows<Elem, typename Cfg::OTile, kHeadDim, Cfg::kSeparateO>(
+                    o_staging, o, me.first_row_in_tile, me.tid == 0, me.epilogue, &tmap_o, m0, t.head, t.batch);
                 if (me.tid == 0) {
                     if (!Cfg::kSeparateO) {  // O was staged in Q: the next Q may land once it is read out
                         ptx::bulk_wait_group_read<0>();

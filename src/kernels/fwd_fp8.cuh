@@ -894,20 +894,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     for (int r = 0; r < kAccRowsPerThread; ++r)
                         if (first_row + 8 * r < p.mask.seqlen_q) lse_row[first_row + 8 * r] = lse[r];
                 }
-                // The barrier keeps us from overwriting our rows of the staging buffer before the
-                // previous tile's store has read them out. Thread 0 waits for those reads only here,
-                // not right after issuing the store: a bulk group is tracked per issuing thread and
-                // nothing else touches our rows of the O buffer in between, so the reads overlap this
-                // tile's GEMMs instead of delaying its start.
-                if (me.tid == 0) ptx::bulk_wait_group_read<0>();
-                me.epilogue.sync();
-                store_fragment<OElem, typename Cfg::OTile, kHeadDim>(smem.o, leading_regs<kHeadDim / 2>(o), me.first_row_in_tile);
-                store_fence();
-                me.epilogue.sync();
-                if (me.tid == 0) {
-                    smem.o.store_rows(&tmap_o, me.first_row_in_tile, m0 + me.first_row_in_tile, t.head, t.batch);
-                    ptx::bulk_commit_group();
-                }
+                // (sm90::store_o_rows: the previous tile's store read out first, deferred to here.)
+                store_o_rows<OElem, typename Cfg::OTile, kHeadDim>(smem.o, o, me.first_row_in_tile, me.tid == 0, me.epilogue,
+                                                                   &tmap_o, m0, t.head, t.batch);
             }
             q_state.advance();
             HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 6);

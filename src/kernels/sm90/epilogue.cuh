@@ -1,5 +1,5 @@
 // hattn/src/kernels/sm90/epilogue.cuh -- a warpgroup's fp32 output fragment to global memory:
-// registers -> 16-bit -> stmatrix into a swizzled staging tile -> one TMA store.
+// registers -> 16-bit -> stmatrix into a swizzled staging tile -> TMA store.
 //
 // stmatrix.x4 writes four 8x8 matrices of 16-bit pairs, one 16x16 block of the warp's 16 rows
 // per instruction; the pair lane l provides for each matrix is the one the accumulator fragment
@@ -12,6 +12,7 @@
 #include "kernels/sm90/fragment.cuh"
 #include "ptx/fence.cuh"
 #include "ptx/ldst.cuh"
+#include "ptx/tma.cuh"
 
 namespace hattn::sm90 {
 
@@ -41,5 +42,33 @@ __device__ __forceinline__ void store_fragment(Tile& tile, const float (&acc)[kC
 // stmatrix writes through the generic proxy; the TMA store reads through the async proxy. Every
 // writing thread fences before the barrier that hands the tile to the storing thread.
 __device__ __forceinline__ void store_fence() { ptx::fence_proxy_async_shared_cta(); }
+
+// A consumer warpgroup's O rows out to global memory: its fragment `o` (kHeadDim columns; a wider
+// accumulator keeps its leading ones) through rows [first_row, first_row + 64) of `staging`, one TMA
+// store of the rows per column part -- one part where the staging tile is as wide as O, two where
+// shared memory holds only half of O. `issuer` (one thread of the warpgroup) issues the stores; a
+// bulk group is tracked per issuing thread, so it also waits, before each part is written, for
+// the reads of the store before it: the previous part's, or for the first part the previous
+// tile's last (deferred to here, so those reads overlap this tile's GEMMs). kWaitFirst false: the
+// caller has no earlier store in flight on these rows (O staged in Q's buffer waits at once).
+// `barrier` is the warpgroup's epilogue barrier; the rows go to m0 + first_row.. of the map.
+template <class Elem, class Tile, int kHeadDim, bool kWaitFirst = true, int kN, class Barrier>
+__device__ __forceinline__ void store_o_rows(Tile& staging, const float (&o)[kN], int first_row, bool issuer,
+                                             Barrier& barrier, const CUtensorMap* map, int m0, int head, int batch) {
+    constexpr int kCols = Tile::kCols, kParts = kHeadDim / kCols;
+    static_assert(kParts * kCols == kHeadDim, "O in whole column parts");
+    static_for<kParts>([&](auto part) {
+        constexpr int kCol0 = decltype(part)::value * kCols;
+        if ((kWaitFirst || kCol0 > 0) && issuer) ptx::bulk_wait_group_read<0>();
+        barrier.sync();
+        store_fragment<Elem, Tile, kCols>(staging, regs_slice<kCols / 2, kCol0 / 2>(o), first_row);
+        store_fence();
+        barrier.sync();
+        if (issuer) {
+            staging.store_rows(map, first_row, m0 + first_row, head, batch, kCol0);
+            ptx::bulk_commit_group();
+        }
+    });
+}
 
 }  // namespace hattn::sm90

@@ -139,16 +139,12 @@ __device__ __forceinline__ float row_sum_of(const float (&acc)[kN], int row_half
 }
 
 // Registers [kFirst, kFirst + kM) of a fragment (its columns 2 kFirst .. 2 (kFirst + kM)) as an
-// array of their own: the part of an accumulator one store takes (a wider accumulator, or O
-// stored in column parts).
+// array of their own: the part of an accumulator one store takes (the leading head_dim columns of a
+// wider accumulator, or one column part of O).
 template <int kM, int kFirst, int kN>
 __device__ __forceinline__ const float (&regs_slice(const float (&acc)[kN]))[kM] {
     static_assert(kFirst + kM <= kN && kM % 4 == 0 && kFirst % 4 == 0, "whole n8 column groups of the fragment");
     return *reinterpret_cast<const float(*)[kM]>(&acc[kFirst]);
-}
-template <int kM, int kN>
-__device__ __forceinline__ const float (&leading_regs(const float (&acc)[kN]))[kM] {
-    return regs_slice<kM, 0>(acc);
 }
 
 // Multiply each of the thread's two rows by its factor.
