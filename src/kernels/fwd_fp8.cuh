@@ -176,6 +176,15 @@ constexpr bool kDynamicFull = HATTN_FWD_FP8_DYNAMIC_FULL != 0;
 #endif
 constexpr bool kSplitTail = HATTN_FWD_FP8_SPLIT_TAIL != 0;
 constexpr int kSplitMinRunBlocks = HATTN_FWD_FP8_SPLIT_MIN_RUN;
+// 1 (an A/B option, not yet measured): d256 stores O in two column halves through a 32 KB buffer
+// (sm90::store_o_rows, as the 16-bit d256 forward does) instead of a 64 KB one, which makes room for
+// a second Q slot: the next tile's Q then loads during the whole tile rather than after its last
+// QK^T (bench/RESULTS.md run 61: +6% at 512-1k for the 16-bit d256, whose Q had waited for O's
+// store). 0: one 64 KB O buffer and one Q slot at d256.
+#ifndef HATTN_FWD_FP8_D256_O_HALVES
+#define HATTN_FWD_FP8_D256_O_HALVES 0
+#endif
+constexpr int o_parts(int head_dim) { return HATTN_FWD_FP8_D256_O_HALVES != 0 && head_dim > 128 ? 2 : 1; }
 // P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
 // The gain costs nothing: it is part of the exponent, and O and the row sum share it.
 static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2 && kDefaultPGainLog2 <= kLazyMaxGainLog2,
@@ -276,7 +285,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using QTile = SwizzledTile<E4m3, Shape::kBlockM, kHeadDim, kQkSpan>;
     using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
-    using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim>;
+    using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim / o_parts(kHeadDim_)>;  // O in column parts (store_o_rows)
     // kRowSumMma's B operand: kRowSumCols rows of kBlockN ones, K-major like V^T.
     using OnesTile = std::conditional_t<Opt::kRowSumMma, SwizzledTile<E4m3, kRowSumCols, Shape::kBlockN, kVtSpan>, NoTile>;
     // kTransposeV: V's rows staged as a K tile is (TMA), two slots: a block's rows land while
