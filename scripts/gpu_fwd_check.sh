@@ -17,9 +17,9 @@
 #             dynamic causal walk) at every head dim on small shapes -- 16-bit: 1031 x 1100 keys
 #             both ways and one with many tiles per thread block, d256 full and causal over
 #             several tiles per thread block (its O in two halves through one buffer), and (not
-#             under racecheck: too slow there) d128 full masks whose last pass is split; FP8: 1031 x 1300 with the
-#             in-kernel V transpose, three CTAs claiming 28-44 tiles, d64 at 600 x 700, and a
-#             split tail on three CTAs
+#             under racecheck: too slow there) d128 full masks whose last pass is split; FP8:
+#             1031 x 1300 with the in-kernel V transpose, three CTAs claiming 28-44 tiles, d64 at
+#             600 x 700, and a split tail on three CTAs
 # Writes $OUT/summary.txt (printed last) and $OUT/logs.tgz.
 # Environment: FORWARD (bf16 | fp8), OUT (./gpu_fwd_check_out), JOBS (nproc), BUDGET_S (300),
 #   STEPS ("tests sanitize"), SANITIZE_FILTER, RACECHECK_FILTER (racecheck's, when SANITIZE_FILTER is
