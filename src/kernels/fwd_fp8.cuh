@@ -225,9 +225,11 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    registers
 //   kPGainLog2       (lazy; an A/B option) P's gain fixed at 2^kPGainLog2 instead of by the rows'
 //                    length (0: lazy_p_gain_log2); the plain path's is always kDefaultPGainLog2
+//   kFmaExpEvery     (lazy; an A/B option) one n8 column group of every kFmaExpEvery exponentiated
+//                    on the FMA pipe instead of the MUFU (LazyBlockScaledSoftmax); 0: none
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
-          bool kQInRegisters_ = false, int kPGainLog2_ = 0>
+          bool kQInRegisters_ = false, int kPGainLog2_ = 0, int kFmaExpEvery_ = 0>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -239,16 +241,18 @@ struct Tuning {
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kQInRegisters = kQInRegisters_;
     static constexpr int kPGainLog2 = kPGainLog2_;
+    static constexpr int kFmaExpEvery = kFmaExpEvery_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     // (kEarlyBeside: whether the early exps stay beside the transpose, early_exps_beside_transpose.)
     template <bool kTranspose, bool kEarlyBeside = true>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_,
                                   kEarlyExp_ && (kEarlyBeside || !kTranspose), kPingPong_, kSoftmaxTurns_, kTranspose,
-                                  kQInRegisters_ && !kTranspose, kPGainLog2_>;
+                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kFmaExpEvery_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
     static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
+    static_assert(kFmaExpEvery == 0 || kLazyRescale, "FMA-pipe exps: the lazy path's softmax");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -520,7 +524,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kGroups, !Opt::kRowSumMma>,
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kGroups, !Opt::kRowSumMma, Opt::kFmaExpEvery>,
                            BlockScaledSoftmax<kBlockN, kDefaultPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax
