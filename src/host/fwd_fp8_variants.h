@@ -31,6 +31,7 @@ struct Fp8VariantInfo {
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
     int p_gain_log2 = 0;          // P's gain fixed (log2; fwd_fp8::Tuning::kPGainLog2), 0: by the rows' length
     int fma_exp_every = 0;        // one n8 column group of every this many exponentiated on the FMA pipe (kFmaExpEvery)
+    bool o_halves_d256 = false;   // d256's O stored in halves, two Q slots (fwd_fp8::Tuning::kOHalvesD256)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -70,7 +71,8 @@ struct Fp8VariantInfo {
 // 54d: 2^6 +5-8% there).
 // _fma16, _fma8, _fma4: the head dims' defaults with one n8 column group of every 16 / 8 / 4 (4 / 8
 // / 16 of a thread's 64 weights per block) exponentiated on the FMA pipe (Tuning::kFmaExpEvery,
-// degree 2), the MUFU's load traded for issue slots.
+// degree 2), the MUFU's load traded for issue slots. _oh: the d256 default with O stored in halves
+// and two Q slots (Tuning::kOHalvesD256; the same kernel as its base below d256).
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -103,6 +105,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_early_noturn_fma8", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 0, 8},
     {"lazy_p2_c3_sturn_fma8", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 0, 8},
     {"lazy_p2_c3_sturn_fma4", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 0, 4},
+    {"lazy_rowsum_early_noturn_oh", true, false, 0, 0, true, false, 2, true, false, false, false, 0, false, 0, 0, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

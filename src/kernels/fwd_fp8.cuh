@@ -176,15 +176,15 @@ constexpr bool kDynamicFull = HATTN_FWD_FP8_DYNAMIC_FULL != 0;
 #endif
 constexpr bool kSplitTail = HATTN_FWD_FP8_SPLIT_TAIL != 0;
 constexpr int kSplitMinRunBlocks = HATTN_FWD_FP8_SPLIT_MIN_RUN;
-// 1 (an A/B option, not yet measured): d256 stores O in two column halves through a 32 KB buffer
-// (sm90::store_o_rows, as the 16-bit d256 forward does) instead of a 64 KB one, which makes room for
-// a second Q slot: the next tile's Q then loads during the whole tile rather than after its last
-// QK^T (bench/RESULTS.md run 61: +6% at 512-1k for the 16-bit d256, whose Q had waited for O's
-// store). 0: one 64 KB O buffer and one Q slot at d256.
+// 1 (an A/B option, not yet measured; Tuning::kOHalvesD256's default): d256 stores O in two column
+// halves through a 32 KB buffer (sm90::store_o_rows, as the 16-bit d256 forward does) instead of a
+// 64 KB one, which makes room for a second Q slot: the next tile's Q then loads during the whole
+// tile rather than after its last QK^T (bench/RESULTS.md run 61: +6% at 512-1k for the 16-bit d256,
+// whose Q had waited for O's store). 0: one 64 KB O buffer and one Q slot at d256.
 #ifndef HATTN_FWD_FP8_D256_O_HALVES
 #define HATTN_FWD_FP8_D256_O_HALVES 0
 #endif
-constexpr int o_parts(int head_dim) { return HATTN_FWD_FP8_D256_O_HALVES != 0 && head_dim > 128 ? 2 : 1; }
+constexpr int o_parts(int head_dim, bool halves_at_d256) { return halves_at_d256 && head_dim > 128 ? 2 : 1; }
 // P is quantized as e4m3(P * 2^gain) (kDefaultPGainLog2, lazy_p_gain_log2: kernels/fwd_fp8_args.h).
 // The gain costs nothing: it is part of the exponent, and O and the row sum share it.
 static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2 && kDefaultPGainLog2 <= kLazyMaxGainLog2,
@@ -227,9 +227,12 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    length (0: lazy_p_gain_log2); the plain path's is always kDefaultPGainLog2
 //   kFmaExpEvery     (lazy; an A/B option) one n8 column group of every kFmaExpEvery exponentiated
 //                    on the FMA pipe instead of the MUFU (LazyBlockScaledSoftmax); 0: none
+//   kOHalvesD256     (an A/B option) d256's O stored in halves, two Q slots (o_parts); the default
+//                    is HATTN_FWD_FP8_D256_O_HALVES
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
-          bool kQInRegisters_ = false, int kPGainLog2_ = 0, int kFmaExpEvery_ = 0>
+          bool kQInRegisters_ = false, int kPGainLog2_ = 0, int kFmaExpEvery_ = 0,
+          bool kOHalvesD256_ = HATTN_FWD_FP8_D256_O_HALVES != 0>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -242,13 +245,14 @@ struct Tuning {
     static constexpr bool kQInRegisters = kQInRegisters_;
     static constexpr int kPGainLog2 = kPGainLog2_;
     static constexpr int kFmaExpEvery = kFmaExpEvery_;
+    static constexpr bool kOHalvesD256 = kOHalvesD256_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     // (kEarlyBeside: whether the early exps stay beside the transpose, early_exps_beside_transpose.)
     template <bool kTranspose, bool kEarlyBeside = true>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_,
                                   kEarlyExp_ && (kEarlyBeside || !kTranspose), kPingPong_, kSoftmaxTurns_, kTranspose,
-                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kFmaExpEvery_>;
+                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kFmaExpEvery_, kOHalvesD256_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
     static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
@@ -289,7 +293,7 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     using QTile = SwizzledTile<E4m3, Shape::kBlockM, kHeadDim, kQkSpan>;
     using KTile = SwizzledTile<E4m3, Shape::kBlockN, kHeadDim, kQkSpan>;
     using VtTile = SwizzledTile<E4m3, kHeadDim, Shape::kBlockN, kVtSpan>;  // rows: head_dim, cols: keys (permuted)
-    using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim / o_parts(kHeadDim_)>;  // O in column parts (store_o_rows)
+    using OTile = SwizzledTile<OElem, Shape::kBlockM, kHeadDim / o_parts(kHeadDim_, Opt::kOHalvesD256)>;  // O in column parts (store_o_rows)
     // kRowSumMma's B operand: kRowSumCols rows of kBlockN ones, K-major like V^T.
     using OnesTile = std::conditional_t<Opt::kRowSumMma, SwizzledTile<E4m3, kRowSumCols, Shape::kBlockN, kVtSpan>, NoTile>;
     // kTransposeV: V's rows staged as a K tile is (TMA), two slots: a block's rows land while
