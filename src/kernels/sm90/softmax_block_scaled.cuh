@@ -153,7 +153,7 @@ struct LazyBlockScaledSoftmax {
     static_assert(kRegs % kGroups == 0 && kGroupRegs % 4 == 0, "descale groups of whole n8 column groups");
     static_assert(kFmaExpEvery == 0 || (kFmaExpEvery > 1 && (kRegs / kAccRegsPerN8) % kFmaExpEvery == 0),
                   "a whole number of FMA-pipe column groups per block");
-    static constexpr bool on_fma_pipe(int i) {
+    __host__ __device__ static constexpr bool on_fma_pipe(int i) {
         return kFmaExpEvery > 0 && (i / kAccRegsPerN8) % kFmaExpEvery == kFmaExpEvery - 1;
     }
     // 2^x: the MUFU, or the FMA pipe for register i's column group (x <= 127 wherever the weight is
