@@ -120,6 +120,31 @@ constexpr int fp8_variant_index(const char* name) {
     return -1;
 }
 
+// HATTN_FP8_VARIANT_SUBSET (from CMake's cache variable of that name, for A/B builds): the names of
+// the variants built, separated by ':'; base (index 0) always is. Not defined: every variant.
+#ifdef HATTN_FP8_VARIANT_SUBSET
+#define HATTN_FP8_SUBSET_STRING_(...) #__VA_ARGS__
+#define HATTN_FP8_SUBSET_STRING(...) HATTN_FP8_SUBSET_STRING_(__VA_ARGS__)
+inline constexpr const char kFp8VariantSubset[] = HATTN_FP8_SUBSET_STRING(HATTN_FP8_VARIANT_SUBSET);
+#else
+inline constexpr const char kFp8VariantSubset[] = "";
+#endif
+
+// Whether variant `variant` is in kFp8VariantSubset (an empty subset holds every variant).
+constexpr bool fp8_variant_in_subset(int variant) {
+    if (variant == 0 || kFp8VariantSubset[0] == '\0') return true;
+    const char* name = kFp8Variants[variant].name;
+    for (int start = 0; kFp8VariantSubset[start] != '\0';) {
+        int i = 0;
+        while (name[i] != '\0' && kFp8VariantSubset[start + i] == name[i]) ++i;
+        const char end = kFp8VariantSubset[start + i];
+        if (name[i] == '\0' && (end == ':' || end == '\0')) return true;
+        while (kFp8VariantSubset[start] != ':' && kFp8VariantSubset[start] != '\0') ++start;
+        if (kFp8VariantSubset[start] == ':') ++start;
+    }
+    return false;
+}
+
 // Two-level accumulation needs a second O in registers, and 192-key blocks 96 registers of S: neither
 // is built at head_dim 256 (O alone is 128 registers there), and both together only at head_dim 64
 // (at 128 they spill; so does two-level with the row sums' 6 registers); three consumers (160
@@ -134,7 +159,7 @@ constexpr bool fp8_variant_built(int variant, int head_dim) {
                              : two_level_plus || v.consumers == 3                   ? 64
                              : v.two_level || v.block_n > 128                       ? 128
                                                                                  : 256;
-    return head_dim <= max_head_dim;
+    return head_dim <= max_head_dim && fp8_variant_in_subset(variant);
 }
 
 // One (variant, head dim) kernel's launch; defined in src/host/fwd_fp8_variant.cu, which is
