@@ -35,7 +35,10 @@
 #   V_PER_HEAD (0; 1: the A/B's inputs with one V descale per head, HATTN_FP8_PREPASS_V_PER_HEAD),
 #   ACCURACY_VARIANTS (empty: skip; e.g. base,twolevel: bench/fwd_fp8_accuracy_ab after the A/B,
 #   those variants beside the library kernel on FlashAttention-3's outlier inputs),
-#   ACCURACY_HEAD_DIMS (128), ACCURACY_SEQLENS (4096,16384,65536,131072), ACCURACY_TIMEOUT_S (150).
+#   ACCURACY_HEAD_DIMS (128), ACCURACY_SEQLENS (4096,16384,65536,131072), ACCURACY_TIMEOUT_S (150),
+#   SUBSET (unset: the build folder's HATTN_FP8_VARIANT_SUBSET as cached, all variants in a new one;
+#   e.g. the VARIANTS list: only those kernels are compiled, a few minutes less; the others then
+#   show as not built; empty: all).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -88,7 +91,9 @@ source scripts/gpu_steps.sh  # limit, record, run, select_generator
 
 # ---- build ------------------------------------------------------------------------------------
 select_generator "$BUILD_DIR"
-run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=$PTXAS_WERROR \
+subset_arg=()
+[ -n "${SUBSET+set}" ] && subset_arg=("-DHATTN_FP8_VARIANT_SUBSET=$SUBSET")
+run build 170 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} ${subset_arg[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=$PTXAS_WERROR \
   -DHATTN_FP8_VARIANTS=ON -DHATTN_BUILD_CLI=OFF '-DCMAKE_CUDA_FLAGS=$CUDA_DEFS' '-DCMAKE_CXX_FLAGS=$CUDA_DEFS' && cmake --build '$BUILD_DIR' -j $JOBS --target fwd_fp8_test fwd_fp8_ab \
   $([ "$PREPASS_TESTS" = 1 ] && echo fp8_prepass_test) $([ -n "$ACCURACY_VARIANTS" ] && echo fwd_fp8_accuracy_ab)"
 BUILD_OK=0
