@@ -30,7 +30,6 @@ struct Fp8VariantInfo {
     int max_head_dim = 0;        // > 0: built only up to this head dim (fp8_variant_built's rule otherwise)
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
     int p_gain_log2 = 0;          // P's gain fixed (log2; fwd_fp8::Tuning::kPGainLog2), 0: by the rows' length
-    int fma_exp_every = 0;        // one n8 column group of every this many exponentiated on the FMA pipe (kFmaExpEvery)
     bool o_halves_d256 = false;   // d256's O stored in halves, two Q slots (fwd_fp8::Tuning::kOHalvesD256)
 };
 
@@ -69,10 +68,10 @@ struct Fp8VariantInfo {
 // 16k keys): 0.75 / 1.75 of headroom above a lazy reference instead of 2.75, so a warp's O
 // rescales (and, with _early, its weights' fix) in about half the blocks of a 2k row at 2^8 (run
 // 54d: 2^6 +5-8% there).
-// _fma16, _fma8, _fma4: the head dims' defaults with one n8 column group of every 16 / 8 / 4 (4 / 8
-// / 16 of a thread's 64 weights per block) exponentiated on the FMA pipe (Tuning::kFmaExpEvery,
-// degree 2), the MUFU's load traded for issue slots. _oh: the d256 default with O stored in halves
-// and two Q slots (Tuning::kOHalvesD256; the same kernel as its base below d256).
+// _oh: the d256 default with O stored in halves and two Q slots (Tuning::kOHalvesD256; the same
+// kernel as its base below d256): level with it, -0.4 to +0.7% at 1k-8k (run 62c). (The defaults
+// with 1 n8 column group of 16, 8 or 4 exponentiated on the FMA pipe, _fma16 / _fma8 / _fma4, lost
+// 0.3-8% in run 62c and are gone.)
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -101,11 +100,7 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_early_noturn_g7", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 7},
     {"lazy_rowsum_noturn_qreg_g8", true, false, 0, 0, true, false, 2, false, false, false, false, 128, true, 8},
     {"lazy_p2_c3_sturn_g8", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 8},
-    {"lazy_rowsum_early_noturn_fma16", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 0, 16},
-    {"lazy_rowsum_early_noturn_fma8", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 0, 8},
-    {"lazy_p2_c3_sturn_fma8", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 0, 8},
-    {"lazy_p2_c3_sturn_fma4", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 0, 4},
-    {"lazy_rowsum_early_noturn_oh", true, false, 0, 0, true, false, 2, true, false, false, false, 0, false, 0, 0, true},
+    {"lazy_rowsum_early_noturn_oh", true, false, 0, 0, true, false, 2, true, false, false, false, 0, false, 0, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

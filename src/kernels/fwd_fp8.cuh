@@ -176,11 +176,12 @@ constexpr bool kDynamicFull = HATTN_FWD_FP8_DYNAMIC_FULL != 0;
 #endif
 constexpr bool kSplitTail = HATTN_FWD_FP8_SPLIT_TAIL != 0;
 constexpr int kSplitMinRunBlocks = HATTN_FWD_FP8_SPLIT_MIN_RUN;
-// 1 (an A/B option, not yet measured; Tuning::kOHalvesD256's default): d256 stores O in two column
-// halves through a 32 KB buffer (sm90::store_o_rows, as the 16-bit d256 forward does) instead of a
-// 64 KB one, which makes room for a second Q slot: the next tile's Q then loads during the whole
-// tile rather than after its last QK^T (bench/RESULTS.md run 61: +6% at 512-1k for the 16-bit d256,
-// whose Q had waited for O's store). 0: one 64 KB O buffer and one Q slot at d256.
+// 1 (an A/B option; Tuning::kOHalvesD256's default): d256 stores O in two column halves through a
+// 32 KB buffer (sm90::store_o_rows, as the 16-bit d256 forward does) instead of a 64 KB one, which
+// makes room for a second Q slot: the next tile's Q then loads during the whole tile rather than
+// after its last QK^T (+6% at 512-1k for the 16-bit d256, whose Q had waited for O's store, run 61).
+// Here it measured level, -0.4 to +0.7% at 1k-8k (run 62c, H100: the FP8 d256 kernel's Q is 32 KB
+// and its tiles' ends were not waiting on it). 0: one 64 KB O buffer and one Q slot at d256.
 #ifndef HATTN_FWD_FP8_D256_O_HALVES
 #define HATTN_FWD_FP8_D256_O_HALVES 0
 #endif
@@ -225,13 +226,11 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    registers
 //   kPGainLog2       (lazy; an A/B option) P's gain fixed at 2^kPGainLog2 instead of by the rows'
 //                    length (0: lazy_p_gain_log2); the plain path's is always kDefaultPGainLog2
-//   kFmaExpEvery     (lazy; an A/B option) one n8 column group of every kFmaExpEvery exponentiated
-//                    on the FMA pipe instead of the MUFU (LazyBlockScaledSoftmax); 0: none
 //   kOHalvesD256     (an A/B option) d256's O stored in halves, two Q slots (o_parts); the default
 //                    is HATTN_FWD_FP8_D256_O_HALVES
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
-          bool kQInRegisters_ = false, int kPGainLog2_ = 0, int kFmaExpEvery_ = 0,
+          bool kQInRegisters_ = false, int kPGainLog2_ = 0,
           bool kOHalvesD256_ = HATTN_FWD_FP8_D256_O_HALVES != 0>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
@@ -244,7 +243,6 @@ struct Tuning {
     static constexpr bool kTransposeV = kTransposeV_;
     static constexpr bool kQInRegisters = kQInRegisters_;
     static constexpr int kPGainLog2 = kPGainLog2_;
-    static constexpr int kFmaExpEvery = kFmaExpEvery_;
     static constexpr bool kOHalvesD256 = kOHalvesD256_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
@@ -252,11 +250,10 @@ struct Tuning {
     template <bool kTranspose, bool kEarlyBeside = true>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_,
                                   kEarlyExp_ && (kEarlyBeside || !kTranspose), kPingPong_, kSoftmaxTurns_, kTranspose,
-                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kFmaExpEvery_, kOHalvesD256_>;
+                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kOHalvesD256_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
     static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
-    static_assert(kFmaExpEvery == 0 || kLazyRescale, "FMA-pipe exps: the lazy path's softmax");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -528,7 +525,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t pf[kPBuffers][kBlockN / kMmaK][4];  // P's A fragment (two sets: by block parity)
         float o_scale[kAccRowsPerThread];
         constexpr int kGroups = Cfg::kDescaleGroups;
-        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kGroups, !Opt::kRowSumMma, Opt::kFmaExpEvery>,
+        std::conditional_t<Opt::kLazyRescale, LazyBlockScaledSoftmax<kBlockN, kGroups, !Opt::kRowSumMma>,
                            BlockScaledSoftmax<kBlockN, kDefaultPGainLog2>>
             softmax;
         // Lazy: whether the last softmax moved some row of this warp (each tile's first softmax

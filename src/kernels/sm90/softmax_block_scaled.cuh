@@ -13,22 +13,18 @@
 // the subnormals. O and the row sum carry the same gain, so O / sum is unchanged; only the LSE
 // subtracts it.
 //
-// Every exponential is on the MUFU by default: moving 1-3 of every 8 of a row's weights to the FMA
-// pipe (sm90/exp2_poly.cuh, degree 3) measured 3-9% slower on the H200 (bench/RESULTS.md run 26):
-// each one moved costs ~7 issue slots, and issue, not the MUFU, bounded that softmax. Since then
-// the row sums went to the tensor cores and the block max beside the exps: at d128 a warp's step
-// issues ~400 instructions for its 64 exps, which keep the MUFU busy 512 cycles, so the two warps
-// of a scheduler need ~800 issue cycles and ~1024 MUFU cycles per block (d64's three: 1200 and
-// 1536). LazyBlockScaledSoftmax's kFmaExpEvery (an A/B option) moves one n8 column group of every
-// kFmaExpEvery to the FMA pipe again, degree 2 (e4m3 P keeps 3 mantissa bits; the polynomial's
-// 1.7e-3 is far below its rounding), ~6 more issue slots for each of the MUFU's 8 cycles saved.
+// Every exponential is on the MUFU: moving 1-3 of every 8 of a row's weights to the FMA pipe
+// (sm90/exp2_poly.cuh, degree 3) measured 3-9% slower on the H200 (bench/RESULTS.md run 26):
+// each one moved costs ~7 issue slots, and issue, not the MUFU, bounds this softmax. Tried again
+// on the row-sum and early-exp kernels, whose SASS counts looked MUFU-bound (~800 issue against
+// 1024 MUFU cycles per scheduler and block at d128), with degree 2: 1 group of 16 -0.3 to -1.7%,
+// 1 of 8 -2 to -6% at d128, 1 of 8 / 1 of 4 -1 to -5% / -4 to -8% at d64 (run 62c, H100).
 //
 // LazyBlockScaledSoftmax (below) is the variant that rarely rescales O; see there.
 #pragma once
 
 #include <cmath>
 
-#include "kernels/sm90/exp2_poly.cuh"
 #include "kernels/sm90/fragment.cuh"
 #include "kernels/sm90/softmax.cuh"
 #include "ptx/mufu.cuh"
@@ -140,27 +136,12 @@ constexpr float kEarlyExpReachLog2 = 100.f;
 // kRowSums = false: no row sums here (no FADD per weight); the caller has them from elsewhere (the
 // FP8 forward's 64 x 8 GEMM of P against a tile of ones, each block's sum times its 1 / v_ds) and
 // hands them to finalize_with_sums.
-//
-// kFmaExpEvery > 0: the weights of one n8 column group of every kFmaExpEvery (their 4 registers)
-// are exponentiated on the FMA pipe (exp2_poly, kFmaExpDegree), the others on the MUFU.
 
-constexpr int kFmaExpDegree = 2;
-
-template <int kN, int kGroups = 1, bool kRowSums = true, int kFmaExpEvery = 0>
+template <int kN, int kGroups = 1, bool kRowSums = true>
 struct LazyBlockScaledSoftmax {
     static constexpr int kRegs = kN / 2;                 // accumulator registers per thread
     static constexpr int kGroupRegs = kRegs / kGroups;   // registers of one descale group
     static_assert(kRegs % kGroups == 0 && kGroupRegs % 4 == 0, "descale groups of whole n8 column groups");
-    static_assert(kFmaExpEvery == 0 || (kFmaExpEvery > 1 && (kRegs / kAccRegsPerN8) % kFmaExpEvery == 0),
-                  "a whole number of FMA-pipe column groups per block");
-    __host__ __device__ static constexpr bool on_fma_pipe(int i) {
-        return kFmaExpEvery > 0 && (i / kAccRegsPerN8) % kFmaExpEvery == kFmaExpEvery - 1;
-    }
-    // 2^x: the MUFU, or the FMA pipe for register i's column group (x <= 127 wherever the weight is
-    // kept; online_update_early's far scores, beyond that, are recomputed).
-    static __device__ __forceinline__ float exp2_of(int i, float x) {
-        return on_fma_pipe(i) ? exp2_poly<kFmaExpDegree>(x) : ptx::ex2_approx_f32(x);
-    }
     static_assert(kEarlyExpReachLog2 + kLazyMaxGainLog2 < 127.f, "online_update_early's weights must stay finite in fp32");
     float gain_log2;                    // P's gain, 0 .. kLazyMaxGainLog2 (the caller's, per tile)
     float ref_log2[kAccRowsPerThread];  // R per row: scaled log2 score + log2 v_ds (-inf: no key yet)
@@ -207,7 +188,7 @@ struct LazyBlockScaledSoftmax {
             const float offset = against - v[g].log2 - gain_log2;
 #pragma unroll
             for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
-                if (acc_row_half(i) == r) s[i] = exp2_of(i, fmaf(s[i], scale_log2[g], -offset));
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
             if constexpr (kRowSums) sum = fmaf(row_sum_of<kRegs, kFirst, kGroupRegs>(s, r), v[g].inv, sum);
         });
     }
