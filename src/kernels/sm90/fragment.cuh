@@ -45,9 +45,8 @@ __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4]
 
 // ---- Where each accumulator register lives -------------------------------------------------
 __device__ __forceinline__ int acc_row_in_warpgroup(int tid) { return 16 * (tid / 32) + (tid % 32) / 4; }
-constexpr int kAccRegsPerN8 = 4;  // a thread's registers of each 8-column group: 2 rows x 2 columns
 __host__ __device__ constexpr int acc_row_half(int i) { return (i / 2) % 2; }  // 0: row r0, 1: r0 + 8
-__host__ __device__ constexpr int acc_col(int i, int lane) { return 8 * (i / kAccRegsPerN8) + 2 * (lane % 4) + i % 2; }
+__host__ __device__ constexpr int acc_col(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + i % 2; }
 
 // f(std::integral_constant<int, 0>{}) .. f(std::integral_constant<int, kCount - 1>{}): a loop whose
 // index is a constant expression in the body (template arguments such as a register slice). The
