@@ -21,21 +21,6 @@ __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
-// PTX ISA 9.7.9.14 setp + 9.7.13.1 bra: a loop that spins while `value` equals `never`, which the
-// caller knows it does not (ptxas does not). Not for its effect: ptxas does not move instructions
-// across the loop's basic-block boundaries, so everything issued before it stays before it --
-// in particular a wgmma wait (WARPGROUP.DEPBAR) after it cannot be hoisted above the independent
-// arithmetic before it, as ptxas otherwise does. Both operands uniform across the warp.
-__device__ __forceinline__ void bra_uni_loop_while_eq(uint32_t value, uint32_t never) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "SPIN:\n\t"
-        "setp.eq.u32 p, %0, %1;\n\t"
-        "@p nanosleep.u32 1;\n\t"
-        "@p bra.uni SPIN;\n\t}" ::"r"(value),
-        "r"(never));
-}
-
 // PTX ISA 9.7.13.8 elect.sync: true in exactly one active lane of the warp (the leader).
 __device__ __forceinline__ bool elect_one_sync() {
     uint32_t is_leader;

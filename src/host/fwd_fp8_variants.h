@@ -31,7 +31,6 @@ struct Fp8VariantInfo {
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
     int p_gain_log2 = 0;          // P's gain fixed (log2; fwd_fp8::Tuning::kPGainLog2), 0: by the rows' length
     bool o_halves_d256 = false;   // d256's O stored in halves, two Q slots (fwd_fp8::Tuning::kOHalvesD256)
-    bool split_qk = false;        // S = Q K^T in two column-half groups (fwd_fp8::Tuning::kSplitQk)
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -72,10 +71,10 @@ struct Fp8VariantInfo {
 // _oh: the d256 default with O stored in halves and two Q slots (Tuning::kOHalvesD256; the same
 // kernel as its base below d256): level with it, -0.4 to +0.7% at 1k-8k (run 62c). (The defaults
 // with 1 n8 column group of 16, 8 or 4 exponentiated on the FMA pipe, _fma16 / _fma8 / _fma4, lost
-// 0.3-8% in run 62c and are gone.)
-// _sq: the d128 default with S = Q K^T issued as two groups of 64 columns in the unmasked steps, the
-// lower half's max and exps taken while the upper half is on the tensor cores (Tuning::kSplitQk; up
-// to d128: d256's 64-key blocks would halve into 32-column wgmmas).
+// 0.3-8% in run 62c and are gone. So is _sq, the d128 default with S = Q K^T issued as two groups of
+// 64 columns so the lower half's max and exps ran while the upper half was on the tensor cores
+// (ptxas kept them there only behind a loop as a basic-block boundary): 2.4-5.1% slower at 1k-16k,
+// full and causal, run 63b.)
 inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"base", false, false},
     {"lazy", true, false},
@@ -105,7 +104,6 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_noturn_qreg_g8", true, false, 0, 0, true, false, 2, false, false, false, false, 128, true, 8},
     {"lazy_p2_c3_sturn_g8", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 8},
     {"lazy_rowsum_early_noturn_oh", true, false, 0, 0, true, false, 2, true, false, false, false, 0, false, 0, true},
-    {"lazy_rowsum_early_noturn_sq", true, false, 0, 0, true, false, 2, true, false, false, false, 128, false, 0, false, true},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

@@ -228,14 +228,10 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    length (0: lazy_p_gain_log2); the plain path's is always kDefaultPGainLog2
 //   kOHalvesD256     (an A/B option) d256's O stored in halves, two Q slots (o_parts); the default
 //                    is HATTN_FWD_FP8_D256_O_HALVES
-//   kSplitQk         (early; an A/B option) the unmasked steps issue S = Q K^T as two wgmma groups of
-//                    kBlockN / 2 columns, and the softmax takes the lower half's max and exps while
-//                    the upper half is still on the tensor cores
-//                    (LazyBlockScaledSoftmax::online_update_early_halves)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
           bool kQInRegisters_ = false, int kPGainLog2_ = 0,
-          bool kOHalvesD256_ = HATTN_FWD_FP8_D256_O_HALVES != 0, bool kSplitQk_ = false>
+          bool kOHalvesD256_ = HATTN_FWD_FP8_D256_O_HALVES != 0>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -248,19 +244,16 @@ struct Tuning {
     static constexpr bool kQInRegisters = kQInRegisters_;
     static constexpr int kPGainLog2 = kPGainLog2_;
     static constexpr bool kOHalvesD256 = kOHalvesD256_;
-    static constexpr bool kSplitQk = kSplitQk_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     // (kEarlyBeside: whether the early exps stay beside the transpose, early_exps_beside_transpose.)
     template <bool kTranspose, bool kEarlyBeside = true>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_,
                                   kEarlyExp_ && (kEarlyBeside || !kTranspose), kPingPong_, kSoftmaxTurns_, kTranspose,
-                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kOHalvesD256_,
-                                  kSplitQk_ && (kEarlyExp_ && (kEarlyBeside || !kTranspose))>;
+                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kOHalvesD256_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
     static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
-    static_assert(!kSplitQk || (kEarlyExp && !kQInRegisters && !kSoftmaxTurns), "S in halves: the early exps' form, Q in shared memory");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -545,30 +538,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
         // kQInRegisters: this thread's A fragments of its 64-row slice of Q, per k-step.
         uint32_t qf[Opt::kQInRegisters ? kHeadDim / kMmaK : 1][4];
-        // S's column half `half` (keys kBlockN / 2 * half ..) alone, into its registers of s. With
-        // Tuning::kSplitQk every QK^T of the kernel is issued in halves: where one accumulator array
-        // is written by wgmmas of both widths, ptxas serializes every wgmma of the kernel (C7511).
-        auto gemm_qk_half = [&](int stage, auto half) {
-            constexpr int kHalfN = kBlockN / 2, kFirst = kHalfN / 2 * decltype(half)::value;
-            float(&s_half)[kHalfN / 2] = regs_slice<kHalfN / 2, kFirst>(s);
-#pragma unroll
-            for (int kk = 0; kk < kHeadDim / kMmaK; ++kk)
-                mma_ss_e4m3<kHalfN>(s_half, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
-                                    smem.k[stage].desc_k_major(kHalfN * decltype(half)::value, kk), kk > 0 ? 1u : 0u);
-        };
         auto gemm_qk = [&](int stage) {
-            if constexpr (Opt::kSplitQk) {
-                gemm_qk_half(stage, std::integral_constant<int, 0>{});
-                gemm_qk_half(stage, std::integral_constant<int, 1>{});
-            } else {
 #pragma unroll
-                for (int kk = 0; kk < kHeadDim / kMmaK; ++kk) {
-                    if constexpr (Opt::kQInRegisters)
-                        mma_rs_e4m3<kBlockN>(s, qf[kk], smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
-                    else
-                        mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
-                                             smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
-                }
+            for (int kk = 0; kk < kHeadDim / kMmaK; ++kk) {
+                if constexpr (Opt::kQInRegisters)
+                    mma_rs_e4m3<kBlockN>(s, qf[kk], smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                else
+                    mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
+                                         smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
             }
         };
         // P V from P's register set `buf` (a std::integral_constant: registers need constant indices).
@@ -726,9 +703,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             // the same block go into P (lazy); the plain path takes V's at the next rescale.
             // early: the speculative form (Tuning::kEarlyExp), with redo_scores() to put the raw
             // (masked) scores back into s when it declines.
-            // halves: S's upper column half may still be in flight; upper_half_ready() waits for it.
-            auto softmax_update = [&](const BlockDescales& d, auto early, auto&& redo_scores, auto halves,
-                                      auto&& upper_half_ready) {
+            auto softmax_update = [&](const BlockDescales& d, auto early, auto&& redo_scores) {
                 if constexpr (Opt::kLazyRescale) {
                     using Softmax = decltype(softmax);
                     float block_scale[Cfg::kSpanned];
@@ -755,13 +730,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             }
                         }
                     }
-                    if constexpr (decltype(halves)::value) {
-                        if (!softmax.online_update_early_halves(s, scale_log2, v, o_scale, rescale_pending,
-                                                                upper_half_ready)) {
-                            redo_scores();
-                            rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
-                        }
-                    } else if constexpr (decltype(early)::value) {
+                    if constexpr (decltype(early)::value) {
                         if (!softmax.online_update_early(s, scale_log2, v, o_scale, rescale_pending)) {
                             redo_scores();
                             rescale_pending = softmax.online_update(s, scale_log2, v, o_scale);
@@ -814,8 +783,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if (first < n_masked) mask(first);
                     take_softmax_turn();
                     const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(first) : ds_top;
-                    // (no reference yet to take the exps against)
-                    softmax_update(ds, std::false_type{}, [] {}, std::false_type{}, [] {});
+                    softmax_update(ds, std::false_type{}, [] {});  // (no reference yet to take the exps against)
                     pass_softmax_turn();
                     if constexpr (kPBuffers == 2) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     HATTN_FP8_TRACE_TILE(me.cw, me.tid / 32, pass, 3);
@@ -840,26 +808,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     rescale_o(v_ds);
                     if constexpr (kPBuffers == 1) acc_to_a_fragment_e4m3<kBlockN>(s, pf[0]);
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 3);
-                    // kSplitQk (unmasked steps): S in two groups, each half's softmax as it lands.
-                    constexpr bool kHalves = Opt::kSplitQk && !decltype(masked)::value;
-                    if constexpr (kHalves) {
-                        issue_qk_halves_then_pv(
-                            take_turn, [&] { gemm_qk_half(k_state.stage, std::integral_constant<int, 0>{}); },
-                            [&] { gemm_qk_half(k_state.stage, std::integral_constant<int, 1>{}); },
-                            [&] { gemm_pv(v_state.stage, in); }, pass_turn);
-                    } else {
-                        issue_qk_then_pv(
-                            take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage, in); }, pass_turn);
-                    }
+                    issue_qk_then_pv(
+                        take_turn, [&] { gemm_qk(k_state.stage); }, [&] { gemm_pv(v_state.stage, in); }, pass_turn);
                     inv_v_in_flight = inv_v_next;
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 4);
-                    if constexpr (kHalves) {
-                        ptx::wgmma_wait_group<2>();
-                        ptx::wgmma_fence_operand(regs_slice<kBlockN / 4, 0>(s));
-                    } else {
-                        ptx::wgmma_wait_group<1>();
-                        ptx::wgmma_fence_operand(s);
-                    }
+                    ptx::wgmma_wait_group<1>();
+                    ptx::wgmma_fence_operand(s);
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 5);
                     if constexpr (!Opt::kEarlyExp) {
                         release(smem.k_ring, k_state);
@@ -869,22 +823,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     if constexpr (decltype(masked)::value) mask(it);
                     take_softmax_turn();
                     const BlockDescales ds = Opt::kSoftmaxTurns ? load_descales(it) : ds_top;
-                    auto upper_half_ready = [&] {
-                        // (A loop that never spins, as a basic-block boundary: ptxas hoists the wait
-                        // above the lower half's exps otherwise. Block indices are never negative;
-                        // a value that changes from step to step keeps the loop in the step.)
-                        ptx::bra_uni_loop_while_eq(static_cast<uint32_t>(it), ~0u);
-                        ptx::wgmma_wait_group<1>();
-                        ptx::wgmma_fence_operand(regs_slice<kBlockN / 4, kBlockN / 4>(s));
-                    };
-                    softmax_update(
-                        ds, std::bool_constant<Opt::kEarlyExp>{},
-                        [&] {
-                            scores_from_shared<kBlockN, false>(s, smem.q[q_state.stage], me.first_row_in_tile,
-                                                               smem.k[k_state.stage]);
-                            if constexpr (decltype(masked)::value) mask(it);
-                        },
-                        std::bool_constant<kHalves>{}, upper_half_ready);
+                    softmax_update(ds, std::bool_constant<Opt::kEarlyExp>{}, [&] {
+                        scores_from_shared<kBlockN, false>(s, smem.q[q_state.stage], me.first_row_in_tile, smem.k[k_state.stage]);
+                        if constexpr (decltype(masked)::value) mask(it);
+                    });
                     pass_softmax_turn();
                     HATTN_FP8_TRACE_POINT(me.cw, me.tid / 32, pass, it, 6);
                     if constexpr (Opt::kEarlyExp) {  // (the redo reads K)

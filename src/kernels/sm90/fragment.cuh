@@ -146,11 +146,6 @@ __device__ __forceinline__ const float (&regs_slice(const float (&acc)[kN]))[kM]
     static_assert(kFirst + kM <= kN && kM % 4 == 0 && kFirst % 4 == 0, "whole n8 column groups of the fragment");
     return *reinterpret_cast<const float(*)[kM]>(&acc[kFirst]);
 }
-template <int kM, int kFirst, int kN>
-__device__ __forceinline__ float (&regs_slice(float (&acc)[kN]))[kM] {
-    static_assert(kFirst + kM <= kN && kM % 4 == 0 && kFirst % 4 == 0, "whole n8 column groups of the fragment");
-    return *reinterpret_cast<float(*)[kM]>(&acc[kFirst]);
-}
 
 // Multiply each of the thread's two rows by its factor.
 template <int kN>

@@ -178,24 +178,6 @@ __device__ __forceinline__ void issue_qk_then_pv(TakeTurn&& take_turn, GemmQk&& 
     pass_turn();
 }
 
-// The same with S issued as two wgmma groups of column halves (the FP8 forward's Tuning::kSplitQk):
-// the caller waits for the lower half (wgmma_wait_group<2>), then the upper (<1>).
-template <class TakeTurn, class GemmQkLower, class GemmQkUpper, class GemmPv, class PassTurn>
-__device__ __forceinline__ void issue_qk_halves_then_pv(TakeTurn&& take_turn, GemmQkLower&& gemm_qk_lower,
-                                                        GemmQkUpper&& gemm_qk_upper, GemmPv&& gemm_pv,
-                                                        PassTurn&& pass_turn) {
-    take_turn();
-    ptx::wgmma_fence();
-    gemm_qk_lower();
-    ptx::wgmma_commit_group();
-    gemm_qk_upper();
-    ptx::wgmma_commit_group();
-    ptx::wgmma_fence();
-    gemm_pv();
-    ptx::wgmma_commit_group();
-    pass_turn();
-}
-
 // A named barrier (bar.sync / bar.arrive id, count) whose thread count is part of its type, so
 // every use of one barrier agrees on it. Ids come from one enum per kernel; 0 is __syncthreads.
 template <uint32_t kThreads>

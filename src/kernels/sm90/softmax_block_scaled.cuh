@@ -184,19 +184,13 @@ struct LazyBlockScaledSoftmax {
     __device__ __forceinline__ void exponentiate_row(float (&s)[kRegs], const float (&scale_log2)[kGroups],
                                                      const VShift (&v)[kGroups], int r, float against, float& sum) const {
         static_for<kGroups>([&](auto group) {
-            constexpr int g = decltype(group)::value;
-            exponentiate_cols<g * kGroupRegs, kGroupRegs>(s, scale_log2[g], v[g], r, against, sum);
-        });
-    }
-    // The same for registers [kFirst, kFirst + kLen) of row r, all of one descale group.
-    template <int kFirst, int kLen>
-    __device__ __forceinline__ void exponentiate_cols(float (&s)[kRegs], float scale_log2, const VShift& v, int r,
-                                                      float against, float& sum) const {
-        const float offset = against - v.log2 - gain_log2;
+            constexpr int g = decltype(group)::value, kFirst = g * kGroupRegs;
+            const float offset = against - v[g].log2 - gain_log2;
 #pragma unroll
-        for (int i = kFirst; i < kFirst + kLen; ++i)
-            if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2, -offset));
-        if constexpr (kRowSums) sum = fmaf(row_sum_of<kRegs, kFirst, kLen>(s, r), v.inv, sum);
+            for (int i = kFirst; i < kFirst + kGroupRegs; ++i)
+                if (acc_row_half(i) == r) s[i] = ptx::ex2_approx_f32(fmaf(s[i], scale_log2[g], -offset));
+            if constexpr (kRowSums) sum = fmaf(row_sum_of<kRegs, kFirst, kGroupRegs>(s, r), v[g].inv, sum);
+        });
     }
 
     // s: raw scores (masked ones -inf); scale_log2[g] = the K descale group g's score scale * log2 e,
@@ -251,7 +245,7 @@ struct LazyBlockScaledSoftmax {
 #pragma unroll
         for (int r = 0; r < kAccRowsPerThread; ++r) {
             block_max[r] = block_max_of(s, scale_log2, v, r);
-            against[r] = early_reference(r);
+            against[r] = ref_log2[r] == -INFINITY ? 0.f : ref_log2[r];
         }
         // (The weights overwrite the scores: the max above reads them first, and nothing below
         // depends on it, so the scheduler is free to interleave the two.)
@@ -260,49 +254,6 @@ struct LazyBlockScaledSoftmax {
             part[r] = 0.f;
             exponentiate_row(s, scale_log2, v, r, against[r], part[r]);
         }
-        return settle_early(s, block_max, against, part, o_scale, rescale);
-    }
-
-    // online_update_early on a block whose S arrives in two column halves (the FP8 forward's
-    // Tuning::kSplitQk: two QK^T wgmma groups of kN / 2 columns): the lower half's max and exps
-    // run while the upper half is still on the tensor cores; upper_ready() waits for it. One
-    // descale group per block.
-    template <class UpperReady>
-    __device__ __forceinline__ bool online_update_early_halves(float (&s)[kRegs], const float (&scale_log2)[kGroups],
-                                                               const VShift (&v)[kGroups],
-                                                               float (&o_scale)[kAccRowsPerThread], bool& rescale,
-                                                               UpperReady&& upper_ready) {
-        static_assert(kGroups == 1 && kRegs % 8 == 0, "one descale group, halves of whole n8 column groups");
-        constexpr int kHalf = kRegs / 2;
-        float lower_max[kAccRowsPerThread], block_max[kAccRowsPerThread], against[kAccRowsPerThread],
-            part[kAccRowsPerThread];
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) {
-            lower_max[r] = row_max_of<kRegs, 0, kHalf>(s, r);
-            against[r] = early_reference(r);
-            part[r] = 0.f;
-            exponentiate_cols<0, kHalf>(s, scale_log2[0], v[0], r, against[r], part[r]);
-        }
-        upper_ready();
-#pragma unroll
-        for (int r = 0; r < kAccRowsPerThread; ++r) {
-            // (scale_log2 > 0: scaling the raw maxima commutes with taking their max.)
-            const float raw = fmaxf(lower_max[r], row_max_of<kRegs, kHalf, kHalf>(s, r));
-            block_max[r] = quad_max(fmaf(raw, scale_log2[0], v[0].log2));
-            exponentiate_cols<kHalf, kHalf>(s, scale_log2[0], v[0], r, against[r], part[r]);
-        }
-        return settle_early(s, block_max, against, part, o_scale, rescale);
-    }
-
-  private:
-    // The reference the early exps take a row's weights against (0 while it has none).
-    __device__ __forceinline__ float early_reference(int r) const { return ref_log2[r] == -INFINITY ? 0.f : ref_log2[r]; }
-
-    // The early forms' decision once the block max is known (see online_update_early).
-    __device__ __forceinline__ bool settle_early(float (&s)[kRegs], const float (&block_max)[kAccRowsPerThread],
-                                                 const float (&against)[kAccRowsPerThread],
-                                                 float (&part)[kAccRowsPerThread], float (&o_scale)[kAccRowsPerThread],
-                                                 bool& rescale) {
         bool need[kAccRowsPerThread];
         bool any = false, far = false;
 #pragma unroll
@@ -332,8 +283,6 @@ struct LazyBlockScaledSoftmax {
         }
         return true;
     }
-
-  public:
 
     // As BlockScaledSoftmax::finalize; O needs no unit (V's descales are in P).
     __device__ __forceinline__ void finalize(float (&inv_sum)[kAccRowsPerThread], float (&lse)[kAccRowsPerThread]) const {
