@@ -457,11 +457,15 @@ def import_fa4(paths: list[Path]):
         from flash_attn.cute import flash_attn_func
     except Exception as error:  # ImportError, or a broken install raising anything at import
         return None, f"flash_attn.cute does not import ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-    try:
-        import flash_attn
-        version = getattr(flash_attn, "__version__", "?")
+    try:  # the distribution's version (its flash_attn namespace package carries none)
+        from importlib import metadata
+        version = metadata.version("flash-attn-4")
     except Exception:
-        version = "?"
+        try:
+            import flash_attn
+            version = getattr(flash_attn, "__version__", "?")
+        except Exception:
+            version = "?"
     return flash_attn_func, version
 
 
@@ -1394,6 +1398,12 @@ def summary_line_bwd(rows: list[BwdRow], meta: dict) -> str:
         ratios = [r.hattn_over_cudnn for r in rows if r.variant == variant and r.hattn_over_cudnn]
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
         parts.append(f"hattn ({variant})/cuDNN backward geometric mean over {len(ratios)} shapes: {fmt(geo, '.3f')}")
+        with_fa4 = [r for r in rows if r.variant == variant and r.hattn_tflops and r.fa4_tflops]
+        if with_fa4:
+            geo_fa4 = geometric_mean([r.hattn_tflops / r.fa4_tflops for r in with_fa4])
+            ahead = sum(r.hattn_tflops >= max(r.cudnn_tflops or 0, r.fa4_tflops) for r in with_fa4)
+            parts.append(f"hattn ({variant})/FA4 {fmt(geo_fa4, '.3f')} over {len(with_fa4)} shapes, "
+                         f"ahead of cuDNN and FA4 on {ahead}")
     fails = [r for r in rows if r.check == "FAIL"]
     fa4 = f"FA4 {meta['fa4']}" if meta.get("fa4") else f"FA4 skipped: {meta.get('fa4_note') or 'n/a'}"
     return ("; ".join(parts) + f"; checks: {sum(r.check == 'pass' for r in rows)} pass, {len(fails)} FAIL, "
