@@ -1165,6 +1165,34 @@ def pivot_table_fp8(rows: list[Fp8Row]) -> str:
     return "\n".join(lines)
 
 
+def pivot_table_peers(rows: list) -> str:
+    """The 16-bit forward's or backward's default rows side by side, one line per head dim and mask:
+    TFLOPS hattn / cuDNN / FA4 (hattn/cuDNN, hattn/FA4) per seqlen; FA4 left out where it did not run."""
+    with_fa4 = any(r.fa4_tflops for r in rows)
+    seqlens = sorted({r.seqlen for r in rows})
+    lines = ["| d | mask | " + " | ".join(f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens) + " |",
+             "|---|---|" + "---|" * len(seqlens)]
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
+    for d in sorted({r.head_dim for r in rows}):
+        for causal in (False, True):
+            by_s = {r.seqlen: r for r in rows if r.head_dim == d and r.causal == causal}
+            if not by_s:
+                continue
+            cells = []
+            for s in seqlens:
+                r = by_s.get(s)
+                if r is None or r.hattn_tflops is None:
+                    cells.append("-")
+                elif with_fa4:
+                    cells.append(f"{fmt(r.hattn_tflops, '.0f')} / {fmt(r.cudnn_tflops, '.0f')} / {fmt(r.fa4_tflops, '.0f')} "
+                                 f"({ratio(r.hattn_tflops, r.cudnn_tflops)}, {ratio(r.hattn_tflops, r.fa4_tflops)})")
+                else:
+                    cells.append(f"{fmt(r.hattn_tflops, '.0f')} / {fmt(r.cudnn_tflops, '.0f')} "
+                                 f"({ratio(r.hattn_tflops, r.cudnn_tflops)})")
+            lines.append(f"| {d} | {'causal' if causal else 'full'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def summary_line_fp8(rows: list[Fp8Row], meta: dict) -> str:
     def geo(values):
         values = [v for v in values if v]
@@ -1621,6 +1649,9 @@ def main() -> int:
         if direction == "fwd":
             print("## Forward\n" if len(directions) > 1 else "", end="")
             print(markdown_table(rows))
+            print("\nTFLOPS, hattn / cuDNN" + (" / FA4 (hattn/cuDNN, hattn/FA4)" if any(r.fa4_tflops for r in rows)
+                                              else " (ratio)") + ", default kernels:\n")
+            print(pivot_table_peers([r for r in rows if r.flags == 0]))
             print()
             print(summary_line(rows) + (" (INTERRUPTED)" if interrupted else ""))
         elif direction == "fp8":
@@ -1634,6 +1665,9 @@ def main() -> int:
         else:
             print("\n## Backward\n" if len(directions) > 1 else "", end="")
             print(markdown_table_bwd(rows))
+            print("\nTFLOPS, hattn / cuDNN" + (" / FA4 (hattn/cuDNN, hattn/FA4)" if any(r.fa4_tflops for r in rows)
+                                              else " (ratio)") + ", the default backward:\n")
+            print(pivot_table_peers([r for r in rows if r.variant == "default"]))
             print()
             print(summary_line_bwd(rows, meta) + (" (INTERRUPTED)" if interrupted else ""))
         print(f"wrote {', '.join(str(args.out / w) for w in written)}")
