@@ -21,6 +21,8 @@
 # checked alone on two shapes so the report names the culprit. Writes $OUT/summary.txt and
 # $OUT/logs.tgz (build, test and run logs); prints the test results, the geomeans and, last, the
 # TFLOPS table with each build's ratio to cuDNN.
+# VARIANT_FILE (src/host/bwd_launch_d128.cu): the launch file the variants are compiled from (d64m128:
+# src/host/bwd_launch_d64.cu); AB_SEQLENS (2048,4096,8192,16384): the A/B's lengths.
 # Budget: ~15 s configure, ~1.5-2 min build, ~30-40 s tests, ~1.5 min A/B; TOTAL_LIMIT (300 s) caps it all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +34,7 @@ TOTAL_LIMIT=${TOTAL_LIMIT:-300}  # the whole script (the fallback checks stop sh
 TEST_SHARDS=${TEST_SHARDS:-4}
 TEST_TIMEOUT=${TEST_TIMEOUT:-75}
 TEST_FILTER=${TEST_FILTER:-'*d128*:BwdDeterminism.*:GpuReferenceBwd.*'}
-VARIANT_FILE=src/host/bwd_launch_d128.cu
+VARIANT_FILE=${VARIANT_FILE:-src/host/bwd_launch_d128.cu}  # the one file the variants' defines change
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 LOGS=$(mktemp -d)
@@ -48,6 +50,7 @@ declare -A DEFINES=(
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
+  [d64m128]="-DHATTN_BWD_D64_BLOCK_M=128"  # d64: 128 query rows per step (VARIANT_FILE=src/host/bwd_launch_d64.cu)
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do
@@ -167,7 +170,7 @@ ab_limit=$((TOTAL_LIMIT - $(elapsed) - 15))
 if [ "$ab_limit" -lt 100 ] && [ "$ROUNDS" -gt 2 ]; then ROUNDS=2; echo "(only ${ab_limit} s left: 2 rounds)" >>"$LOGS/tests.txt"; fi
 [ "$ab_limit" -lt "$TIME_LIMIT" ] || ab_limit=$TIME_LIMIT
 timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd "${libs[@]}" --rounds "$ROUNDS" \
-  --head-dims 64,128,256 --seqlens 2048,4096,8192,16384 --json "$OUT/ab_bwd.json" \
+  --head-dims 64,128,256 --seqlens "${AB_SEQLENS:-2048,4096,8192,16384}" --json "$OUT/ab_bwd.json" \
   >"$LOGS/ab.txt" 2>"$LOGS/ab.err" || status=$?
 t3=$(date +%s)
 echo "A/B: $((t3 - t2)) s, exit $status" >>"$LOGS/ab.txt"
