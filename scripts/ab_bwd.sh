@@ -21,8 +21,9 @@
 # checked alone on two shapes so the report names the culprit. Writes $OUT/summary.txt and
 # $OUT/logs.tgz (build, test and run logs); prints the test results, the geomeans and, last, the
 # TFLOPS table with each build's ratio to cuDNN.
-# VARIANT_FILE (src/host/bwd_launch_d128.cu): the launch file the variants are compiled from (d64m128:
-# src/host/bwd_launch_d64.cu); AB_SEQLENS (2048,4096,8192,16384): the A/B's lengths.
+# VARIANT_FILE (src/host/bwd_launch_d128.cu): the launch file a variant's defines are compiled into
+# (a define of another head dim's kernels names that head dim's file); AB_SEQLENS
+# (2048,4096,8192,16384): the A/B's lengths.
 # Budget: ~15 s configure, ~1.5-2 min build, ~30-40 s tests, ~1.5 min A/B; TOTAL_LIMIT (300 s) caps it all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,6 @@ declare -A DEFINES=(
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
-  [d64m128]="-DHATTN_BWD_D64_BLOCK_M=128"  # d64: 128 query rows per step (VARIANT_FILE=src/host/bwd_launch_d64.cu)
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do

@@ -113,18 +113,6 @@ constexpr int kDqLate = HATTN_BWD_DQ_LATE;
 constexpr int kDqWarps = HATTN_BWD_DQ_WARPS;
 static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer warpgroup");
 
-// HATTN_BWD_D64_BLOCK_M=128: head dim 64 takes 128 query rows per step instead of 64 (FA3's
-//   backward tile at d64): each step's waits, LSE/D loads and slot hand-offs then cover twice the
-//   FLOPs. Its step holds S^T and dP^T of 64 keys x 128 queries (64 registers each) beside dK and
-//   dV (64), so D is read from shared memory where dS^T is formed and dQ^T is computed in two
-//   64-column halves; the deterministic mode keeps 64-row steps (its ordered adds need the
-//   registers). The workspace's layout stays in 64-row query blocks.
-#ifndef HATTN_BWD_D64_BLOCK_M
-#define HATTN_BWD_D64_BLOCK_M 64
-#endif
-constexpr int kD64BlockM = HATTN_BWD_D64_BLOCK_M;
-static_assert(kD64BlockM == kQueryBlockRows || kD64BlockM == kQueryRowsPadding, "d64 steps of 64 or 128 query rows");
-constexpr int default_block_m(int head_dim) { return head_dim == 64 ? kD64BlockM : kQueryBlockRows; }
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
 
@@ -135,16 +123,17 @@ constexpr int default_stages(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 constexpr int default_ds_buffers(int head_dim) { return kDqLate != 0 && head_dim == 128 ? 3 : 2; }
 
 template <int kHeadDim_, class Elem_, Grads kGrads_ = Grads::kAll, int kStages_ = default_stages(kHeadDim_),
-          int kDsBuffers_ = default_ds_buffers(kHeadDim_), int kBlockM_ = default_block_m(kHeadDim_)>
+          int kDsBuffers_ = default_ds_buffers(kHeadDim_)>
 struct Config {
     using Elem = Elem_;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr Grads kGrads = kGrads_;
     static constexpr int kConsumers = 2;
     static constexpr int kBlockN = kConsumers * kMmaM;  // keys per CTA, 64 per consumer
-    static constexpr int kBlockM = kBlockM_;            // query rows per step (kQueryBlockRows, or 128 at d64)
-    static_assert(kBlockM % kQueryBlockRows == 0 && kQueryRowsPadding % kBlockM == 0,
-                  "a step covers whole workspace query blocks, and the padded rows cover whole steps");
+    // Query rows per step. d64 on 128-row steps (FA3's tile there; D read from shared memory where
+    // dS^T is formed and dQ^T in two 64-column halves, to fit 240 registers) measured 4-12% slower
+    // at 1k-8k (bench/RESULTS.md run 63f).
+    static constexpr int kBlockM = kQueryBlockRows;
     static constexpr int kStages = kStages_;            // Q / dO slots in the ring
     static constexpr int kDsBuffers = kDsBuffers_;      // dS^T tiles (default_ds_buffers)
     static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
@@ -165,7 +154,7 @@ struct Config {
     static constexpr int kDqSlices = kDqOwnKeys ? kHeadDim / kMmaM : kHeadDim / kMmaM / kConsumers;
     static constexpr int kDqKeys = kDqOwnKeys ? kMmaM : kBlockN;
 
-    static constexpr int kDqSliceFloats = kMmaM * kQueryBlockRows;
+    static constexpr int kDqSliceFloats = kMmaM * kBlockM;
     // At d128 dQ leaves the consumers through shared memory: they store their fragments
     // (conflict-free, fragment order) and a warp of the producer warpgroup hands each slice to
     // the TMA unit's bulk reduce-add, so the consumers issue no global adds: +6-8% (and 16 KB of
@@ -176,7 +165,6 @@ struct Config {
     // step before rather than of the current one, and the two warpgroups can drift up to a step
     // apart: one's softmax then overlaps the other's GEMMs (+1-3% at d128).
     static constexpr bool kDelayDq = kAccDk && !kDqOwnKeys && kDsBuffers_ >= 2 && kHeadDim == 128;
-    static_assert(kBlockM == kQueryBlockRows || (!kDqWarp && !kDelayDq), "the dQ warp and the delayed dQ: 64-row steps");
     // kDelayDq, HATTN_BWD_DQ_LATE: step i - 1's dQ GEMM issued with step i's dK GEMM (not before
     // step i's S^T), one wait for both.
     static constexpr bool kLateDq = kDelayDq && kDqLate != 0;
@@ -191,13 +179,7 @@ struct Config {
     // d64's steps are short: loading each column's LSE and D before the GEMMs are issued, and
     // exponentiating once both S and dP are done, measured +10-19% there against the order wider
     // heads use (loads after S, exps while dP runs), which in turn is 5-9% faster at d128.
-    static constexpr bool kShortStep = kHeadDim == kMmaM && kBlockM == kQueryBlockRows;
-    // D (dpsum) of a step's columns in registers from load_columns; a 128-row step reads it from
-    // shared memory where dS^T is formed (its 32 registers are what the step lacks).
-    static constexpr bool kDInRegisters = kBlockM == kQueryBlockRows;
-    // Query columns per dQ^T GEMM: a 128-row step's dQ^T in two halves of 64, each added to its own
-    // 64-row block of the workspace (64 accumulator registers at once do not fit beside dK and dV).
-    static constexpr int kDqN = kQueryBlockRows;
+    static constexpr bool kShortStep = kHeadDim == kMmaM;
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
@@ -429,14 +411,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // slices are stored in fragment order (dq_accum_index): a warp's 16-byte reds of register
         // pairs 2j, 2j + 1 cover 512 contiguous bytes, where a row-major layout would spread each
         // instruction over 8 lines (+20-35% overall; bench/RESULTS.md run 14).
-        constexpr int kDqN = Cfg::kDqN;
-        using DqFragment = float[Cfg::kDqSlices][kDqN / 2];
+        using DqFragment = float[Cfg::kDqSlices][kBlockM / 2];
         auto add_dq = [&](float* block, const DqFragment& dq) {
 #pragma unroll
             for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
                 float* slice = block + (dq_col(sl) / kMmaM) * Cfg::kDqSliceFloats;
 #pragma unroll
-                for (int i = 0; i < kDqN / 2; i += 4)
+                for (int i = 0; i < kBlockM / 2; i += 4)
                     ptx::red_global_add_v4_f32(slice + dq_accum_index(i / 2, tid), dq[sl][i], dq[sl][i + 1], dq[sl][i + 2],
                                                dq[sl][i + 3]);
             }
@@ -445,7 +426,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         typename Ring<1>::State kv_state;
         smem.kv_ring.consumer_wait(kv_state);
         typename Ring<Cfg::kStages>::State read_st, release_st;  // the slot to read next / to free next
-        [[maybe_unused]] float dq[Cfg::kDqSlices][kDqN / 2];
+        [[maybe_unused]] float dq[Cfg::kDqSlices][kBlockM / 2];
 
         // A step's dV and dK GEMMs have completed: free its Q / dO slot.
         auto release_stage = [&] {
@@ -460,14 +441,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             smem.q_ring.consumer_release(release_st);
             release_st.advance();
         };
-        // The dQ GEMM of query block m (head `head`), its 64 columns `half` of a 128-row step, has
-        // completed: add it to the accumulator.
-        auto finish_dq = [&](int head, int m, int half = 0) {
+        // The dQ GEMM of query block m (head `head`) has completed: add it to the accumulator.
+        auto finish_dq = [&](int head, int m) {
             if constexpr (Cfg::kAccDk) {
 #pragma unroll
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
-                const int64_t row0 = head_rows(head) + static_cast<int64_t>(m) * kBlockM + half * kDqN;
-                float* block = p.dq_accum + row0 * kHeadDim;
+                float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
                 if (Cfg::kDqWarp && !deterministic()) {
                     if constexpr (Cfg::kDqWarp) {
                         const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
@@ -475,7 +454,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 #pragma unroll
                         for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
 #pragma unroll
-                            for (int i = 0; i < kDqN / 2; i += 4)
+                            for (int i = 0; i < kBlockM / 2; i += 4)
                                 ptx::st_shared_v4_f32(&smem.dq_staging[cw][sl][dq_accum_index(i / 2, tid)], dq[sl][i],
                                                       dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
                         }
@@ -488,7 +467,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     // KV block n_block is the n_block-th to add to this query block (every block
                     // before it sees it too). Within the CTA, warpgroups whose slices overlap add
                     // one after the other.
-                    int32_t* counter = p.semaphores + row0 / kQueryBlockRows;
+                    int32_t* counter = p.semaphores + head_rows(head) / kBlockM + m;
                     if (cw == 0 && tid == 0) wait_counter(counter, n_block);
                     consumers.sync();
 #pragma unroll
@@ -502,17 +481,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             }
         };
 
-        // dQ^T = K^T dS^T for the step whose dS^T is in buffer `buf` (its query columns `half`).
-        auto issue_dq = [&](int buf, int half = 0) {
+        // dQ^T = K^T dS^T for the step whose dS^T is in buffer `buf`.
+        auto issue_dq = [&](int buf) {
             if constexpr (Cfg::kAccDk) {
                 ptx::wgmma_fence();
 #pragma unroll
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
 #pragma unroll
                     for (int kk = 0; kk < Cfg::kDqKeys / Elem::kMmaK; ++kk)
-                        mma_ss<kDqN, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
-                                                 smem.ds[buf].desc_mn_major(dq_key_step0 + kk, half * kDqN),
-                                                 kk > 0 ? 1u : 0u);
+                        mma_ss<kBlockM, Elem, 1, 1>(dq[sl], smem.k.desc_mn_major(dq_key_step0 + kk, dq_col(sl)),
+                                                    smem.ds[buf].desc_mn_major(dq_key_step0 + kk), kk > 0 ? 1u : 0u);
                 }
                 ptx::wgmma_commit_group();
             }
@@ -571,8 +549,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 #pragma unroll
                 for (int j = 0; j < kBlockM / 8; ++j) {
                     lse[j] = ptx::ld_shared_v2_f32(&smem.lse_log2[stage][acc_col(4 * j, lane)]);
-                    if constexpr (Cfg::kAccDk && Cfg::kDInRegisters)
-                        dpsum[j] = ptx::ld_shared_v2_f32(&smem.dpsum[stage][acc_col(4 * j, lane)]);
+                    if constexpr (Cfg::kAccDk) dpsum[j] = ptx::ld_shared_v2_f32(&smem.dpsum[stage][acc_col(4 * j, lane)]);
                 }
             };
             if constexpr (Cfg::kShortStep) load_columns();
@@ -618,17 +595,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if constexpr (Cfg::kAccDv && Cfg::kEarlyDv) ptx::wgmma_wait_group<1>();  // dP^T; dV may still run
                 else ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operand(dp);
-                if constexpr (Cfg::kDInRegisters) {
 #pragma unroll
-                    for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - column(dpsum, i));  // dS^T
-                } else {
-#pragma unroll
-                    for (int j = 0; j < kBlockM / 8; ++j) {  // (one column pair's D per 4 registers)
-                        const float2 d = ptx::ld_shared_v2_f32(&smem.dpsum[stage][acc_col(4 * j, lane)]);
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) dp[4 * j + q] = s[4 * j + q] * (dp[4 * j + q] - (q % 2 == 0 ? d.x : d.y));
-                    }
-                }
+                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - column(dpsum, i));  // dS^T
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
                 // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
                 // the previous step must be done reading it.
@@ -687,13 +655,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 ptx::wgmma_wait_group<0>();
                 release_stage();
                 if constexpr (!Cfg::kDelayDq) finish_dq(head, m);
-                // A 128-row step's other 64 query columns.
-#pragma unroll
-                for (int half = 1; half < kBlockM / kDqN; ++half) {
-                    issue_dq(ds_buffer(), half);
-                    ptx::wgmma_wait_group<0>();
-                    finish_dq(head, m, half);
-                }
             }
             // (xor where there are two: the compiler cannot know the value is 0 or 1)
             if constexpr (!kLate && Cfg::kAccDk && Cfg::kDsBuffers == 2) ds_buf ^= 1;
@@ -900,17 +861,8 @@ inline bool check_args(BwdArgs& a, std::string* error) {
     return true;
 }
 
-// A configuration passed as a value (to a generic lambda).
-template <class C>
-struct ConfigTag {
-    using type = C;
-};
-
-// kDeterministic: the instantiation for p.deterministic (the walk down, ordered dQ adds).
-template <class Cfg, bool kDeterministic>
-cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& params, cudaStream_t stream, std::string* error) {
-    KernelParams p = params;
-    p.num_m_blocks = static_cast<int>(p.seqlen_q_padded / Cfg::kBlockM);
+template <class Cfg>
+cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStream_t stream, std::string* error) {
     using Elem = typename Cfg::Elem;
     constexpr uint32_t kBoxCols = Cfg::QTile::kAtomCols;
     constexpr int d = Cfg::kHeadDim;
@@ -950,7 +902,7 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& params, cuda
     // The dV kernel before the d256 dK/dQ kernel lets it start as its CTAs retire (scheduling, above).
     cudaLaunchAttribute pdl[1] = {programmatic_launch_attribute()};
     constexpr unsigned kPdlAttributes = Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDkDq ? 1u : 0u;
-    // One of two instantiations (grid order; the determinism is the caller's), each with its own launch set-up.
+    // One of four instantiations (grid order x determinism), each with its own launch set-up.
     using Kernel = void (*)(TensorMaps, KernelParams);
     auto launch = [&](auto kernel) {
         return launch_with_dynamic_smem<decltype(kernel)::value>(kSmem, [&] {
@@ -958,8 +910,11 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& params, cuda
                                     maps, p);
         });
     };
-    const cudaError_t rc = lpt_grid ? launch(std::integral_constant<Kernel, bwd_kernel<Cfg, true, kDeterministic>>{})
-                                    : launch(std::integral_constant<Kernel, bwd_kernel<Cfg, false, kDeterministic>>{});
+    const cudaError_t rc =
+        lpt_grid ? (p.deterministic ? launch(std::integral_constant<Kernel, bwd_kernel<Cfg, true, true>>{})
+                                    : launch(std::integral_constant<Kernel, bwd_kernel<Cfg, true>>{}))
+                 : (p.deterministic ? launch(std::integral_constant<Kernel, bwd_kernel<Cfg, false, true>>{})
+                                    : launch(std::integral_constant<Kernel, bwd_kernel<Cfg>>{}));
     if (rc != cudaSuccess && error) *error = std::string("backward kernel launch: ") + cudaGetErrorString(rc);
     return rc;
 }
@@ -1016,19 +971,12 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
         if (error) *error = std::string("backward preprocess launch: ") + cudaGetErrorString(rc);
         return rc;
     }
-    // Both determinism modes of one configuration, the deterministic one on 64-row steps.
-    auto launch_modes = [&](auto cfg) {
-        using C = typename decltype(cfg)::type;
-        using Deterministic = Config<C::kHeadDim, Elem, C::kGrads, C::kStages, C::kDsBuffers, kQueryBlockRows>;
-        return a.deterministic ? launch_bwd_kernel<Deterministic, true>(a, p, stream, error)
-                               : launch_bwd_kernel<C, false>(a, p, stream, error);
-    };
     if constexpr (kHeadDim == 256) {
         // dK + dV would not fit the registers together (NOTES): two passes over the same blocks.
-        rc = launch_modes(ConfigTag<Config<kHeadDim, Elem, Grads::kDv, 2, 1>>{});
-        if (rc == cudaSuccess) rc = launch_modes(ConfigTag<Config<kHeadDim, Elem, Grads::kDkDq, 1, 1>>{});
+        rc = launch_bwd_kernel<Config<kHeadDim, Elem, Grads::kDv, 2, 1>>(a, p, stream, error);
+        if (rc == cudaSuccess) rc = launch_bwd_kernel<Config<kHeadDim, Elem, Grads::kDkDq, 1, 1>>(a, p, stream, error);
     } else {
-        rc = launch_modes(ConfigTag<Cfg>{});
+        rc = launch_bwd_kernel<Cfg>(a, p, stream, error);
     }
     if (rc != cudaSuccess) return rc;
     bwd_dq_convert<kHeadDim, Elem><<<static_cast<unsigned>(aux_blocks), kAuxThreads, 0, stream>>>(aux);

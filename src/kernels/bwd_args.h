@@ -44,16 +44,13 @@ struct BwdArgs {
 //   lse_log2  [seqlen_q_padded] fp32  the forward's LSE in log2 units; +inf on padded rows and on
 //                                     rows that see no key (their probabilities become 0)
 //   dpsum     [seqlen_q_padded] fp32  D_i = sum_c dO[i, c] * O[i, c]
-// seqlen_q_padded: seqlen_q rounded up to kQueryRowsPadding, so the kernel's longest query step
-// (128 rows) never reads LSE or D, or adds dQ, past its own (batch, head)'s rows.
 //   dq_accum  [seqlen_q_padded * head_dim] fp32, dQ / softmax_scale summed over KV blocks, in
 //                                     blocks of kQueryBlockRows rows, each as head_dim / 64
 //                                     slices in wgmma's fragment order (bwd.cuh: dq_accum_index)
 //   semaphores[seqlen_q_padded / kQueryBlockRows] int32: per query block, how many KV blocks
 //                                     have added their dQ (deterministic mode)
 constexpr size_t kWorkspaceAlign = 256;
-constexpr int kQueryBlockRows = 64;     // the workspace's query block (the kernel's steps: 64 or 128 rows)
-constexpr int kQueryRowsPadding = 128;  // seqlen_q_padded is a multiple of this
+constexpr int kQueryBlockRows = 64;  // the backward kernel's query block, for every head dim
 
 struct WorkspaceLayout {
     int64_t seqlen_q_padded = 0;
@@ -66,7 +63,7 @@ inline constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * 
 inline WorkspaceLayout workspace_layout(int batch, int heads_q, int seqlen_q, int head_dim) {
     WorkspaceLayout w;
     if (batch <= 0 || heads_q <= 0 || seqlen_q <= 0 || head_dim <= 0) return w;
-    const int64_t rows = (static_cast<int64_t>(seqlen_q) + kQueryRowsPadding - 1) / kQueryRowsPadding * kQueryRowsPadding;
+    const int64_t rows = (static_cast<int64_t>(seqlen_q) + kQueryBlockRows - 1) / kQueryBlockRows * kQueryBlockRows;
     const int64_t heads = static_cast<int64_t>(batch) * heads_q;
     constexpr int64_t kLimit = int64_t{1} << 62;
     if (heads > kLimit / rows / (static_cast<int64_t>(head_dim) + 3)) return w;
