@@ -1165,12 +1165,15 @@ def pivot_table_fp8(rows: list[Fp8Row]) -> str:
     return "\n".join(lines)
 
 
-def pivot_table_peers(rows: list) -> str:
-    """The 16-bit forward's or backward's default rows side by side, one line per head dim and mask:
-    TFLOPS hattn / cuDNN / FA4 (hattn/cuDNN, hattn/FA4) per seqlen; FA4 left out where it did not run."""
+def pivot_table_peers(rows: list, what: str) -> str:
+    """The 16-bit forward's or backward's default rows (`what`) side by side, after a title line, one
+    line per head dim and mask: TFLOPS hattn / cuDNN / FA4 (hattn/cuDNN, hattn/FA4) per seqlen; FA4
+    left out where it did not run."""
     with_fa4 = any(r.fa4_tflops for r in rows)
     seqlens = sorted({r.seqlen for r in rows})
-    lines = ["| d | mask | " + " | ".join(f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens) + " |",
+    title = ("\nTFLOPS, hattn / cuDNN" + (" / FA4 (hattn/cuDNN, hattn/FA4)" if with_fa4 else " (ratio)")
+             + f", {what}:\n")
+    lines = [title, "| d | mask | " + " | ".join(f"{s // 1024}k" if s >= 1024 else str(s) for s in seqlens) + " |",
              "|---|---|" + "---|" * len(seqlens)]
     ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"
     for d in sorted({r.head_dim for r in rows}):
@@ -1649,9 +1652,7 @@ def main() -> int:
         if direction == "fwd":
             print("## Forward\n" if len(directions) > 1 else "", end="")
             print(markdown_table(rows))
-            print("\nTFLOPS, hattn / cuDNN" + (" / FA4 (hattn/cuDNN, hattn/FA4)" if any(r.fa4_tflops for r in rows)
-                                              else " (ratio)") + ", default kernels:\n")
-            print(pivot_table_peers([r for r in rows if r.flags == 0]))
+            print(pivot_table_peers([r for r in rows if r.flags == 0], "default kernels"))
             print()
             print(summary_line(rows) + (" (INTERRUPTED)" if interrupted else ""))
         elif direction == "fp8":
@@ -1665,9 +1666,7 @@ def main() -> int:
         else:
             print("\n## Backward\n" if len(directions) > 1 else "", end="")
             print(markdown_table_bwd(rows))
-            print("\nTFLOPS, hattn / cuDNN" + (" / FA4 (hattn/cuDNN, hattn/FA4)" if any(r.fa4_tflops for r in rows)
-                                              else " (ratio)") + ", the default backward:\n")
-            print(pivot_table_peers([r for r in rows if r.variant == "default"]))
+            print(pivot_table_peers([r for r in rows if r.variant == "default"], "the default backward"))
             print()
             print(summary_line_bwd(rows, meta) + (" (INTERRUPTED)" if interrupted else ""))
         print(f"wrote {', '.join(str(args.out / w) for w in written)}")

@@ -107,14 +107,17 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 
-// The index of the variant named `name`, -1 if none (usable in constant expressions).
+// Whether `text` holds exactly `name` up to its end or a ':' (a list entry; usable in constant expressions).
+constexpr bool names_entry(const char* name, const char* text) {
+    int i = 0;
+    while (name[i] != '\0' && text[i] == name[i]) ++i;
+    return name[i] == '\0' && (text[i] == '\0' || text[i] == ':');
+}
+
+// The index of the variant named `name`, -1 if none.
 constexpr int fp8_variant_index(const char* name) {
-    for (int v = 0; v < kFp8VariantCount; ++v) {
-        const char* a = kFp8Variants[v].name;
-        int i = 0;
-        while (a[i] != '\0' && a[i] == name[i]) ++i;
-        if (a[i] == '\0' && name[i] == '\0') return v;
-    }
+    for (int v = 0; v < kFp8VariantCount; ++v)
+        if (names_entry(kFp8Variants[v].name, name)) return v;
     return -1;
 }
 
@@ -131,12 +134,8 @@ inline constexpr const char kFp8VariantSubset[] = "";
 // Whether variant `variant` is in kFp8VariantSubset (an empty subset holds every variant).
 constexpr bool fp8_variant_in_subset(int variant) {
     if (variant == 0 || kFp8VariantSubset[0] == '\0') return true;
-    const char* name = kFp8Variants[variant].name;
     for (int start = 0; kFp8VariantSubset[start] != '\0';) {
-        int i = 0;
-        while (name[i] != '\0' && kFp8VariantSubset[start + i] == name[i]) ++i;
-        const char end = kFp8VariantSubset[start + i];
-        if (name[i] == '\0' && (end == ':' || end == '\0')) return true;
+        if (names_entry(kFp8Variants[variant].name, kFp8VariantSubset + start)) return true;
         while (kFp8VariantSubset[start] != ':' && kFp8VariantSubset[start] != '\0') ++start;
         if (kFp8VariantSubset[start] == ':') ++start;
     }
