@@ -53,13 +53,6 @@ declare -A DEFINES=(
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
-  [pipe1]="-DHATTN_BWD_PIPE=1"       # d64: the next block's S^T, dP^T queued behind this block's gradients
-  [pipe2]="-DHATTN_BWD_PIPE=2"       # the same, the next block's LSE and D loaded after the gradients
-  [s4]="-DHATTN_BWD_D64_STAGES=4"    # d64: four Q / dO slots
-  [pipe1s4]="-DHATTN_BWD_PIPE=1 -DHATTN_BWD_D64_STAGES=4"
-  [xchg]="-DHATTN_BWD_PIPE=1 -DHATTN_BWD_D64_DQ_XCHG=1"     # pipe1, the warpgroups' dQ halves summed in shared memory, kept half in registers
-  [xchg2]="-DHATTN_BWD_PIPE=1 -DHATTN_BWD_D64_DQ_XCHG=2"    # the same, the kept half through shared memory too
-  [p2xchg2]="-DHATTN_BWD_PIPE=2 -DHATTN_BWD_D64_DQ_XCHG=2"  # xchg2 with pipe2's late LSE / D loads
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do

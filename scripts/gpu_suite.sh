@@ -45,7 +45,8 @@
 #   PYTHON (python3, must import torch), COMPARE_ARGS (extra compare_torch.py arguments for both
 #   directions, e.g. "--quick"), COMPARE_BWD_ARGS (backward only, e.g. "--deterministic --fa4-path DIR"),
 #   MAXLEN_ARGS (extra max_seqlen.py arguments, e.g. "--heads 16,1"),
-#   SANITIZE_SEQLEN (300), SANITIZE_CLI_ARGS (see cli_args below).
+#   SANITIZE_SEQLEN (300), SANITIZE_CLI_ARGS (see cli_args below), SANITIZE_ONLY (an extended
+#   regex: only the sanitizer variants whose line, e.g. "bwd 64 bf16 1 --deterministic", matches).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -398,6 +399,7 @@ sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
   done
   echo "bwd 128 fp16 0"
   echo "bwd 128 bf16 1 --heads 8 --heads-kv 2 --seqlen-q 333 --seqlen-k 200"
+  echo "bwd 64 bf16 1 --heads 8 --heads-kv 2 --seqlen-q 333 --seqlen-k 200"
   echo "bwd 64 fp16 1 --heads 4 --heads-kv 1 --seqlen-q 200 --seqlen-k 333 --deterministic"
 }
 
@@ -448,7 +450,8 @@ phase_sanitize() {
   local jobs=${SANITIZE_JOBS:-6} dir="$LOGS/sanitize_runs" deadline=$((t0 + limit)) per_run_cap=120
   mkdir -p "$dir"
   local -a variants names tools cmds argss
-  mapfile -t variants < <(sanitize_variants)
+  # SANITIZE_ONLY: an extended regex; only the variants whose line ("bwd 64 bf16 1 ...") matches.
+  mapfile -t variants < <(sanitize_variants | grep -E "${SANITIZE_ONLY:-.}")
   local tool v cmd d dtype causal extra idx=0 per_run
   for tool in "${SANITIZE_TOOLS[@]}"; do
     for v in "${variants[@]}"; do

@@ -116,29 +116,16 @@ static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer 
 // HATTN_BWD_PIPE (head dim 64 only): 1 (the default) = each step queues the next query block's
 //   S^T and dP^T GEMMs behind its own dV, dK and dQ^T GEMMs before it waits for those, so the
 //   tensor cores go on from one block's gradients to the next block's scores while this
-//   warpgroup adds dQ (Config::kPipeline; +4-11% at 1k-16k, bench/RESULTS.md run 64); 2 = the
-//   same, with the next block's LSE and D loaded at the end of the step instead of before its
-//   scores are issued (32 registers fewer while the gradients run); 0 = one query block at a time.
+//   warpgroup adds dQ (Config::kPipeline; +4-11% at 1k-16k, bench/RESULTS.md run 64);
+//   0 = one query block at a time, kept for that A/B.
 #ifndef HATTN_BWD_PIPE
 #define HATTN_BWD_PIPE 1
 #endif
-// HATTN_BWD_D64_DQ_XCHG=1 (with HATTN_BWD_PIPE): the two consumer warpgroups' dQ^T partial sums
-//   (each over its own 64 keys) are summed in shared memory before the global adds: each keeps
-//   half of its fragment, hands the other half to the other's same thread, and adds the half it
-//   keeps plus the one it receives -- half the global reds (Config::kDqExchange).
-#ifndef HATTN_BWD_D64_DQ_XCHG
-#define HATTN_BWD_D64_DQ_XCHG 0
-#endif
-// HATTN_BWD_D64_STAGES: Q / dO slots at head dim 64 (default 3, see default_stages).
-#ifndef HATTN_BWD_D64_STAGES
-#define HATTN_BWD_D64_STAGES 3
-#endif
-
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
 
 // Q / dO slots: d64 gains from a third (+2-10%, its steps are short); d128 loses 1-2% with it.
-constexpr int default_stages(int head_dim) { return head_dim <= 64 ? HATTN_BWD_D64_STAGES : 2; }
+constexpr int default_stages(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 // dS^T tiles: 2, so that a warpgroup never waits before rewriting one; 3 where the late dQ GEMM
 // (kLateDq) reads a tile one step longer.
 constexpr int default_ds_buffers(int head_dim) { return kDqLate != 0 && head_dim == 128 ? 3 : 2; }
@@ -202,11 +189,7 @@ struct Config {
     // heads use (loads after S, exps while dP runs), which in turn is 5-9% faster at d128.
     static constexpr bool kShortStep = kHeadDim == kMmaM;
     // HATTN_BWD_PIPE: the next query block's S^T and dP^T queued behind this block's gradient GEMMs.
-    static constexpr int kPipeline = kShortStep && kAccDk && kAccDv ? HATTN_BWD_PIPE : 0;
-    static constexpr bool kDqExchange = kPipeline != 0 && kDqOwnKeys && !kDqWarp && HATTN_BWD_D64_DQ_XCHG;
-    // HATTN_BWD_D64_DQ_XCHG=2: each warpgroup's whole fragment goes to shared memory, the kept half
-    // is read back from there (16 registers fewer across the step; twice the shared traffic).
-    static constexpr bool kDqKeepShared = kDqExchange && HATTN_BWD_D64_DQ_XCHG == 2;
+    static constexpr bool kPipeline = kShortStep && kAccDk && kAccDv && HATTN_BWD_PIPE != 0;
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
@@ -224,7 +207,6 @@ enum BarrierId : uint32_t {
     kDqFullFirst = 4,     // + consumer: its dQ staging is written (the consumer arrives, the dQ warp waits)
     kDqEmptyFirst = 6,    // + consumer: its dQ staging has been read out (the dQ warp arrives)
     kDsReadyFirst = 8,    // + kDsPhases consumer + phase: dS^T of a step is stored (it arrives, the other waits)
-    kDqExchangeFirst = 12,  // + 2 consumer + buffer: its dQ^T half is in dq_exchange (it arrives, the other waits)
 };
 constexpr uint32_t kHardwareBarriers = 16;
 constexpr int kWarpThreads = 32;
@@ -248,9 +230,6 @@ struct alignas(kSharedAlign) SharedStorage {
     Ring<1> kv_ring;  // K and V arrive once
     Ring<Cfg::kStages> q_ring;
     alignas(16) std::conditional_t<Cfg::kDqWarp, float[Cfg::kConsumers][Cfg::kDqSlices][Cfg::kDqSliceFloats], NoTile> dq_staging;
-    // Config::kDqExchange: per consumer, two buffers of the half of its dQ^T fragment it hands over.
-    alignas(16) std::conditional_t<Cfg::kDqExchange, float[Cfg::kConsumers][2][Cfg::kDqSliceFloats / (Cfg::kDqKeepShared ? 1 : 2)],
-                                   NoTile> dq_exchange;
 };
 
 template <class Cfg>
@@ -533,9 +512,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // stack (a local load before each of these barriers, in every step).
         constexpr int kDsPhases = Cfg::kDsPhases;
         static_assert(kDsReadyFirst + Cfg::kConsumers * kDsPhases <= kHardwareBarriers, "named barrier ids");
-        static_assert(!Cfg::kDqExchange || (kDsReadyFirst + Cfg::kConsumers * kDsPhases <= kDqExchangeFirst &&
-                                            kDqExchangeFirst + 2 * Cfg::kConsumers <= kHardwareBarriers),
-                      "named barrier ids");
         auto ds_ready = [](int c, int b) {
             return DsReadyBarrier{kDsReadyFirst + kDsPhases * static_cast<uint32_t>(c) + static_cast<uint32_t>(b)};
         };
@@ -700,13 +676,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // The masked query blocks (m_begin .. masked_end - 1) come first when walking up, last
         // when walking down; one loop of each kind, so the step is inlined twice either way.
         const int masked_end = min(m_unmasked, m_end);
-        if constexpr (Cfg::kPipeline != 0) {
+        if constexpr (Cfg::kPipeline) {
             // Config::kPipeline: block t's scores were issued by step t - 1 (by the prologue for
             // t = 0), behind step t - 1's gradient GEMMs. One loop over every (head, block): the
             // next block's GEMMs do not depend on its mask, only its softmax does.
             const int blocks = m_end - m_begin;
             const int steps = p.heads_per_kv * blocks;
-            constexpr bool kLoadLate = Cfg::kPipeline == 2;
             float s[kBlockM / 2], dp[kBlockM / 2];
             float2 lse[kBlockM / 8], dpsum[kBlockM / 8];
             auto load_columns = [&](int stage) {
@@ -736,97 +711,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 load_columns(stage);
                 issue_scores(stage);
             }
-            // Config::kDqExchange. Both warpgroups' dQ^T fragments hold the same elements of the
-            // query block (summed over different keys). Warpgroup c keeps register pairs
-            // [16 c, 16 c + 16) and hands the rest to the same thread of the other warpgroup
-            // through dq_exchange[c][buffer]; it adds what it keeps plus what it received, one
-            // step late: the other warpgroup may then run up to a step behind without making
-            // this one wait (an exchange within the step measured no faster than no exchange).
-            constexpr int kHalf = kBlockM / 4;  // floats per thread in half the fragment
-            [[maybe_unused]] float kept[kHalf];  // this warpgroup's kept half of the previous step
-            struct Pending {
-                int head, m, buf;
-            } pending{-1, -1, 0};  // the step whose dQ^T halves are still to be added
-            auto exchange_barrier = [](int c, int buf) {
-                return NamedBarrier<2 * kWarpgroupThreads>{kDqExchangeFirst + 2 * static_cast<uint32_t>(c) +
-                                                           static_cast<uint32_t>(buf)};
-            };
-            // Adds the pending step's halves (once the other warpgroup has handed its half over).
-            auto add_pending = [&](auto keep_half) {
-                if constexpr (Cfg::kDqExchange) {
-                    constexpr int kKeep = decltype(keep_half)::value * kHalf;
-                    if (pending.m < 0) return;
-                    exchange_barrier(1 - cw, pending.buf).sync();
-                    const float* in = smem.dq_exchange[1 - cw][pending.buf];
-                    float* block = p.dq_accum + (head_rows(pending.head) + static_cast<int64_t>(pending.m) * kBlockM) * kHeadDim;
-                    constexpr int kSlot0 = Cfg::kDqKeepShared ? kKeep : 0;  // the half's first slot in a buffer
-#pragma unroll
-                    for (int i = 0; i < kHalf; i += 4) {
-                        const int slot = ((kSlot0 + i) / 4 * kWarpgroupThreads + tid) * 4;
-                        const uint4 o = ptx::ld_shared_v4_b32(&in[slot]);
-                        if constexpr (Cfg::kDqKeepShared) {
-                            const uint4 k = ptx::ld_shared_v4_b32(&smem.dq_exchange[cw][pending.buf][slot]);
-                            kept[i] = __uint_as_float(k.x), kept[i + 1] = __uint_as_float(k.y);
-                            kept[i + 2] = __uint_as_float(k.z), kept[i + 3] = __uint_as_float(k.w);
-                        }
-                        ptx::red_global_add_v4_f32(block + dq_accum_index((kKeep + i) / 2, tid), kept[i] + __uint_as_float(o.x),
-                                                   kept[i + 1] + __uint_as_float(o.y), kept[i + 2] + __uint_as_float(o.z),
-                                                   kept[i + 3] + __uint_as_float(o.w));
-                    }
-                }
-            };
-            // The previous step's halves added, this step's handed over and kept.
-            auto exchange_dq = [&](int head, int m, auto keep_half) {
-                if constexpr (Cfg::kDqExchange) {
-                    constexpr int kKeep = decltype(keep_half)::value * kHalf, kGive = kHalf - kKeep;
-                    ptx::wgmma_fence_operand(dq[0]);
-                    add_pending(keep_half);
-                    const int buf = pending.m < 0 ? 0 : pending.buf ^ 1;
-                    float* out = smem.dq_exchange[cw][buf];
-                    if constexpr (Cfg::kDqKeepShared) {
-#pragma unroll
-                        for (int i = 0; i < 2 * kHalf; i += 4)
-                            ptx::st_shared_v4_f32(&out[(i / 4 * kWarpgroupThreads + tid) * 4], dq[0][i], dq[0][i + 1], dq[0][i + 2],
-                                                  dq[0][i + 3]);
-                    } else {
-#pragma unroll
-                        for (int i = 0; i < kHalf; i += 4)
-                            ptx::st_shared_v4_f32(&out[(i / 4 * kWarpgroupThreads + tid) * 4], dq[0][kGive + i], dq[0][kGive + i + 1],
-                                                  dq[0][kGive + i + 2], dq[0][kGive + i + 3]);
-                    }
-                    exchange_barrier(cw, buf).arrive();
-                    if constexpr (!Cfg::kDqKeepShared) {
-#pragma unroll
-                        for (int i = 0; i < kHalf; ++i) kept[i] = dq[0][kKeep + i];
-                    }
-                    pending = {head, m, buf};
-                }
-            };
-            // (The halves' register indices must be compile-time constants: one copy per warpgroup.)
-            auto per_warpgroup = [&](auto f) {
-                if (cw == 0) f(std::integral_constant<int, 0>{});
-                else f(std::integral_constant<int, 1>{});
-            };
             int head = head_begin, t = 0;
             for (int k = 0; k < steps; ++k) {
                 const int m = walk(t);
                 const int this_stage = stage;
                 ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operand(s);
-                // P^T in its own registers: S^T's are written by nothing but its wgmma (ptxas
-                // serializes the wgmmas where an accumulator is rewritten while dP^T's run).
-                auto column = [](const float2 (&v)[kBlockM / 8], int i) { return i % 2 == 0 ? v[i / 4].x : v[i / 4].y; };
-                float pt[kBlockM / 2];
-#pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) pt[i] = fmaf(s[i], p.scale_log2, -column(lse, i));
-                if (m < masked_end) p.mask.apply_transposed<kBlockM>(pt, first_key, m * kBlockM);
-#pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) pt[i] = ptx::ex2_approx_f32(pt[i]);
-                uint32_t pf[kBlockM / Elem::kMmaK][4];
-                acc_to_a_fragment<Elem, kBlockM>(pt, pf);
                 ptx::wgmma_fence_operand(dp);
+                if (m < masked_end) p.mask.apply_transposed<kBlockM>(s, first_key, m * kBlockM);
+                auto column = [](const float2 (&v)[kBlockM / 8], int i) { return i % 2 == 0 ? v[i / 4].x : v[i / 4].y; };
 #pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = pt[i] * (dp[i] - column(dpsum, i));  // dS^T
+                for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -column(lse, i)));
+                uint32_t pf[kBlockM / Elem::kMmaK][4];
+                acc_to_a_fragment<Elem, kBlockM>(s, pf);
+#pragma unroll
+                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - column(dpsum, i));  // dS^T
                 uint32_t dsf[kBlockM / Elem::kMmaK][4];
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
                 store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
@@ -849,16 +748,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     stage = read_st.stage;
                     smem.q_ring.consumer_wait(read_st);
                     read_st.advance();
-                    if constexpr (!kLoadLate) load_columns(stage);
+                    load_columns(stage);
                     issue_scores(stage);
                     ptx::wgmma_wait_group<1>();
                 } else {
                     ptx::wgmma_wait_group<0>();
                 }
                 release_stage();
-                if (Cfg::kDqExchange && !p.deterministic) per_warpgroup([&](auto keep) { exchange_dq(head, m, keep); });
-                else finish_dq(head, m);
-                if (kLoadLate && k + 1 < steps) load_columns(stage);
+                finish_dq(head, m);
                 ds_buf ^= 1;
                 if (++t == blocks) {
                     t = 0;
@@ -868,7 +765,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // Nothing is in flight here (the last step waited for everything), but ptxas cannot
             // tell which branch the last step took and would insert this wait itself (C7517).
             ptx::wgmma_wait_group<0>();
-            if (Cfg::kDqExchange && !p.deterministic) per_warpgroup([&](auto keep) { add_pending(keep); });
         } else {
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
 #pragma unroll
