@@ -37,6 +37,10 @@
 //     makes KV block j wait for blocks 0..j-1 of the same query block (a counter per query block).
 //   * dK and dV of a GQA group are summed in registers: one CTA loops over the group's query
 //     heads, so they are deterministic in both modes.
+//   * At head_dim 64 the steps are short and dQ's fp32 reduce-adds are what limits them: without
+//     them the kernel ran 34-46% faster, with half of them 10-20% faster (timing probes). Summing
+//     the two warpgroups' partials in shared memory first, or bulk-adding dQ from there, measured
+//     slower than the plain reds (bench/RESULTS.md run 64).
 #pragma once
 
 #include <cuda.h>
@@ -674,7 +678,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         };
 
         // The masked query blocks (m_begin .. masked_end - 1) come first when walking up, last
-        // when walking down; one loop of each kind, so the step is inlined twice either way.
+        // when walking down.
         const int masked_end = min(m_unmasked, m_end);
         if constexpr (Cfg::kPipeline) {
             // Config::kPipeline: block t's scores were issued by step t - 1 (by the prologue for
@@ -766,6 +770,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // tell which branch the last step took and would insert this wait itself (C7517).
             ptx::wgmma_wait_group<0>();
         } else {
+            // One loop of each kind, so the step is inlined twice (its mask is a template argument).
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
 #pragma unroll
                 for (int phase = 0; phase < 2; ++phase) {
