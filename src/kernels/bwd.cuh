@@ -537,6 +537,59 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // ds_phase's, and the kLate path needs neither its head nor its query block.
         bool has_previous = false;
 
+        // The pieces of a step, shared by the one-block-at-a-time step and the pipelined walk.
+        // Per query column of the fragment (columns 8j + 2 (lane % 4) + {0, 1}): its LSE and D.
+        // (The array types name Cfg's constants: nvcc takes one sized by a local constexpr for a
+        // variable-length array in a lambda's parameters.)
+        using Columns = float2[Cfg::kBlockM / 8];
+        auto load_columns = [&](int stage, Columns& lse, Columns& dpsum) {
+#pragma unroll
+            for (int j = 0; j < kBlockM / 8; ++j) {
+                lse[j] = ptx::ld_shared_v2_f32(&smem.lse_log2[stage][acc_col(4 * j, lane)]);
+                if constexpr (Cfg::kAccDk) dpsum[j] = ptx::ld_shared_v2_f32(&smem.dpsum[stage][acc_col(4 * j, lane)]);
+            }
+        };
+        auto column = [](const Columns& v, int i) { return i % 2 == 0 ? v[i / 4].x : v[i / 4].y; };
+        using Scores = float[Cfg::kBlockM / 2];
+        // S^T = K_w Q^T and dP^T = V_w dO^T of the block in slot `stage`: two commit groups
+        // (`split`: S^T's wait can leave dP^T running) or one.
+        auto issue_scores = [&](int stage, Scores& s, Scores& dp, auto split) {
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk), smem.q[stage].desc_k_major(0, kk),
+                                         kk > 0 ? 1u : 0u);
+            if constexpr (decltype(split)::value) ptx::wgmma_commit_group();
+            if constexpr (Cfg::kAccDk) {
+#pragma unroll
+                for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                    mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
+                                             smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+            }
+            if constexpr (Cfg::kAccDk || !decltype(split)::value) ptx::wgmma_commit_group();
+        };
+        // P^T = exp2(S^T scale log2(e) - LSE), in place, and dS^T = P^T o (dP^T - D) in dP^T's place.
+        auto exponentiate = [&](Scores& s, const Columns& lse) {
+#pragma unroll
+            for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -column(lse, i)));
+        };
+        auto form_ds = [&](const Scores& pt, Scores& dp, const Columns& dpsum) {
+#pragma unroll
+            for (int i = 0; i < kBlockM / 2; ++i) dp[i] = pt[i] * (dp[i] - column(dpsum, i));
+        };
+        using AFragment = uint32_t[Cfg::kBlockM / Cfg::Elem::kMmaK][4];
+        // dV += P^T dO and dK += dS^T Q, P^T and dS^T from registers (no fence, no commit).
+        auto gemm_dv = [&](const AFragment& pf, int stage) {
+#pragma unroll
+            for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
+                mma_rs<kHeadDim, Elem, 1>(dv, pf[kk], smem.dout[stage].desc_mn_major(kk), 1u);
+        };
+        auto gemm_dk = [&](const AFragment& dsf, int stage) {
+#pragma unroll
+            for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
+                mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[stage].desc_mn_major(kk), 1u);
+        };
+
         // One query block: the five GEMMs, the softmax recomputed from LSE.
         auto step = [&](int head, int m, auto masked) {
             const int stage = read_st.stage;
@@ -556,61 +609,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 previous = {head, m, ds_buffer()};
             }
 
-            // Per query column of the fragment (columns 8j + 2 (lane % 4) + {0, 1}): its LSE and D.
-            float2 lse[kBlockM / 8];
-            [[maybe_unused]] float2 dpsum[kBlockM / 8];
-            auto load_columns = [&] {
-#pragma unroll
-                for (int j = 0; j < kBlockM / 8; ++j) {
-                    lse[j] = ptx::ld_shared_v2_f32(&smem.lse_log2[stage][acc_col(4 * j, lane)]);
-                    if constexpr (Cfg::kAccDk) dpsum[j] = ptx::ld_shared_v2_f32(&smem.dpsum[stage][acc_col(4 * j, lane)]);
-                }
-            };
-            if constexpr (Cfg::kShortStep) load_columns();
+            Columns lse;
+            [[maybe_unused]] Columns dpsum;
+            if constexpr (Cfg::kShortStep) load_columns(stage, lse, dpsum);
 
-            // S^T = K_w Q^T and dP^T = V_w dO^T, issued together; P^T is computed while dP^T runs.
-            ptx::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk), smem.q[stage].desc_k_major(0, kk),
-                                         kk > 0 ? 1u : 0u);
-            ptx::wgmma_commit_group();
-            if constexpr (Cfg::kAccDk) {
-#pragma unroll
-                for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                    mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
-                                             smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
-                ptx::wgmma_commit_group();
-            }
+            // S^T and dP^T issued together; P^T is computed while dP^T runs.
+            issue_scores(stage, s, dp, std::true_type{});
             if constexpr (Cfg::kAccDk && !Cfg::kShortStep) ptx::wgmma_wait_group<1>();  // S^T; dP^T may still run
             else ptx::wgmma_wait_group<0>();
             ptx::wgmma_fence_operand(s);
 
-            if constexpr (!Cfg::kShortStep) load_columns();
+            if constexpr (!Cfg::kShortStep) load_columns(stage, lse, dpsum);
             if constexpr (decltype(masked)::value) p.mask.apply_transposed<kBlockM>(s, first_key, m * kBlockM);
-            auto column = [](const float2 (&v)[kBlockM / 8], int i) { return i % 2 == 0 ? v[i / 4].x : v[i / 4].y; };
-#pragma unroll
-            for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -column(lse, i)));
+            exponentiate(s, lse);
 
-            uint32_t pf[kBlockM / Elem::kMmaK][4];
+            AFragment pf;
             acc_to_a_fragment<Elem, kBlockM>(s, pf);
-            auto gemm_dv = [&] {  // dV += P^T dO, P^T from registers
-#pragma unroll
-                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
-                    mma_rs<kHeadDim, Elem, 1>(dv, pf[kk], smem.dout[stage].desc_mn_major(kk), 1u);
-            };
             if constexpr (Cfg::kAccDv && (Cfg::kEarlyDv || !Cfg::kAccDk)) {
                 ptx::wgmma_fence();
-                gemm_dv();
+                gemm_dv(pf, stage);
                 ptx::wgmma_commit_group();
             }
             if constexpr (Cfg::kAccDk) {
-                uint32_t dsf[kBlockM / Elem::kMmaK][4];
+                AFragment dsf;
                 if constexpr (Cfg::kAccDv && Cfg::kEarlyDv) ptx::wgmma_wait_group<1>();  // dP^T; dV may still run
                 else ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operand(dp);
-#pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - column(dpsum, i));  // dS^T
+                form_ds(s, dp, dpsum);
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
                 // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
                 // the previous step must be done reading it.
@@ -619,12 +644,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 store_fence();
                 if constexpr (Cfg::kDelayDq) ds_ready(cw, ds_phase).arrive();
                 // dK += dS^T Q, dS^T from registers (after dV when that is not issued early).
-                auto gemm_dk = [&] {
+                auto issue_dk = [&] {
                     ptx::wgmma_fence();
-                    if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv();
-#pragma unroll
-                    for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
-                        mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[stage].desc_mn_major(kk), 1u);
+                    if constexpr (Cfg::kAccDv && !Cfg::kEarlyDv) gemm_dv(pf, stage);
+                    gemm_dk(dsf, stage);
                     ptx::wgmma_commit_group();
                 };
                 if constexpr (kLate) {
@@ -643,19 +666,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     };
                     if (has_previous) {
                         if constexpr (kDqLate == 2) wait_dv_issue_dq();
-                        gemm_dk();
+                        issue_dk();
                         if constexpr (kDqLate != 2) wait_dv_issue_dq();
                         ptx::wgmma_wait_group<0>();
                         release_stage();
                         finish_dq(head, m);  // (head and m are unused in this mode)
                     } else {
-                        gemm_dk();
+                        issue_dk();
                         ptx::wgmma_wait_group<0>();
                         release_stage();
                     }
                     has_previous = true;
                 } else {
-                    gemm_dk();
+                    issue_dk();
                 }
             }
 
@@ -686,34 +709,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // next block's GEMMs do not depend on its mask, only its softmax does.
             const int blocks = m_end - m_begin;
             const int steps = p.heads_per_kv * blocks;
-            float s[kBlockM / 2], dp[kBlockM / 2];
-            float2 lse[kBlockM / 8], dpsum[kBlockM / 8];
-            auto load_columns = [&](int stage) {
-#pragma unroll
-                for (int j = 0; j < kBlockM / 8; ++j) {
-                    lse[j] = ptx::ld_shared_v2_f32(&smem.lse_log2[stage][acc_col(4 * j, lane)]);
-                    dpsum[j] = ptx::ld_shared_v2_f32(&smem.dpsum[stage][acc_col(4 * j, lane)]);
-                }
-            };
-            // S^T = K_w Q^T and dP^T = V_w dO^T of the block in slot `stage`, one commit group.
-            auto issue_scores = [&](int stage) {
-                ptx::wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                    mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk),
-                                             smem.q[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
-#pragma unroll
-                for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                    mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
-                                             smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
-                ptx::wgmma_commit_group();
+            Scores s, dp;
+            Columns lse, dpsum;
+            // The next block's LSE and D, then its S^T and dP^T in one commit group.
+            auto begin_block = [&](int stage) {
+                load_columns(stage, lse, dpsum);
+                issue_scores(stage, s, dp, std::false_type{});
             };
             int stage = read_st.stage;
             if (steps > 0) {
                 smem.q_ring.consumer_wait(read_st);
                 read_st.advance();
-                load_columns(stage);
-                issue_scores(stage);
+                begin_block(stage);
             }
             int head = head_begin, t = 0;
             for (int k = 0; k < steps; ++k) {
@@ -723,26 +730,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 ptx::wgmma_fence_operand(s);
                 ptx::wgmma_fence_operand(dp);
                 if (m < masked_end) p.mask.apply_transposed<kBlockM>(s, first_key, m * kBlockM);
-                auto column = [](const float2 (&v)[kBlockM / 8], int i) { return i % 2 == 0 ? v[i / 4].x : v[i / 4].y; };
-#pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) s[i] = ptx::ex2_approx_f32(fmaf(s[i], p.scale_log2, -column(lse, i)));
-                uint32_t pf[kBlockM / Elem::kMmaK][4];
+                exponentiate(s, lse);
+                AFragment pf, dsf;
                 acc_to_a_fragment<Elem, kBlockM>(s, pf);
-#pragma unroll
-                for (int i = 0; i < kBlockM / 2; ++i) dp[i] = s[i] * (dp[i] - column(dpsum, i));  // dS^T
-                uint32_t dsf[kBlockM / Elem::kMmaK][4];
+                form_ds(s, dp, dpsum);
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
                 store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
                 store_fence();
                 // dV += P^T dO and dK += dS^T Q from registers, then dQ^T = K_w^T dS^T once the
                 // warpgroup's dS^T rows are stored.
                 ptx::wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
-                    mma_rs<kHeadDim, Elem, 1>(dv, pf[kk], smem.dout[this_stage].desc_mn_major(kk), 1u);
-#pragma unroll
-                for (int kk = 0; kk < kBlockM / Elem::kMmaK; ++kk)
-                    mma_rs<kHeadDim, Elem, 1>(dk, dsf[kk], smem.q[this_stage].desc_mn_major(kk), 1u);
+                gemm_dv(pf, this_stage);
+                gemm_dk(dsf, this_stage);
                 ptx::wgmma_commit_group();
                 own_warpgroup.sync();
                 issue_dq(ds_buf);
@@ -752,8 +751,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     stage = read_st.stage;
                     smem.q_ring.consumer_wait(read_st);
                     read_st.advance();
-                    load_columns(stage);
-                    issue_scores(stage);
+                    begin_block(stage);
                     ptx::wgmma_wait_group<1>();
                 } else {
                     ptx::wgmma_wait_group<0>();
