@@ -595,8 +595,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             const int stage = read_st.stage;
             smem.q_ring.consumer_wait(read_st);
             read_st.advance();
-            float s[kBlockM / 2];
-            [[maybe_unused]] float dp[kBlockM / 2];
+            Scores s;
+            [[maybe_unused]] Scores dp;
             // The previous step's dQ first, once the other warpgroup's dS^T of it is stored (it
             // was, unless that warpgroup is behind).
             if constexpr (Cfg::kDelayDq && !kLate) {
