@@ -125,6 +125,14 @@ static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer 
 #ifndef HATTN_BWD_PIPE
 #define HATTN_BWD_PIPE 1
 #endif
+// HATTN_BWD_D64_DQ_PARITY=1 (head dim 64, with HATTN_BWD_PIPE): dQ^T of step j over all 128 keys
+//   of the block, by consumer warpgroup j % 2 alone, issued in its step j + 1 (the other's dS^T of
+//   step j is then long stored): half the global reds of each warpgroup adding its own 64 keys'
+//   partial sum, without summing the partials in shared memory (Config::kDqParity).
+#ifndef HATTN_BWD_D64_DQ_PARITY
+#define HATTN_BWD_D64_DQ_PARITY 0
+#endif
+
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
 
@@ -132,7 +140,9 @@ enum class Grads { kAll, kDv, kDkDq };
 constexpr int default_stages(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 // dS^T tiles: 2, so that a warpgroup never waits before rewriting one; 3 where the late dQ GEMM
 // (kLateDq) reads a tile one step longer.
-constexpr int default_ds_buffers(int head_dim) { return kDqLate != 0 && head_dim == 128 ? 3 : 2; }
+constexpr int default_ds_buffers(int head_dim) {
+    return kDqLate != 0 && head_dim == 128 ? 3 : (HATTN_BWD_D64_DQ_PARITY != 0 && head_dim == 64 ? 4 : 2);
+}
 
 template <int kHeadDim_, class Elem_, Grads kGrads_ = Grads::kAll, int kStages_ = default_stages(kHeadDim_),
           int kDsBuffers_ = default_ds_buffers(kHeadDim_)>
@@ -194,6 +204,12 @@ struct Config {
     static constexpr bool kShortStep = kHeadDim == kMmaM;
     // HATTN_BWD_PIPE: the next query block's S^T and dP^T queued behind this block's gradient GEMMs.
     static constexpr bool kPipeline = kShortStep && kAccDk && kAccDv && HATTN_BWD_PIPE != 0;
+    // HATTN_BWD_D64_DQ_PARITY. Safe with 4 dS^T buffers and ds_ready barriers because a warpgroup
+    // can run at most kStages = 3 steps ahead of the other (the Q ring): it rewrites the buffer of
+    // step j in step j + 4, after the other has freed step j + 1's slot, so after that one's dQ^T
+    // GEMM of step j has completed; likewise for the barrier of step j, reused in step j + 4.
+    static constexpr bool kDqParity = kPipeline && kDqOwnKeys && HATTN_BWD_D64_DQ_PARITY != 0;
+    static_assert(!kDqParity || (kStages <= 3 && kDsBuffers >= 4), "dQ parity: buffer and barrier reuse");
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
@@ -722,6 +738,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 read_st.advance();
                 begin_block(stage);
             }
+            // kParity (Config::kDqParity, not the deterministic walk, whose ordered adds take both
+            // warpgroups' partial sums): dQ^T of step j is computed by warpgroup j % 2 over all
+            // the block's keys in its step j + 1, once the other's dS^T of step j is stored
+            // (barrier ds_ready(other, j / 2 % 2)), and added by it alone.
+            constexpr bool kParity = Cfg::kDqParity && !kWalkDown;
+            auto issue_dq_all_keys = [&](int buf) {
+                ptx::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kBlockN / Elem::kMmaK; ++kk)
+                    mma_ss<kBlockM, Elem, 1, 1>(dq[0], smem.k.desc_mn_major(kk, 0), smem.ds[buf].desc_mn_major(kk),
+                                                kk > 0 ? 1u : 0u);
+                ptx::wgmma_commit_group();
+            };
+            auto dq_block = [&](int head, int m) {
+                return p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+            };
+            int prev_head = head_begin, prev_m = 0;  // kParity: the previous step's query block
             int head = head_begin, t = 0;
             for (int k = 0; k < steps; ++k) {
                 const int m = walk(t);
@@ -735,30 +768,53 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 acc_to_a_fragment<Elem, kBlockM>(s, pf);
                 form_ds(s, dp, dpsum);
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
-                store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[ds_buf], dp, first_key_in_block);
+                const int buf = kParity ? (k & (Cfg::kDsBuffers - 1)) : ds_buf;
+                store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[buf], dp, first_key_in_block);
                 store_fence();
+                if (kParity && k % 2 != cw) ds_ready(cw, (k / 2) % 2).arrive();  // for the other's dQ^T
                 // dV += P^T dO and dK += dS^T Q from registers, then dQ^T = K_w^T dS^T once the
                 // warpgroup's dS^T rows are stored.
                 ptx::wgmma_fence();
                 gemm_dv(pf, this_stage);
                 gemm_dk(dsf, this_stage);
                 ptx::wgmma_commit_group();
-                own_warpgroup.sync();
-                issue_dq(ds_buf);
                 // The next block's scores, queued behind this block's gradients; then the wait
                 // for those alone (the scores stay in flight through the dQ adds).
-                if (k + 1 < steps) {
-                    stage = read_st.stage;
-                    smem.q_ring.consumer_wait(read_st);
-                    read_st.advance();
-                    begin_block(stage);
-                    ptx::wgmma_wait_group<1>();
+                auto next_scores_then_wait = [&] {
+                    if (k + 1 < steps) {
+                        stage = read_st.stage;
+                        smem.q_ring.consumer_wait(read_st);
+                        read_st.advance();
+                        begin_block(stage);
+                        ptx::wgmma_wait_group<1>();
+                    } else {
+                        ptx::wgmma_wait_group<0>();
+                    }
+                };
+                if constexpr (kParity) {
+                    // (dQ's registers written and read within one branch: ptxas would otherwise
+                    // see them in flight where the branches meet, and serialize the wgmmas.)
+                    if (k >= 1 && (k - 1) % 2 == cw) {
+                        ds_ready(1 - cw, ((k - 1) / 2) % 2).sync();
+                        issue_dq_all_keys((k - 1) & (Cfg::kDsBuffers - 1));
+                        next_scores_then_wait();
+                        release_stage();
+                        ptx::wgmma_fence_operand(dq[0]);
+                        add_dq(dq_block(prev_head, prev_m), dq);
+                    } else {
+                        next_scores_then_wait();
+                        release_stage();
+                    }
+                    prev_head = head;
+                    prev_m = m;
                 } else {
-                    ptx::wgmma_wait_group<0>();
+                    own_warpgroup.sync();
+                    issue_dq(ds_buf);
+                    next_scores_then_wait();
+                    release_stage();
+                    finish_dq(head, m);
+                    ds_buf ^= 1;
                 }
-                release_stage();
-                finish_dq(head, m);
-                ds_buf ^= 1;
                 if (++t == blocks) {
                     t = 0;
                     ++head;
@@ -767,6 +823,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // Nothing is in flight here (the last step waited for everything), but ptxas cannot
             // tell which branch the last step took and would insert this wait itself (C7517).
             ptx::wgmma_wait_group<0>();
+            if (kParity && steps > 0 && (steps - 1) % 2 == cw) {  // the last step's dQ^T
+                ds_ready(1 - cw, ((steps - 1) / 2) % 2).sync();
+                issue_dq_all_keys((steps - 1) & (Cfg::kDsBuffers - 1));
+                ptx::wgmma_wait_group<0>();
+                ptx::wgmma_fence_operand(dq[0]);
+                add_dq(dq_block(prev_head, prev_m), dq);
+            }
         } else {
             // One loop of each kind, so the step is inlined twice (its mask is a template argument).
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
