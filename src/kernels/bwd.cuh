@@ -40,7 +40,8 @@
 //   * At head_dim 64 the steps are short and dQ's fp32 reduce-adds are what limits them: without
 //     them the kernel ran 34-46% faster, with half of them 10-20% faster (timing probes). Summing
 //     the two warpgroups' partials in shared memory first, or bulk-adding dQ from there, measured
-//     slower than the plain reds (bench/RESULTS.md run 64).
+//     slower than the plain reds (bench/RESULTS.md run 64). What halves them: the warpgroups take
+//     turns, one computing a step's dQ^T over all 128 keys a step later (kDqParity, run 65).
 #pragma once
 
 #include <cuda.h>
@@ -125,12 +126,14 @@ static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer 
 #ifndef HATTN_BWD_PIPE
 #define HATTN_BWD_PIPE 1
 #endif
-// HATTN_BWD_D64_DQ_PARITY=1 (head dim 64, with HATTN_BWD_PIPE): dQ^T of step j over all 128 keys
-//   of the block, by consumer warpgroup j % 2 alone, issued in its step j + 1 (the other's dS^T of
-//   step j is then long stored): half the global reds of each warpgroup adding its own 64 keys'
-//   partial sum, without summing the partials in shared memory (Config::kDqParity).
+// HATTN_BWD_D64_DQ_PARITY (head dim 64, with HATTN_BWD_PIPE): 1 (the default) = dQ^T of step j
+//   over all 128 keys of the block, by consumer warpgroup j % 2 alone, issued in its step j + 1
+//   (the other's dS^T of step j is then long stored): half the global reds of each warpgroup
+//   adding its own 64 keys' partial sum, without summing the partials in shared memory
+//   (Config::kDqParity; +2-11% at 2k-16k, bench/RESULTS.md run 65); 0 = each warpgroup adds its
+//   own keys' partial dQ^T every step, kept for that A/B.
 #ifndef HATTN_BWD_D64_DQ_PARITY
-#define HATTN_BWD_D64_DQ_PARITY 0
+#define HATTN_BWD_D64_DQ_PARITY 1
 #endif
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
@@ -162,7 +165,7 @@ struct Config {
     // The consumers hold dK and dV (head_dim registers together) besides S, dP and dQ; the
     // producer warpgroup only issues TMA (and at d128 the dQ warp's bulk adds):
     // 128 x 24 + 256 x 240 = 64512 of the SM's 65536 registers.
-    static constexpr uint32_t kProducerRegs = 24;
+    static constexpr uint32_t kProducerRegs = HATTN_BWD_D64_DQ_PARITY == 2 && kHeadDim == 64 ? 32 : 24;
     static constexpr uint32_t kConsumerRegs = 240;
 
     static constexpr bool kAccDv = kGrads != Grads::kDkDq;
@@ -177,12 +180,6 @@ struct Config {
     static constexpr int kDqKeys = kDqOwnKeys ? kMmaM : kBlockN;
 
     static constexpr int kDqSliceFloats = kMmaM * kBlockM;
-    // At d128 dQ leaves the consumers through shared memory: they store their fragments
-    // (conflict-free, fragment order) and a warp of the producer warpgroup hands each slice to
-    // the TMA unit's bulk reduce-add, so the consumers issue no global adds: +6-8% (and 16 KB of
-    // shared memory per slice). At d64 it measured -0-4% against the consumers' own reds; at
-    // d256 there is no room. The deterministic mode always uses the ordered red path.
-    static constexpr bool kDqWarp = kAccDk && kHeadDim == 128;
     // Step i's dQ GEMM is issued in step i + 1, so a warpgroup waits for the other's dS^T of the
     // step before rather than of the current one, and the two warpgroups can drift up to a step
     // apart: one's softmax then overlaps the other's GEMMs (+1-3% at d128).
@@ -210,6 +207,12 @@ struct Config {
     // GEMM of step j has completed; likewise for the barrier of step j, reused in step j + 4.
     static constexpr bool kDqParity = kPipeline && kDqOwnKeys && HATTN_BWD_D64_DQ_PARITY != 0;
     static_assert(!kDqParity || (kStages <= 3 && kDsBuffers >= 4), "dQ parity: buffer and barrier reuse");
+    // At d128 dQ leaves the consumers through shared memory: they store their fragments
+    // (conflict-free, fragment order) and a warp of the producer warpgroup hands each slice to
+    // the TMA unit's bulk reduce-add, so the consumers issue no global adds: +6-8% (and 16 KB of
+    // shared memory per slice). At d64 it measured -0-4% against the consumers' own reds; at
+    // d256 there is no room. The deterministic mode always uses the ordered red path.
+    static constexpr bool kDqWarp = kAccDk && (kHeadDim == 128 || (kDqParity && HATTN_BWD_D64_DQ_PARITY == 2));
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
@@ -384,10 +387,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 const int lane = threadIdx.x % kWarpThreads;
                 const int c_begin = kDqWarps == 1 ? 0 : static_cast<int>(threadIdx.x / kWarpThreads) - 1;
                 const int c_end = kDqWarps == 1 ? Cfg::kConsumers : c_begin + 1;
+                int step = 0;  // Config::kDqParity: step j's dQ^T is staged by consumer j % 2 alone
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
-                    for (int m = m_begin; m < p.num_m_blocks; ++m) {
+                    for (int m = m_begin; m < p.num_m_blocks; ++m, ++step) {
                         float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
                         for (int c = c_begin; c < c_end; ++c) {
+                            if (Cfg::kDqParity && c != step % Cfg::kConsumers) continue;
                             // "empty" pairs with the consumer's wait before it writes: the staging
                             // was read out (bulk_wait_group_read below, one step earlier).
                             DqStagingBarrier{kDqEmptyFirst + c}.arrive();
@@ -471,6 +476,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             smem.q_ring.consumer_release(release_st);
             release_st.advance();
         };
+        // Hands this warpgroup's dQ^T slices to the dQ warp (Config::kDqWarp) through its staging.
+        auto stage_dq = [&] {
+            if constexpr (Cfg::kDqWarp) {
+                const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
+                empty.sync();  // the dQ warp has read out the previous step's slices
+#pragma unroll
+                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+#pragma unroll
+                    for (int i = 0; i < kBlockM / 2; i += 4)
+                        ptx::st_shared_v4_f32(&smem.dq_staging[cw][sl][dq_accum_index(i / 2, tid)], dq[sl][i],
+                                              dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
+                }
+                ptx::fence_proxy_async_shared_cta();  // the bulk reduce reads through the async proxy
+                full.arrive();
+            }
+        };
         // The dQ GEMM of query block m (head `head`) has completed: add it to the accumulator.
         auto finish_dq = [&](int head, int m) {
             if constexpr (Cfg::kAccDk) {
@@ -478,19 +499,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
                 float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
                 if (Cfg::kDqWarp && !deterministic()) {
-                    if constexpr (Cfg::kDqWarp) {
-                        const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
-                        empty.sync();  // the dQ warp has read out the previous step's slices
-#pragma unroll
-                        for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
-#pragma unroll
-                            for (int i = 0; i < kBlockM / 2; i += 4)
-                                ptx::st_shared_v4_f32(&smem.dq_staging[cw][sl][dq_accum_index(i / 2, tid)], dq[sl][i],
-                                                      dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
-                        }
-                        ptx::fence_proxy_async_shared_cta();  // the bulk reduce reads through the async proxy
-                        full.arrive();
-                    }
+                    stage_dq();
                 } else if (!deterministic()) {
                     add_dq(block, dq);
                 } else {
@@ -751,8 +760,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                                                 kk > 0 ? 1u : 0u);
                 ptx::wgmma_commit_group();
             };
-            auto dq_block = [&](int head, int m) {
-                return p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+            auto hand_over_dq = [&](int head, int m) {
+                ptx::wgmma_fence_operand(dq[0]);
+                if constexpr (Cfg::kDqWarp) {
+                    stage_dq();
+                } else {
+                    add_dq(p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim, dq);
+                }
             };
             int prev_head = head_begin, prev_m = 0;  // kParity: the previous step's query block
             int head = head_begin, t = 0;
@@ -799,8 +813,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                         issue_dq_all_keys((k - 1) & (Cfg::kDsBuffers - 1));
                         next_scores_then_wait();
                         release_stage();
-                        ptx::wgmma_fence_operand(dq[0]);
-                        add_dq(dq_block(prev_head, prev_m), dq);
+                        hand_over_dq(prev_head, prev_m);
                     } else {
                         next_scores_then_wait();
                         release_stage();
@@ -827,8 +840,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 ds_ready(1 - cw, ((steps - 1) / 2) % 2).sync();
                 issue_dq_all_keys((steps - 1) & (Cfg::kDsBuffers - 1));
                 ptx::wgmma_wait_group<0>();
-                ptx::wgmma_fence_operand(dq[0]);
-                add_dq(dq_block(prev_head, prev_m), dq);
+                hand_over_dq(prev_head, prev_m);
             }
         } else {
             // One loop of each kind, so the step is inlined twice (its mask is a template argument).
