@@ -165,7 +165,7 @@ struct Config {
     // The consumers hold dK and dV (head_dim registers together) besides S, dP and dQ; the
     // producer warpgroup only issues TMA (and at d128 the dQ warp's bulk adds):
     // 128 x 24 + 256 x 240 = 64512 of the SM's 65536 registers.
-    static constexpr uint32_t kProducerRegs = HATTN_BWD_D64_DQ_PARITY == 2 && kHeadDim == 64 ? 32 : 24;
+    static constexpr uint32_t kProducerRegs = 24;
     static constexpr uint32_t kConsumerRegs = 240;
 
     static constexpr bool kAccDv = kGrads != Grads::kDkDq;
@@ -366,6 +366,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             typename Ring<Cfg::kStages>::State st;
             constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
+#if HATTN_BWD_D64_DQ_PARITY == 2
+#pragma unroll 1
+#endif
                 for (int t = 0; t < m_end - m_begin; ++t) {
                     const int m = walk(t);
                     uint64_t* full = smem.q_ring.producer_acquire(st, kStageTxBytes);
