@@ -48,7 +48,6 @@ declare -A DEFINES=(
   [base]=""
   [pipe0]="-DHATTN_BWD_PIPE=0"       # d64: one query block at a time (before run 64)
   [dqparity0]="-DHATTN_BWD_D64_DQ_PARITY=0"  # d64: each warpgroup adds its own keys' partial dQ^T every step (before run 65)
-  [dqparity2]="-DHATTN_BWD_D64_DQ_PARITY=2"  # d64: the parity order, dQ added by the dQ warp's bulk reduce-adds
   [early]="-DHATTN_BWD_DQ_LATE=0"    # d128: dQ at the start of the step, waited for alone (before run 26)
   [dqlate]="-DHATTN_BWD_DQ_LATE=1"   # d128: step i-1's dQ GEMM after step i's dK, one wait (the default)
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK

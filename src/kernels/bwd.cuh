@@ -180,6 +180,14 @@ struct Config {
     static constexpr int kDqKeys = kDqOwnKeys ? kMmaM : kBlockN;
 
     static constexpr int kDqSliceFloats = kMmaM * kBlockM;
+    // At d128 dQ leaves the consumers through shared memory: they store their fragments
+    // (conflict-free, fragment order) and a warp of the producer warpgroup hands each slice to
+    // the TMA unit's bulk reduce-add, so the consumers issue no global adds: +6-8% (and 16 KB of
+    // shared memory per slice). At d64 it measured -0-4% against the consumers' own reds, and
+    // -0.4..+3.4% in kDqParity's order (not taken: 32 KB of shared memory for a gain inside the
+    // noise, bench/RESULTS.md run 65d); at d256 there is no room. The deterministic mode always
+    // uses the ordered red path.
+    static constexpr bool kDqWarp = kAccDk && kHeadDim == 128;
     // Step i's dQ GEMM is issued in step i + 1, so a warpgroup waits for the other's dS^T of the
     // step before rather than of the current one, and the two warpgroups can drift up to a step
     // apart: one's softmax then overlaps the other's GEMMs (+1-3% at d128).
@@ -207,12 +215,6 @@ struct Config {
     // GEMM of step j has completed; likewise for the barrier of step j, reused in step j + 4.
     static constexpr bool kDqParity = kPipeline && kDqOwnKeys && HATTN_BWD_D64_DQ_PARITY != 0;
     static_assert(!kDqParity || (kStages <= 3 && kDsBuffers >= 4), "dQ parity: buffer and barrier reuse");
-    // At d128 dQ leaves the consumers through shared memory: they store their fragments
-    // (conflict-free, fragment order) and a warp of the producer warpgroup hands each slice to
-    // the TMA unit's bulk reduce-add, so the consumers issue no global adds: +6-8% (and 16 KB of
-    // shared memory per slice). At d64 it measured -0-4% against the consumers' own reds; at
-    // d256 there is no room. The deterministic mode always uses the ordered red path.
-    static constexpr bool kDqWarp = kAccDk && (kHeadDim == 128 || (kDqParity && HATTN_BWD_D64_DQ_PARITY == 2));
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
@@ -366,9 +368,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             typename Ring<Cfg::kStages>::State st;
             constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
-#if HATTN_BWD_D64_DQ_PARITY == 2
-#pragma unroll 1
-#endif
                 for (int t = 0; t < m_end - m_begin; ++t) {
                     const int m = walk(t);
                     uint64_t* full = smem.q_ring.producer_acquire(st, kStageTxBytes);
@@ -390,12 +389,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 const int lane = threadIdx.x % kWarpThreads;
                 const int c_begin = kDqWarps == 1 ? 0 : static_cast<int>(threadIdx.x / kWarpThreads) - 1;
                 const int c_end = kDqWarps == 1 ? Cfg::kConsumers : c_begin + 1;
-                int step = 0;  // Config::kDqParity: step j's dQ^T is staged by consumer j % 2 alone
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
-                    for (int m = m_begin; m < p.num_m_blocks; ++m, ++step) {
+                    for (int m = m_begin; m < p.num_m_blocks; ++m) {
                         float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
                         for (int c = c_begin; c < c_end; ++c) {
-                            if (Cfg::kDqParity && c != step % Cfg::kConsumers) continue;
                             // "empty" pairs with the consumer's wait before it writes: the staging
                             // was read out (bulk_wait_group_read below, one step earlier).
                             DqStagingBarrier{kDqEmptyFirst + c}.arrive();
@@ -479,22 +476,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             smem.q_ring.consumer_release(release_st);
             release_st.advance();
         };
-        // Hands this warpgroup's dQ^T slices to the dQ warp (Config::kDqWarp) through its staging.
-        auto stage_dq = [&] {
-            if constexpr (Cfg::kDqWarp) {
-                const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
-                empty.sync();  // the dQ warp has read out the previous step's slices
-#pragma unroll
-                for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
-#pragma unroll
-                    for (int i = 0; i < kBlockM / 2; i += 4)
-                        ptx::st_shared_v4_f32(&smem.dq_staging[cw][sl][dq_accum_index(i / 2, tid)], dq[sl][i],
-                                              dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
-                }
-                ptx::fence_proxy_async_shared_cta();  // the bulk reduce reads through the async proxy
-                full.arrive();
-            }
-        };
         // The dQ GEMM of query block m (head `head`) has completed: add it to the accumulator.
         auto finish_dq = [&](int head, int m) {
             if constexpr (Cfg::kAccDk) {
@@ -502,7 +483,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
                 float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
                 if (Cfg::kDqWarp && !deterministic()) {
-                    stage_dq();
+                    if constexpr (Cfg::kDqWarp) {
+                        const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
+                        empty.sync();  // the dQ warp has read out the previous step's slices
+#pragma unroll
+                        for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+#pragma unroll
+                            for (int i = 0; i < kBlockM / 2; i += 4)
+                                ptx::st_shared_v4_f32(&smem.dq_staging[cw][sl][dq_accum_index(i / 2, tid)], dq[sl][i],
+                                                      dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
+                        }
+                        ptx::fence_proxy_async_shared_cta();  // the bulk reduce reads through the async proxy
+                        full.arrive();
+                    }
                 } else if (!deterministic()) {
                     add_dq(block, dq);
                 } else {
@@ -763,13 +756,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                                                 kk > 0 ? 1u : 0u);
                 ptx::wgmma_commit_group();
             };
-            auto hand_over_dq = [&](int head, int m) {
-                ptx::wgmma_fence_operand(dq[0]);
-                if constexpr (Cfg::kDqWarp) {
-                    stage_dq();
-                } else {
-                    add_dq(p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim, dq);
-                }
+            auto dq_block = [&](int head, int m) {
+                return p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
             };
             int prev_head = head_begin, prev_m = 0;  // kParity: the previous step's query block
             int head = head_begin, t = 0;
@@ -816,7 +804,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                         issue_dq_all_keys((k - 1) & (Cfg::kDsBuffers - 1));
                         next_scores_then_wait();
                         release_stage();
-                        hand_over_dq(prev_head, prev_m);
+                        ptx::wgmma_fence_operand(dq[0]);
+                        add_dq(dq_block(prev_head, prev_m), dq);
                     } else {
                         next_scores_then_wait();
                         release_stage();
@@ -843,7 +832,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 ds_ready(1 - cw, ((steps - 1) / 2) % 2).sync();
                 issue_dq_all_keys((steps - 1) & (Cfg::kDsBuffers - 1));
                 ptx::wgmma_wait_group<0>();
-                hand_over_dq(prev_head, prev_m);
+                ptx::wgmma_fence_operand(dq[0]);
+                add_dq(dq_block(prev_head, prev_m), dq);
             }
         } else {
             // One loop of each kind, so the step is inlined twice (its mask is a template argument).
