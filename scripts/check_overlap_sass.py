@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Check in SASS that the forward kernel really overlaps a warpgroup's softmax with its own PV GEMM.
+"""Check in SASS that the forward kernel really overlaps a warpgroup's softmax with its own PV GEMM,
+and that the d64 backward adds dQ while its next query block's scores are on the tensor cores.
 
 The intra-warpgroup pipeline issues S_{j+1} = Q K^T and O += P_j V_j back to back, waits for the
 first (`wgmma.wait_group 1`, SASS `WARPGROUP.DEPBAR.LE gsb0, 0x1`), runs the softmax of S_{j+1}
@@ -12,6 +13,14 @@ This script disassembles every forward kernel and fails if, after any `DEPBAR.LE
 fewer than MIN_EXPS exps come before the next `DEPBAR.LE gsb0, 0x0`. An exp is a `MUFU.EX2` or,
 for the FP8 forward's MUFU/FMA split (kernels/sm90/exp2_poly.cuh), the polynomial's
 range-reduction add of 1.5 * 2^23 (`FADD Rd, Rs, 12582912`, one per exp on the FMA pipe).
+
+The d64 backward (kernels/bwd.cuh, Config::kPipeline; every other step with kDqParity) issues a
+step's dQ^T GEMM (SS, both operands transposed: `HGMMA ... tnspA.tnspB`), then the next query
+block's S^T and dP^T (8 SS `HGMMA`s without tnsp), waits for all but those (`DEPBAR.LE gsb0, 0x1`)
+and only then adds dQ (`REDG.E.ADD.F32x4`, 8 per thread). If ptxas hoisted a wait-for-all above
+the reds, or the scores were issued after them, the reds would run with the tensor cores idle
+(bench/RESULTS.md run 64a: the order is worth 4-11%). Checked in each non-deterministic d64
+backward kernel.
 
 Usage: scripts/check_overlap_sass.py [OBJECT_OR_LIBRARY ...]
        (default: build/libhattn.a). Needs cuobjdump (CUDA toolkit, or `pip install
@@ -43,6 +52,17 @@ WAIT_ONE = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x1\b")
 WAIT_ZERO = re.compile(r"WARPGROUP\.DEPBAR\.LE\s+gsb0,\s*0x0\b")
 EXP = re.compile(r"\bMUFU\.EX2\b|\bFADD(\.\w+)*\s+R\d+,\s*R\d+,\s*12582912\b")
 FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
+# The d64 backward kernels in their non-deterministic walk: Config<64, ...> and kWalkDown = false
+# (the last template argument); bf16 and fp16, each with both grid orders.
+BWD_D64 = re.compile(r"bwd_kernelINS0_6ConfigILi64E.*Lb[01]ELb0EEEv")
+MIN_BWD_KERNELS = 4
+HGMMA = re.compile(r"\bHGMMA\.")
+DQ_GEMM = re.compile(r"\bHGMMA\..*tnspA\.tnspB")
+TRANSPOSED = re.compile(r"tnsp")
+RED_ADD = re.compile(r"\bREDG\.E\.ADD\.F32x4\b")
+ANY_WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE")
+QUEUED_SCORES = 8  # S^T and dP^T: 2 x head_dim / 16 HGMMAs
+DQ_REDS = 8        # 64 floats of dQ^T per thread, 4 per red
 
 
 def find_cuobjdump() -> str | None:
@@ -94,6 +114,27 @@ def check_kernel(body: list[str]) -> tuple[int, list[int]]:
     return steps, failures
 
 
+def check_bwd_kernel(body: list[str]) -> bool:
+    """True if some `DEPBAR.LE gsb0, 0x1` is followed by >= DQ_REDS dQ reds before the next wait
+    and preceded by the queued scores (QUEUED_SCORES SS HGMMAs), with a dQ GEMM before those."""
+    for i, line in enumerate(body):
+        if not WAIT_ONE.search(line):
+            continue
+        reds = 0
+        for after in body[i + 1:]:
+            if ANY_WAIT.search(after):
+                break
+            reds += bool(RED_ADD.search(after))
+        if reds < DQ_REDS:
+            continue
+        before = [b for b in body[:i] if HGMMA.search(b)]
+        scores = before[-QUEUED_SCORES:]
+        if len(scores) == QUEUED_SCORES and not any(TRANSPOSED.search(b) for b in scores) and \
+                DQ_GEMM.search(before[-QUEUED_SCORES - 1] if len(before) > QUEUED_SCORES else ""):
+            return True
+    return False
+
+
 def main(argv: list[str]) -> int:
     inputs = [Path(a) for a in argv[1:]] or [DEFAULT_INPUT]
     cuobjdump = find_cuobjdump()
@@ -104,6 +145,7 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(cuobjdump) + os.pathsep + env.get("PATH", "")  # nvdisasm beside it
     checked, bad = 0, 0
+    bwd_checked, bwd_bad = 0, 0
     for path in inputs:
         if not path.exists():
             print(f"check_overlap_sass: {path} not found (build first)", file=sys.stderr)
@@ -111,6 +153,14 @@ def main(argv: list[str]) -> int:
         sass = subprocess.run([cuobjdump, "-sass", str(path)], check=True, capture_output=True, text=True,
                               env=env).stdout
         for name, body in kernels(sass):
+            if BWD_D64.search(name):
+                bwd_checked += 1
+                if check_bwd_kernel(body):
+                    print(f"ok   {name}: dQ reds after the next block's scores are queued")
+                else:
+                    bwd_bad += 1
+                    print(f"FAIL {name}: no dQ GEMM -> next scores -> wait(1) -> dQ reds sequence")
+                continue
             if not any(k in name for k in KERNEL_NAMES):
                 continue
             steps, failures = check_kernel(body)
@@ -126,8 +176,12 @@ def main(argv: list[str]) -> int:
     if checked < MIN_KERNELS:
         print(f"check_overlap_sass: only {checked} overlapped forward kernels found, expected >= {MIN_KERNELS}")
         return 1
-    print(f"check_overlap_sass: {checked - bad} of {checked} kernels overlap the softmax with their own PV GEMM")
-    return 1 if bad else 0
+    if bwd_checked < MIN_BWD_KERNELS:
+        print(f"check_overlap_sass: only {bwd_checked} d64 backward kernels found, expected >= {MIN_BWD_KERNELS}")
+        return 1
+    print(f"check_overlap_sass: {checked - bad} of {checked} kernels overlap the softmax with their own PV GEMM; "
+          f"{bwd_checked - bwd_bad} of {bwd_checked} d64 backward kernels add dQ under the next scores")
+    return 1 if bad or bwd_bad else 0
 
 
 if __name__ == "__main__":
