@@ -19,11 +19,16 @@
 # attention through cudnn-frontend, from CUDNN_FRONTEND_PATH or the environment) on the e4m3 ones.
 # LaunchStats and Occupancy are among the sections: a peer's grid, block, registers and shared
 # memory say its tile shape and warp layout.
+# PASS=bwd profiles the backward instead (bf16 shapes only): every kernel of hattn's backward
+# (`hattn bwd`: preprocess, main kernel -- two at d256 -- and dQ conversion), and the peers' ("cudnn",
+# "fa4") through `profile_peer.py --bwd`, which runs their second backward inside the NVTX range
+# "profiled": ncu takes every kernel launched there, so the summary has one block per kernel.
 # Writes $OUT/summary.txt (the key figures per shape, printed last) and $OUT/ncu.tgz (the CSV of
 # every section per shape).
 #
 # Environment: OUT (profile_fwd_out), BUILD_DIR (build), JOBS (nproc), TOKENS (16384), WIDTH (2048),
 #   SHAPES ("64:8192:full 64:8192:causal 128:8192:full 128:16384:full"), NCU (ncu), PYTHON (python3),
+#   PASS (fwd; bwd: the backward),
 #   PEERS (unset: "fa4" when FA4_PATH is set, else none), FA4_PATH, CUDNN_FRONTEND_PATH,
 #   TIMEOUT_S (120 per profiled run), NCU_DETAILS (0; 1: ncu
 #   --print-details all, the sections' bodies as well), SASS_PAGE (0; 1: also each shape's
@@ -42,6 +47,8 @@ SHAPES=${SHAPES:-"64:8192:full 64:8192:causal 128:8192:full 128:16384:full"}
 NCU=${NCU:-ncu}
 PYTHON=${PYTHON:-python3}
 TIMEOUT_S=${TIMEOUT_S:-120}
+PASS=${PASS:-fwd}
+case "$PASS" in fwd | bwd) ;; *) echo "profile_fwd.sh: PASS must be fwd or bwd, not '$PASS'" >&2; exit 2 ;; esac
 SECTIONS=(LaunchStats Occupancy ComputeWorkloadAnalysis InstructionStats SchedulerStats WarpStateStats SourceCounters)
 PEERS=${PEERS-${FA4_PATH:+fa4}}
 # The peers' forward kernels by demangled name (each run's second launch is the profiled one).
@@ -51,6 +58,8 @@ KERNEL_PEER_CUDNN='regex:(?i)sdpa|fmha|fprop|flash'  # cuDNN's generated attenti
 KERNEL_BF16='regex:^_ZN5hattn3fwd10fwd_kernel'
 KERNEL_E4M3='regex:^_ZN5hattn7fwd_fp814fwd_fp8_kernel'
 KERNEL_PREPASS='regex:^_ZN5hattn3fp86detail23fp8_hadamard_mma_kernel'
+KERNEL_BWD='regex:^_ZN5hattn3bwd'  # bwd_preprocess, bwd_kernel (one or two), bwd_dq_convert
+PEER_BWD_LAUNCHES=8  # at most this many kernels of a peer's backward inside its NVTX range
 MEMORY_SECTIONS=(SpeedOfLight MemoryWorkloadAnalysis)  # the pre-pass's: DRAM, L1 and L2 throughput
 
 mkdir -p "$OUT"
@@ -86,11 +95,11 @@ keep = ("Duration", "Issue Slots Busy", "Issued Warp Per Scheduler", "No Eligibl
         "L1/TEX Hit Rate", "L2 Hit Rate", "L1/TEX Cache Throughput", "L2 Cache Throughput", "Mem Busy", "Max Bandwidth",
         "Grid Size", "Block Size", "Registers Per Thread", "Dynamic Shared Memory Per Block", "Static Shared Memory Per Block",
         "Theoretical Occupancy", "Achieved Occupancy", "Waves Per SM")
-rows, kernel = [], None
+kernels = {}  # profiled launch ID -> (kernel name, rows); one launch for a forward, several for PASS=bwd
 try:
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            kernel = kernel or r.get("Kernel Name")  # which kernel the name filter caught
+            kernel, rows = kernels.setdefault(r.get("ID", ""), (r.get("Kernel Name") or "", []))
             name = r.get("Metric Name", "")
             # --print-details all adds the sections' bodies: pipe utilisation and stall reasons.
             if (any(name.startswith(k) for k in keep) or "Pipe" in r.get("Section Name", "") or "pipe" in name.lower()
@@ -99,9 +108,12 @@ try:
 except (OSError, csv.Error) as e:
     print(f"{label}: no CSV ({e})")
     sys.exit(0)
-print(f"== {label}" + (f"  [{kernel[:140]}]" if kernel else ""))
-for sec, name, value, unit in rows:
-    print(f"  {sec:28.28} {name:60.60} {value} {unit}")
+if not kernels:
+    print(f"== {label}: no kernel profiled")
+for launch, (kernel, rows) in kernels.items():
+    print(f"== {label}" + (f" #{launch}" if len(kernels) > 1 else "") + (f"  [{kernel[:140]}]" if kernel else ""))
+    for sec, name, value, unit in rows:
+        print(f"  {sec:28.28} {name:60.60} {value} {unit}")
 PY
 }
 
@@ -128,6 +140,13 @@ for shape in $SHAPES; do
   kernel=$KERNEL_BF16; [ "$dtype" = e4m3 ] && kernel=$KERNEL_E4M3
   cli=(--batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim" --dtype "$dtype" --iters 1 --warmup 0)
   [ "$mask" = causal ] && cli+=(--causal)
+  command=fwd launches=1
+  if [ "$PASS" = bwd ]; then
+    if [ "$dtype" != bf16 ] || [ "$mask" = prepass ]; then say "$label: skipped (PASS=bwd profiles bf16 shapes)"; continue; fi
+    # One backward: its preprocess, main kernel(s) and dQ conversion (d256 runs two main kernels).
+    command=bwd kernel=$KERNEL_BWD launches=3 label="bwd_$label"
+    [ "$dim" = 256 ] && launches=4
+  fi
   shape_sections=("${section_args[@]}")
   if [ "$mask" = prepass ]; then
     kernel=$KERNEL_PREPASS
@@ -135,8 +154,8 @@ for shape in $SHAPES; do
     [ "$dtype" = half ] || [ "$dtype" = interleaved ] && cli+=(--rope "$dtype")
     for s in "${MEMORY_SECTIONS[@]}"; do shape_sections+=(--section "$s"); done
   fi
-  timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 \
-    "${shape_sections[@]}" --csv --page details "${details_args[@]}" "$BUILD_DIR/bin/hattn" fwd "${cli[@]}" \
+  timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count "$launches" \
+    "${shape_sections[@]}" --csv --page details "${details_args[@]}" "$BUILD_DIR/bin/hattn" "$command" "${cli[@]}" \
     >"$LOGS/hattn_$label.raw" 2>"$LOGS/hattn_$label.err"
   rc=$?
   # ncu's CSV starts at its first quoted header line; the CLI's own output comes before it.
@@ -144,7 +163,7 @@ for shape in $SHAPES; do
   [ $rc -eq 0 ] || say "hattn $label: ncu exit $rc (see its .err in ncu.tgz)"
   summarize "$LOGS/hattn_$label.csv" "hattn $label"
   [ "${SASS_PAGE:-0}" = 1 ] && sass_page "hattn_$label" "$OUT/sass_$label.csv" \
-    --kernel-name-base mangled --kernel-name "$kernel" --launch-count 1 -- "$BUILD_DIR/bin/hattn" fwd "${cli[@]}"
+    --kernel-name-base mangled --kernel-name "$kernel" --launch-count "$launches" -- "$BUILD_DIR/bin/hattn" "$command" "${cli[@]}"
 
   [ "$mask" = prepass ] && continue
   for peer in $PEERS; do
@@ -153,13 +172,19 @@ for shape in $SHAPES; do
       cudnn:bf16 | cudnn_fp8:e4m3) peer_kernel=$KERNEL_PEER_CUDNN ;;
       *) continue ;;  # a peer of the other dtype
     esac
+    # The peer's second forward launch only (the first includes its compilation or graph build);
+    # PASS=bwd: every kernel of its second backward (the NVTX range profile_peer.py opens).
+    peer_filter=(--kernel-name-base demangled --kernel-name "$peer_kernel" --launch-skip 1 --launch-count 1)
     peer_args=(--peer "$peer" --batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim")
+    if [ "$PASS" = bwd ]; then
+      [ "$peer" = cudnn_fp8 ] && continue
+      peer_filter=(--nvtx --nvtx-include "profiled/" --launch-count "$PEER_BWD_LAUNCHES")
+      peer_args+=(--bwd)
+    fi
     [ "$mask" = causal ] && peer_args+=(--causal)
     [ -n "${FA4_PATH:-}" ] && peer_args+=(--fa4-path "$FA4_PATH")
     [ -n "${CUDNN_FRONTEND_PATH:-}" ] && peer_args+=(--cudnn-frontend-path "$CUDNN_FRONTEND_PATH")
-    # The peer's second forward launch only (the first includes its compilation or graph build).
-    timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base demangled --kernel-name "$peer_kernel" \
-      --launch-skip 1 --launch-count 1 "${section_args[@]}" --csv --page details "${details_args[@]}" \
+    timeout -k 10 "$TIMEOUT_S" "$NCU" "${peer_filter[@]}" "${section_args[@]}" --csv --page details "${details_args[@]}" \
       "$PYTHON" scripts/profile_peer.py "${peer_args[@]}" >"$LOGS/${peer}_$label.raw" 2>"$LOGS/${peer}_$label.err"
     rc=$?
     sed -n '/^"ID"/,$p' "$LOGS/${peer}_$label.raw" >"$LOGS/${peer}_$label.csv"
@@ -168,8 +193,7 @@ for shape in $SHAPES; do
     fi
     summarize "$LOGS/${peer}_$label.csv" "$peer $label"
     [ "${SASS_PAGE:-0}" = 1 ] && sass_page "${peer}_$label" "$OUT/sass_${peer}_$label.csv" \
-      --kernel-name-base demangled --kernel-name "$peer_kernel" --launch-skip 1 --launch-count 1 -- \
-      "$PYTHON" scripts/profile_peer.py "${peer_args[@]}"
+      "${peer_filter[@]}" -- "$PYTHON" scripts/profile_peer.py "${peer_args[@]}"
   done
 done
 

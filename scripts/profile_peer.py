@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""One peer attention forward for scripts/profile_fwd.sh to profile under Nsight Compute.
+"""One peer attention forward (or backward) for scripts/profile_fwd.sh to profile under Nsight Compute.
 
     python3 scripts/profile_peer.py --peer cudnn|cudnn_fp8|fa4 --batch B --heads H --seqlen S --dim D
-                                    [--causal] [--fa4-path DIR] [--cudnn-frontend-path DIR]
+                                    [--causal] [--bwd] [--fa4-path DIR] [--cudnn-frontend-path DIR]
 
 Runs the peer's forward twice on random [b, s, h, d] inputs (the first call compiles, builds its
 graph or picks its plan; ncu profiles the second, --launch-skip 1) and exits 0, or prints why the
@@ -12,6 +12,10 @@ peer is not available and exits 3 (so the caller can say "not run" instead of "f
              per-tensor e4m3 inputs, e4m3 output), the peer of hattn's e4m3 forward
   fa4        FlashAttention-4's forward (flash_attn.cute), bf16
 The kernel each launches is found by name by the caller (KERNEL_PEER_* in profile_fwd.sh).
+--bwd (cudnn and fa4): each call runs the forward with autograd, then the backward; the second
+call's backward alone runs inside the NVTX range "profiled" (torch.cuda.nvtx), so that ncu
+--nvtx --nvtx-include profiled/ catches every kernel of that backward (preprocess, main, dQ
+conversion) whatever the peer names them.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ def main() -> int:
     for name in ("batch", "heads", "seqlen", "dim"):
         ap.add_argument(f"--{name}", type=int, required=True)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--bwd", action="store_true", help="profile the backward (cudnn, fa4)")
     ap.add_argument("--fa4-path", type=Path, action="append", default=[])
     ap.add_argument("--cudnn-frontend-path", type=Path, action="append", default=[])
     args = ap.parse_args()
@@ -49,6 +54,40 @@ def main() -> int:
     device = torch.device("cuda")
     b, h, s, d = args.batch, args.heads, args.seqlen, args.dim
     q, k, v = (torch.randn((b, s, h, d), device=device, dtype=torch.bfloat16) for _ in range(3))
+
+    if args.bwd:
+        if args.peer == "cudnn":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def forward(qt, kt, vt):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    out = F.scaled_dot_product_attention(qt.transpose(1, 2), kt.transpose(1, 2), vt.transpose(1, 2),
+                                                         is_causal=args.causal)
+                return out.transpose(1, 2)
+        elif args.peer == "fa4":
+            fa4_func, why = import_fa4(args.fa4_path)
+            if fa4_func is None:
+                print(f"profile_peer.py: FA4: {why}", file=sys.stderr)
+                return NOT_AVAILABLE
+
+            def forward(qt, kt, vt):
+                out = fa4_func(qt, kt, vt, causal=args.causal)
+                return out[0] if isinstance(out, tuple) else out
+        else:
+            print("profile_peer.py: --bwd: cudnn or fa4 only", file=sys.stderr)
+            return NOT_AVAILABLE
+        dout = torch.randn_like(q)
+        for call in range(CALLS):
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = forward(*leaves)
+            torch.cuda.synchronize()
+            if call == CALLS - 1:
+                torch.cuda.nvtx.range_push("profiled")
+            torch.autograd.grad(out, leaves, dout)
+            torch.cuda.synchronize()
+            if call == CALLS - 1:
+                torch.cuda.nvtx.range_pop()
+        return 0
 
     if args.peer == "cudnn":
         from torch.nn.attention import SDPBackend, sdpa_kernel
