@@ -21,8 +21,9 @@
 # checked alone on two shapes so the report names the culprit. Writes $OUT/summary.txt and
 # $OUT/logs.tgz (build, test and run logs); prints the test results, the geomeans and, last, the
 # TFLOPS table with each build's ratio to cuDNN.
-# VARIANT_FILE (src/host/bwd_launch_d128.cu): the launch file a variant's defines are compiled into
-# (a define of another head dim's kernels names that head dim's file); AB_SEQLENS
+# VARIANT_FILE (src/host/bwd_launch_d128.cu): the launch file(s) a variant's defines are compiled
+# into, space-separated (a define of another head dim's kernels names that head dim's file; one
+# that changes the host-side launch of every head dim names all three); AB_SEQLENS
 # (2048,4096,8192,16384): the A/B's lengths.
 # Budget: ~15 s configure, ~1.5-2 min build, ~30-40 s tests, ~1.5 min A/B; TOTAL_LIMIT (300 s) caps it all.
 set -uo pipefail
@@ -35,7 +36,7 @@ TOTAL_LIMIT=${TOTAL_LIMIT:-300}  # the whole script (the fallback checks stop sh
 TEST_SHARDS=${TEST_SHARDS:-4}
 TEST_TIMEOUT=${TEST_TIMEOUT:-75}
 TEST_FILTER=${TEST_FILTER:-'*d128*:BwdDeterminism.*:GpuReferenceBwd.*'}
-VARIANT_FILE=${VARIANT_FILE:-src/host/bwd_launch_d128.cu}  # the one file the variants' defines change
+VARIANT_FILE=${VARIANT_FILE:-src/host/bwd_launch_d128.cu}  # the file(s) the variants' defines change
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 LOGS=$(mktemp -d)
@@ -48,6 +49,8 @@ declare -A DEFINES=(
   [base]=""
   [pipe0]="-DHATTN_BWD_PIPE=0"       # d64: one query block at a time (before run 64)
   [dqparity0]="-DHATTN_BWD_D64_DQ_PARITY=0"  # d64: each warpgroup adds its own keys' partial dQ^T every step (before run 65)
+  [lpt16]="-DHATTN_BWD_LPT_GROUP=16"  # causal grid order: longest first over groups of 16 (KV head, batch) pairs (default 4)
+  [lpt64]="-DHATTN_BWD_LPT_GROUP=64"  # ... of 64 pairs (near a global longest-first order)
   [early]="-DHATTN_BWD_DQ_LATE=0"    # d128: dQ at the start of the step, waited for alone (before run 26)
   [dqlate]="-DHATTN_BWD_DQ_LATE=1"   # d128: step i-1's dQ GEMM after step i's dK, one wait (the default)
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
@@ -69,7 +72,9 @@ if [ "${SKIP_CONFIGURE:-0}" != 1 ]; then
     >"$LOGS/configure.log" 2>&1 || { echo "CONFIGURE FAILED:"; tail -20 "$LOGS/configure.log"; exit 1; }
 fi
 if [ ! -f "$BASE/build.ninja" ]; then echo "ab_bwd.sh: needs ninja (build-ab/base/build.ninja)"; exit 1; fi
-OBJ_REL=CMakeFiles/hattn_objects.dir/$VARIANT_FILE.o
+read -r -a VARIANT_FILES <<<"$VARIANT_FILE"
+OBJ_RELS=()
+for f in "${VARIANT_FILES[@]}"; do OBJ_RELS+=("CMakeFiles/hattn_objects.dir/$f.o"); done
 # One command (ninja's, for the base build) whose line contains all the given fixed strings.
 ninja_command() {
   local target=$1; shift
@@ -78,11 +83,15 @@ ninja_command() {
     ok=1; for s in "$@"; do [[ "$l" == *"$s"* ]] || ok=0; done; [ $ok = 1 ] && echo "$l"; done | tail -1)
   [ -n "$line" ] && echo "$line"
 }
-compile_cmd=$(ninja_command hattn_shared "nvcc" " -o $OBJ_REL")
-so_link_cmd=$(ninja_command hattn_shared " -shared " " $OBJ_REL ")
+declare -A COMPILE_CMD  # object -> its nvcc command in the base build
+for obj in "${OBJ_RELS[@]}"; do
+  COMPILE_CMD[$obj]=$(ninja_command hattn_shared "nvcc" " -o $obj")
+  if [ -z "${COMPILE_CMD[$obj]}" ]; then echo "ab_bwd.sh: could not read the compile command of $obj from ninja" | tee "$LOGS/ninja.err"; exit 1; fi
+done
+so_link_cmd=$(ninja_command hattn_shared " -shared " " ${OBJ_RELS[0]} ")
 test_link_cmd=$(ninja_command bwd_test " -o test/bwd_test" " libhattn.a ")
 so_out=$(sed -n 's/.* -o \(libhattn\.so[^ ]*\) .*/\1/p' <<<"$so_link_cmd")
-for what in compile_cmd so_link_cmd test_link_cmd so_out; do
+for what in so_link_cmd test_link_cmd so_out; do
   if [ -z "${!what}" ]; then echo "ab_bwd.sh: could not read $what from ninja" | tee "$LOGS/ninja.err"; exit 1; fi
 done
 
@@ -93,10 +102,21 @@ for v in $VARIANTS; do
   [ "$v" != base ] || continue
   vdir=$ROOT/build-ab/$v
   mkdir -p "$vdir"
-  rm -f "$vdir/libhattn.so" "$vdir/bwd_test" "$vdir/$(basename "$OBJ_REL")"
-  cmd=${compile_cmd//" -o $OBJ_REL"/" ${DEFINES[$v]} -o $vdir/$(basename "$OBJ_REL")"}
-  cmd=${cmd//"$OBJ_REL.d"/"$vdir/$(basename "$OBJ_REL").d"}
-  (cd "$BASE" && echo "$cmd" && bash -c "$cmd") >"$LOGS/build_$v.log" 2>&1 &
+  rm -f "$vdir/libhattn.so" "$vdir/bwd_test"
+  # Each of the variant's files compiled with its defines, in parallel; the job fails if one does.
+  (
+    cd "$BASE" || exit 1
+    jobs_ok=0
+    for obj in "${OBJ_RELS[@]}"; do
+      rm -f "$vdir/$(basename "$obj")"
+      cmd=${COMPILE_CMD[$obj]//" -o $obj"/" ${DEFINES[$v]} -o $vdir/$(basename "$obj")"}
+      cmd=${cmd//"$obj.d"/"$vdir/$(basename "$obj").d"}
+      echo "$cmd"
+      bash -c "$cmd" &
+    done
+    for job in $(jobs -p); do wait "$job" || jobs_ok=1; done
+    exit $jobs_ok
+  ) >"$LOGS/build_$v.log" 2>&1 &
   pids+=("$!:$v")
 done
 base_ok=0
@@ -106,18 +126,24 @@ declare -A LIB TESTBIN
 [ $base_ok = 0 ] || { LIB[base]=$BASE/libhattn.so; TESTBIN[base]=$BASE/test/bwd_test; }
 for entry in "${pids[@]}"; do
   pid=${entry%%:*} v=${entry#*:} vdir=$ROOT/build-ab/${entry#*:}
-  obj=$vdir/$(basename "$OBJ_REL")
-  if ! wait "$pid" || [ ! -f "$obj" ]; then
+  objs=() so_cmd=$so_link_cmd
+  for obj in "${OBJ_RELS[@]}"; do
+    objs+=("$vdir/$(basename "$obj")")
+    so_cmd=${so_cmd//" $obj "/" $vdir/$(basename "$obj") "}  # this variant's object in place of the base's
+  done
+  built=1
+  wait "$pid" || built=0
+  for obj in "${objs[@]}"; do [ -f "$obj" ] || built=0; done
+  if [ $built = 0 ]; then
     echo "BUILD FAILED: $v (tail of its log):"; tail -8 "$LOGS/build_$v.log"; continue
   fi
   [ $base_ok = 1 ] || continue
-  # Relink from the base's objects, this variant's object in place of the base's.
-  so_cmd=${so_link_cmd//" $OBJ_REL "/" $obj "}
+  # Relink from the base's objects, this variant's objects in place of the base's.
   so_cmd=${so_cmd//" -o $so_out "/" -o $vdir/libhattn.so "}
   tl_cmd=${test_link_cmd//" libhattn.a "/" $vdir/libhattn.a "}
   tl_cmd=${tl_cmd//" -o test/bwd_test"/" -o $vdir/bwd_test"}
   if (cd "$BASE" && echo "$so_cmd" && bash -c "$so_cmd" &&
-      cp libhattn.a "$vdir/libhattn.a" && ar r "$vdir/libhattn.a" "$obj" &&
+      cp libhattn.a "$vdir/libhattn.a" && ar r "$vdir/libhattn.a" "${objs[@]}" &&
       echo "$tl_cmd" && bash -c "$tl_cmd") >>"$LOGS/build_$v.log" 2>&1 &&
      [ -f "$vdir/libhattn.so" ] && [ -x "$vdir/bwd_test" ]; then
     LIB[$v]=$vdir/libhattn.so

@@ -32,6 +32,15 @@ tile costs more than one block there, and a partly empty pass runs at higher clo
 power limit, so it is not as slow as its SM count says.
 
   python3 scripts/model_tile_walk.py [--sms 132] [--overhead 2] [--ahead 2] [--mask causal|full]
+
+--bwd models the backward's causal grid instead (kernels/bwd.cuh): one CTA per (KV block of 128
+keys, KV head, batch), each costing the 64-row query blocks that see its keys plus --overhead
+(K / V loads, dK / dV epilogue, in query-block steps); the hardware hands CTAs to free SMs in
+launch order (the list schedule). d256 runs two such grids back to back (the dV kernel, then its
+programmatic dependent). The launch order is longest-first within groups of G (KV head, batch)
+pairs (kLptGroup; "all" = one global longest-first order), or the plain order, KV block fastest.
+
+  python3 scripts/model_tile_walk.py --bwd [--overhead 1.5]
 """
 import argparse
 import heapq
@@ -125,6 +134,36 @@ def split_tail(costs: list[float], ctas: int, overhead: float, merge: float) -> 
     return head + (tail / ctas + overhead + merge if tail else 0.0)
 
 
+def bwd_grid_costs(head_dim: int, seqlen: int, tokens: int, width: int, group: int | None) -> list[int]:
+    """The backward's causal CTAs in launch order: group None = plain (KV block fastest), else
+    block 0 of every pair of a group of `group` pairs, then block 1, ..., group after group."""
+    block_n, block_m = 128, 64
+    pairs = (width // head_dim) * max(1, tokens // seqlen)
+    n_blocks, m_blocks = math.ceil(seqlen / block_n), math.ceil(seqlen / block_m)
+    steps = [m_blocks - (j * block_n) // block_m for j in range(n_blocks)]
+    if group is None:
+        costs = steps * pairs
+    else:
+        group = min(group, pairs)
+        costs = [steps[j] for _ in range(pairs // group) for j in range(n_blocks) for _ in range(group)]
+    return costs * (2 if head_dim == 256 else 1)
+
+
+def bwd_main(a) -> None:
+    groups = (4, 16, 64, None)
+    print(f"backward causal grid: finish / ideal on {a.sms} SMs (CTA start-up {a.overhead} query blocks)")
+    print("| d | seqlen | CTAs | plain | " + " | ".join(f"groups of {g}" for g in groups[:-1]) + " | all |")
+    print("|---|---|---|---|" + "---|" * len(groups))
+    for d in (64, 128, 256):
+        for s in (512, 1024, 2048, 4096, 8192, 16384):
+            pairs = (a.width // d) * max(1, a.tokens // s)
+            orders = [bwd_grid_costs(d, s, a.tokens, a.width, None)] + \
+                     [bwd_grid_costs(d, s, a.tokens, a.width, g or pairs) for g in groups]
+            ideal = (sum(orders[0]) + a.overhead * len(orders[0])) / a.sms
+            row = [dynamic_walk(c, a.sms, a.overhead, 0.0) / ideal for c in orders]
+            print(f"| {d} | {s} | {len(orders[0])} | " + " | ".join(f"{x:.3f}" for x in row) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sms", type=int, default=132, help="CTAs of the persistent grid (H100 / H200: 132)")
@@ -134,7 +173,11 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--mask", choices=("causal", "full"), default="causal")
     ap.add_argument("--merge", type=float, default=1.0, help="split tail: blocks' worth of time to merge partials")
+    ap.add_argument("--bwd", action="store_true", help="the backward's causal grid orders instead")
     a = ap.parse_args()
+    if a.bwd:
+        bwd_main(a)
+        return
     full = a.mask == "full"
     print(f"finish / ideal on {a.sms} CTAs (tile start-up {a.overhead} blocks), {a.mask} masks")
     print("| d | seqlen | tiles | fixed | dyn-early | dyn-late | list |" + (" split tail |" if full else ""))

@@ -95,7 +95,13 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   this many (KV head, batch) pairs, so the grid ends on its shortest CTAs. Small groups keep
 //   the CTAs that run together on few heads, which then share Q and dO in L2. Needs the KV blocks
 //   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
-constexpr int kLptGroup = 4;
+//   HATTN_BWD_LPT_GROUP (4) sets the group for A/Bs: 4 beat 16 at 2k-16k (bench/RESULTS.md run
+//   17); below 2k a CPU model (run 65f) puts groups of 4 2.5-5.5% above a global longest-first
+//   order, from the long CTAs the last groups start late.
+#ifndef HATTN_BWD_LPT_GROUP
+#define HATTN_BWD_LPT_GROUP 4
+#endif
+constexpr int kLptGroup = HATTN_BWD_LPT_GROUP;
 
 // Build-time choice for A/B (scripts/ab_bwd.sh), head dim 128 only. The default, 1, won the A/B of
 // bench/RESULTS.md run 26 (d128 0.96-1.03x -> 1.06-1.16x cuDNN at 4k-16k; d64 and d256 unchanged);
