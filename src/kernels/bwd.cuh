@@ -148,7 +148,7 @@ enum class Grads { kAll, kDv, kDkDq };
 // Q / dO slots: d64 gains from a third (+2-10%, its steps are short); d128 loses 1-2% with it.
 constexpr int default_stages(int head_dim) { return head_dim <= 64 ? 3 : 2; }
 // dS^T tiles: 2, so that a warpgroup never waits before rewriting one; 3 where the late dQ GEMM
-// (kLateDq) reads a tile one step longer.
+// (kLateDq) reads a tile one step longer; 4 for d64's dQ by step parity (Config::kDqParity).
 constexpr int default_ds_buffers(int head_dim) {
     return kDqLate != 0 && head_dim == 128 ? 3 : (HATTN_BWD_D64_DQ_PARITY != 0 && head_dim == 64 ? 4 : 2);
 }
