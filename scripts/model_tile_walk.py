@@ -38,7 +38,8 @@ keys, KV head, batch), each costing the 64-row query blocks that see its keys pl
 (K / V loads, dK / dV epilogue, in query-block steps); the hardware hands CTAs to free SMs in
 launch order (the list schedule). d256 runs two such grids back to back (the dV kernel, then its
 programmatic dependent). The launch order is longest-first within groups of G (KV head, batch)
-pairs (kLptGroup; "all" = one global longest-first order), or the plain order, KV block fastest.
+pairs (kLptGroup; "all" = one global longest-first order; "by length" = HATTN_BWD_LPT_GROUP=0's
+max(4, 16k rows / seqlen) pairs), or the plain order, KV block fastest.
 
   python3 scripts/model_tile_walk.py --bwd [--overhead 1.5]
 """
@@ -149,16 +150,22 @@ def bwd_grid_costs(head_dim: int, seqlen: int, tokens: int, width: int, group: i
     return costs * (2 if head_dim == 256 else 1)
 
 
+def largest_divisor(n: int, most: int) -> int:
+    """The largest group size up to `most` that divides n (the launch's rule, kernels/bwd.cuh)."""
+    return next(g for g in range(min(most, n), 0, -1) if n % g == 0)
+
+
 def bwd_main(a) -> None:
     groups = (4, 16, 64, None)
     print(f"backward causal grid: finish / ideal on {a.sms} SMs (CTA start-up {a.overhead} query blocks)")
-    print("| d | seqlen | CTAs | plain | " + " | ".join(f"groups of {g}" for g in groups[:-1]) + " | all |")
-    print("|---|---|---|---|" + "---|" * len(groups))
+    print("| d | seqlen | CTAs | plain | " + " | ".join(f"groups of {g}" for g in groups[:-1]) + " | all | by length |")
+    print("|---|---|---|---|" + "---|" * (len(groups) + 1))
     for d in (64, 128, 256):
         for s in (512, 1024, 2048, 4096, 8192, 16384):
             pairs = (a.width // d) * max(1, a.tokens // s)
             orders = [bwd_grid_costs(d, s, a.tokens, a.width, None)] + \
-                     [bwd_grid_costs(d, s, a.tokens, a.width, g or pairs) for g in groups]
+                     [bwd_grid_costs(d, s, a.tokens, a.width, g or pairs) for g in groups] + \
+                     [bwd_grid_costs(d, s, a.tokens, a.width, largest_divisor(pairs, max(4, 16384 // s)))]
             ideal = (sum(orders[0]) + a.overhead * len(orders[0])) / a.sms
             row = [dynamic_walk(c, a.sms, a.overhead, 0.0) / ideal for c in orders]
             print(f"| {d} | {s} | {len(orders[0])} | " + " | ".join(f"{x:.3f}" for x in row) + " |")

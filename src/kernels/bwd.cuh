@@ -47,6 +47,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -97,11 +98,14 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
 //   HATTN_BWD_LPT_GROUP (4) sets the group for A/Bs: 4 beat 16 at 2k-16k (bench/RESULTS.md run
 //   17); below 2k a CPU model (run 65f) puts groups of 4 2.5-5.5% above a global longest-first
-//   order, from the long CTAs the last groups start late.
+//   order, from the long CTAs the last groups start late. 0 = a group per length: as many pairs
+//   as keep kLptQueryRows rows of Q and dO per group (4 pairs of 4k rows), at least 4.
 #ifndef HATTN_BWD_LPT_GROUP
 #define HATTN_BWD_LPT_GROUP 4
 #endif
 constexpr int kLptGroup = HATTN_BWD_LPT_GROUP;
+constexpr int kLptMinGroup = 4;
+constexpr int64_t kLptQueryRows = 16384;
 
 // Build-time choice for A/B (scripts/ab_bwd.sh), head dim 128 only. The default, 1, won the A/B of
 // bench/RESULTS.md run 26 (d128 0.96-1.03x -> 1.06-1.16x cuDNN at 4k-16k; d64 and d256 unchanged);
@@ -1070,7 +1074,10 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     bool lpt_grid = false;
     dim3 grid(static_cast<unsigned>(ctas));
     constexpr int64_t kMaxGridYz = 65535;
-    for (int group = kLptGroup; group > 1 && a.causal && p.num_n_blocks <= kMaxGridYz; --group) {
+    const int64_t pair_rows = static_cast<int64_t>(p.heads_per_kv) * a.seqlen_q;  // Q / dO rows a pair reads
+    const int64_t rows_group = std::max<int64_t>(kLptMinGroup, std::min(pairs, kLptQueryRows / pair_rows));
+    const int max_group = kLptGroup > 0 ? kLptGroup : static_cast<int>(rows_group);
+    for (int group = max_group; group > 1 && a.causal && p.num_n_blocks <= kMaxGridYz; --group) {
         if (pairs % group == 0 && pairs / group <= kMaxGridYz) {
             lpt_grid = true;
             grid = dim3(group, p.num_n_blocks, static_cast<unsigned>(pairs / group));
