@@ -224,7 +224,8 @@ struct Config {
     // step j in step j + 4, after the other has freed step j + 1's slot, so after that one's dQ^T
     // GEMM of step j has completed; likewise for the barrier of step j, reused in step j + 4.
     static constexpr bool kDqParity = kPipeline && kDqOwnKeys && HATTN_BWD_D64_DQ_PARITY != 0;
-    static_assert(!kDqParity || (kStages <= 3 && kDsBuffers >= 4), "dQ parity: buffer and barrier reuse");
+    static_assert(!kDqParity || (kStages <= 3 && kDsBuffers >= 4 && (kDsBuffers & (kDsBuffers - 1)) == 0),
+                  "dQ parity: buffer and barrier reuse (a power of two: the step picks its buffer by a mask)");
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
@@ -354,6 +355,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     constexpr bool descending = kWalkDown;  // the deterministic mode's walk
     auto walk = [&](int t) { return descending ? m_end - 1 - t : m_begin + t; };
     auto head_rows = [&](int head) { return (static_cast<int64_t>(batch) * p.heads_q + head) * p.seqlen_q_padded; };
+    // dQ's fp32 accumulator block of query block m of query head `head`.
+    auto dq_block = [&](int head, int m) {
+        return p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+    };
 
     const uint32_t warpgroup = ptx::warpgroup_index();
     if constexpr (Cfg::kHeadDim == 256 && Cfg::kGrads == Grads::kDv) ptx::griddepcontrol_launch_dependents();
@@ -401,7 +406,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 const int c_end = kDqWarps == 1 ? Cfg::kConsumers : c_begin + 1;
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
                     for (int m = m_begin; m < p.num_m_blocks; ++m) {
-                        float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+                        float* block = dq_block(head, m);
                         for (int c = c_begin; c < c_end; ++c) {
                             // "empty" pairs with the consumer's wait before it writes: the staging
                             // was read out (bulk_wait_group_read below, one step earlier).
@@ -491,7 +496,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             if constexpr (Cfg::kAccDk) {
 #pragma unroll
                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) ptx::wgmma_fence_operand(dq[sl]);
-                float* block = p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
+                float* block = dq_block(head, m);
                 if (Cfg::kDqWarp && !deterministic()) {
                     if constexpr (Cfg::kDqWarp) {
                         const DqStagingBarrier empty{kDqEmptyFirst + cw}, full{kDqFullFirst + cw};
@@ -758,16 +763,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // the block's keys in its step j + 1, once the other's dS^T of step j is stored
             // (barrier ds_ready(other, j / 2 % 2)), and added by it alone.
             constexpr bool kParity = Cfg::kDqParity && !kWalkDown;
-            auto issue_dq_all_keys = [&](int buf) {
+            auto ds_buffer_of = [](int j) { return j & (Cfg::kDsBuffers - 1); };
+            // Step j's dQ^T over all keys, once the other warpgroup's dS^T of it is stored.
+            auto issue_dq_of_step = [&](int j) {
+                ds_ready(1 - cw, (j / 2) % 2).sync();
                 ptx::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < kBlockN / Elem::kMmaK; ++kk)
-                    mma_ss<kBlockM, Elem, 1, 1>(dq[0], smem.k.desc_mn_major(kk, 0), smem.ds[buf].desc_mn_major(kk),
+                    mma_ss<kBlockM, Elem, 1, 1>(dq[0], smem.k.desc_mn_major(kk, 0), smem.ds[ds_buffer_of(j)].desc_mn_major(kk),
                                                 kk > 0 ? 1u : 0u);
                 ptx::wgmma_commit_group();
-            };
-            auto dq_block = [&](int head, int m) {
-                return p.dq_accum + (head_rows(head) + static_cast<int64_t>(m) * kBlockM) * kHeadDim;
             };
             int prev_head = head_begin, prev_m = 0;  // kParity: the previous step's query block
             int head = head_begin, t = 0;
@@ -783,7 +788,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 acc_to_a_fragment<Elem, kBlockM>(s, pf);
                 form_ds(s, dp, dpsum);
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
-                const int buf = kParity ? (k & (Cfg::kDsBuffers - 1)) : ds_buf;
+                const int buf = kParity ? ds_buffer_of(k) : ds_buf;
                 store_fragment<Elem, typename Cfg::DsTile, kBlockM>(smem.ds[buf], dp, first_key_in_block);
                 store_fence();
                 if (kParity && k % 2 != cw) ds_ready(cw, (k / 2) % 2).arrive();  // for the other's dQ^T
@@ -810,8 +815,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     // (dQ's registers written and read within one branch: ptxas would otherwise
                     // see them in flight where the branches meet, and serialize the wgmmas.)
                     if (k >= 1 && (k - 1) % 2 == cw) {
-                        ds_ready(1 - cw, ((k - 1) / 2) % 2).sync();
-                        issue_dq_all_keys((k - 1) & (Cfg::kDsBuffers - 1));
+                        issue_dq_of_step(k - 1);
                         next_scores_then_wait();
                         release_stage();
                         ptx::wgmma_fence_operand(dq[0]);
@@ -839,8 +843,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             // tell which branch the last step took and would insert this wait itself (C7517).
             ptx::wgmma_wait_group<0>();
             if (kParity && steps > 0 && (steps - 1) % 2 == cw) {  // the last step's dQ^T
-                ds_ready(1 - cw, ((steps - 1) / 2) % 2).sync();
-                issue_dq_all_keys((steps - 1) & (Cfg::kDsBuffers - 1));
+                issue_dq_of_step(steps - 1);
                 ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operand(dq[0]);
                 add_dq(dq_block(prev_head, prev_m), dq);
