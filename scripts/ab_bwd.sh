@@ -49,9 +49,10 @@ declare -A DEFINES=(
   [base]=""
   [pipe0]="-DHATTN_BWD_PIPE=0"       # d64: one query block at a time (before run 64)
   [dqparity0]="-DHATTN_BWD_D64_DQ_PARITY=0"  # d64: each warpgroup adds its own keys' partial dQ^T every step (before run 65)
-  [lpt16]="-DHATTN_BWD_LPT_GROUP=16"  # causal grid order: longest first over groups of 16 (KV head, batch) pairs (default 4)
+  [lpt4]="-DHATTN_BWD_LPT_GROUP=4"    # causal grid order: longest first over groups of 4 (KV head, batch) pairs at every head dim (d256 before run 66)
+  [lpt16]="-DHATTN_BWD_LPT_GROUP=16"  # ... of 16 pairs (defaults: 4 at d64 / d128, by length at d256)
   [lpt64]="-DHATTN_BWD_LPT_GROUP=64"  # ... of 64 pairs (near a global longest-first order)
-  [lptrows]="-DHATTN_BWD_LPT_GROUP=0"  # ... of max(4, 16k Q rows / a pair's rows) pairs: 32 at 512, 4 at 4k
+  [lptrows]="-DHATTN_BWD_LPT_GROUP=0"  # ... of max(4, 16k Q rows / a pair's rows) pairs: 32 at 512, 4 at 4k (every head dim)
   [early]="-DHATTN_BWD_DQ_LATE=0"    # d128: dQ at the start of the step, waited for alone (before run 26)
   [dqlate]="-DHATTN_BWD_DQ_LATE=1"   # d128: step i-1's dQ GEMM after step i's dK, one wait (the default)
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK

@@ -38,8 +38,9 @@ keys, KV head, batch), each costing the 64-row query blocks that see its keys pl
 (K / V loads, dK / dV epilogue, in query-block steps); the hardware hands CTAs to free SMs in
 launch order (the list schedule). d256 runs two such grids back to back (the dV kernel, then its
 programmatic dependent). The launch order is longest-first within groups of G (KV head, batch)
-pairs (kLptGroup; "all" = one global longest-first order; "by length" = HATTN_BWD_LPT_GROUP=0's
-max(4, 16k rows / seqlen) pairs), or the plain order, KV block fastest.
+pairs (lpt_group(): 4 at d64 / d128; "by length" = max(4, 16k rows / seqlen) pairs, d256's
+default, HATTN_BWD_LPT_GROUP=0 at every head dim; "all" = one global longest-first order), or
+the plain order, KV block fastest.
 
   python3 scripts/model_tile_walk.py --bwd [--overhead 1.5]
 """

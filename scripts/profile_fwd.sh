@@ -21,8 +21,9 @@
 # memory say its tile shape and warp layout.
 # PASS=bwd profiles the backward instead (bf16 shapes only): every kernel of hattn's backward
 # (`hattn bwd`: preprocess, main kernel -- two at d256 -- and dQ conversion), and the peers' ("cudnn",
-# "fa4") through `profile_peer.py --bwd`, which runs their second backward inside the NVTX range
-# "profiled": ncu takes every kernel launched there, so the summary has one block per kernel.
+# "fa4") through `profile_peer.py --bwd`, which starts the CUDA profiler for their second backward
+# alone (ncu --profile-from-start off takes every kernel launched then, from whichever host
+# thread), so the summary has one block per kernel.
 # Writes $OUT/summary.txt (the key figures per shape, printed last) and $OUT/ncu.tgz (the CSV of
 # every section per shape).
 #
@@ -173,12 +174,13 @@ for shape in $SHAPES; do
       *) continue ;;  # a peer of the other dtype
     esac
     # The peer's second forward launch only (the first includes its compilation or graph build);
-    # PASS=bwd: every kernel of its second backward (the NVTX range profile_peer.py opens).
+    # PASS=bwd: every kernel of its second backward (profile_peer.py starts and stops the profiler
+    # around it).
     peer_filter=(--kernel-name-base demangled --kernel-name "$peer_kernel" --launch-skip 1 --launch-count 1)
     peer_args=(--peer "$peer" --batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim")
     if [ "$PASS" = bwd ]; then
       [ "$peer" = cudnn_fp8 ] && continue
-      peer_filter=(--nvtx --nvtx-include "profiled/" --launch-count "$PEER_BWD_LAUNCHES")
+      peer_filter=(--profile-from-start off --launch-count "$PEER_BWD_LAUNCHES")
       peer_args+=(--bwd)
     fi
     [ "$mask" = causal ] && peer_args+=(--causal)

@@ -13,9 +13,10 @@ peer is not available and exits 3 (so the caller can say "not run" instead of "f
   fa4        FlashAttention-4's forward (flash_attn.cute), bf16
 The kernel each launches is found by name by the caller (KERNEL_PEER_* in profile_fwd.sh).
 --bwd (cudnn and fa4): each call runs the forward with autograd, then the backward; the second
-call's backward alone runs inside the NVTX range "profiled" (torch.cuda.nvtx), so that ncu
---nvtx --nvtx-include profiled/ catches every kernel of that backward (preprocess, main, dQ
-conversion) whatever the peer names them.
+call's backward alone runs between cudaProfilerStart and cudaProfilerStop (torch.cuda.profiler),
+so that ncu --profile-from-start off catches every kernel of that backward (preprocess, main, dQ
+conversion) whatever the peer names them. (Not an NVTX push/pop range: those are per host thread,
+and autograd launches the backward's kernels from its own device thread, outside the range.)
 """
 from __future__ import annotations
 
@@ -82,11 +83,11 @@ def main() -> int:
             out = forward(*leaves)
             torch.cuda.synchronize()
             if call == CALLS - 1:
-                torch.cuda.nvtx.range_push("profiled")
+                torch.cuda.profiler.start()
             torch.autograd.grad(out, leaves, dout)
             torch.cuda.synchronize()
             if call == CALLS - 1:
-                torch.cuda.nvtx.range_pop()
+                torch.cuda.profiler.stop()
         return 0
 
     if args.peer == "cudnn":

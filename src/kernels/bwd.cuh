@@ -93,17 +93,21 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   The preprocess and the dQ conversion stay plain launches: chained the same way (with
 //   per-head done counters or without), they cost head dim 64 ~9% and gained only at 2k tokens.
 // * Causal: the KV blocks with the most query blocks (the lowest) start first, over groups of
-//   this many (KV head, batch) pairs, so the grid ends on its shortest CTAs. Small groups keep
-//   the CTAs that run together on few heads, which then share Q and dO in L2. Needs the KV blocks
-//   and the pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
-//   HATTN_BWD_LPT_GROUP (4) sets the group for A/Bs: 4 beat 16 at 2k-16k (bench/RESULTS.md run
-//   17); below 2k a CPU model (run 65f) puts groups of 4 2.5-5.5% above a global longest-first
-//   order, from the long CTAs the last groups start late. 0 = a group per length: as many pairs
-//   as keep kLptQueryRows rows of Q and dO per group (4 pairs of 4k rows), at least 4.
-#ifndef HATTN_BWD_LPT_GROUP
-#define HATTN_BWD_LPT_GROUP 4
+//   (KV head, batch) pairs, so the grid ends on its shortest CTAs. Small groups keep the CTAs
+//   that run together on few heads, which then share Q and dO in L2. Needs the KV blocks and the
+//   pair groups within a grid dimension's 65535 (else the 1-D order, the KV block fastest).
+//   Group size: 4 pairs beat 16 at 2k-16k (bench/RESULTS.md run 17). Below 2k a group of 4 spans
+//   less than a wave, and the long CTAs of the last groups start late (a CPU model, run 65f: 2.5-
+//   5.5% idle). At head dim 256 a group per length -- as many pairs as hold kLptQueryRows rows of
+//   Q and dO (4 pairs of 4k rows, 32 of 512), at least 4 -- measured +3-4% at 512-2k and level
+//   at 4k (run 66a); at 64 and 128 it was level (-1..+0.5%, one -4% at d64 512), so they keep 4.
+//   HATTN_BWD_LPT_GROUP overrides both for A/Bs (a group size, or 0 = the per-length group).
+constexpr int kLptByLength = 0;
+#ifdef HATTN_BWD_LPT_GROUP
+constexpr int lpt_group(int /*head_dim*/) { return HATTN_BWD_LPT_GROUP; }
+#else
+constexpr int lpt_group(int head_dim) { return head_dim == 256 ? kLptByLength : 4; }
 #endif
-constexpr int kLptGroup = HATTN_BWD_LPT_GROUP;
 constexpr int kLptMinGroup = 4;
 constexpr int64_t kLptQueryRows = 16384;
 
@@ -335,7 +339,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
     auto& smem = *reinterpret_cast<SharedStorage<Cfg>*>(
         (reinterpret_cast<uintptr_t>(smem_raw) + kSharedAlign - 1) & ~uintptr_t(kSharedAlign - 1));
 
-    // kLptGrid: a grid of (group of kLptGroup pairs, KV block, pair group), launched x fastest:
+    // kLptGrid: a grid of (group of lpt_group() pairs, KV block, pair group), launched x fastest:
     // block j of every (KV head, batch) pair of a group before block j + 1, so causal grids start
     // with their longest CTAs (and the deterministic wait for block j - 1 of the same head still
     // waits for an earlier CTA). Otherwise a 1-D grid, the KV block fastest, so the blocks of one
@@ -1073,13 +1077,14 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
     // The grid order (kLptGrid) and the walk (kWalkDown) are template arguments: an index or a
     // flag at run time costs registers the d128 / d256 kernels do not have (they spilled).
     // The longest-first grid (kLptGrid) for causal launches: the largest group size up to
-    // kLptGroup that divides the pairs, within the grid's y and z limits.
+    // lpt_group(kHeadDim) that divides the pairs, within the grid's y and z limits.
     bool lpt_grid = false;
     dim3 grid(static_cast<unsigned>(ctas));
     constexpr int64_t kMaxGridYz = 65535;
     const int64_t pair_rows = static_cast<int64_t>(p.heads_per_kv) * a.seqlen_q;  // Q / dO rows a pair reads
     const int64_t rows_group = std::max<int64_t>(kLptMinGroup, std::min(pairs, kLptQueryRows / pair_rows));
-    const int max_group = kLptGroup > 0 ? kLptGroup : static_cast<int>(rows_group);
+    constexpr int kLptGroup = lpt_group(Cfg::kHeadDim);
+    const int max_group = kLptGroup != kLptByLength ? kLptGroup : static_cast<int>(rows_group);
     for (int group = max_group; group > 1 && a.causal && p.num_n_blocks <= kMaxGridYz; --group) {
         if (pairs % group == 0 && pairs / group <= kMaxGridYz) {
             lpt_grid = true;
