@@ -60,7 +60,7 @@ KERNEL_BF16='regex:^_ZN5hattn3fwd10fwd_kernel'
 KERNEL_E4M3='regex:^_ZN5hattn7fwd_fp814fwd_fp8_kernel'
 KERNEL_PREPASS='regex:^_ZN5hattn3fp86detail23fp8_hadamard_mma_kernel'
 KERNEL_BWD='regex:^_ZN5hattn3bwd'  # bwd_preprocess, bwd_kernel (one or two), bwd_dq_convert
-PEER_BWD_LAUNCHES=8  # at most this many kernels of a peer's backward inside its NVTX range
+PEER_BWD_LAUNCHES=8  # at most this many kernels of a peer's backward while profile_peer.py has the profiler on
 MEMORY_SECTIONS=(SpeedOfLight MemoryWorkloadAnalysis)  # the pre-pass's: DRAM, L1 and L2 throughput
 
 mkdir -p "$OUT"
