@@ -24,7 +24,7 @@
 # VARIANT_FILE (src/host/bwd_launch_d128.cu): the launch file(s) a variant's defines are compiled
 # into, space-separated (a define of another head dim's kernels names that head dim's file; one
 # that changes the host-side launch of every head dim names all three); AB_SEQLENS
-# (2048,4096,8192,16384): the A/B's lengths.
+# (2048,4096,8192,16384): the A/B's lengths; AB_DIMS (64,128,256): its head dims.
 # Budget: ~15 s configure, ~1.5-2 min build, ~30-40 s tests, ~1.5 min A/B; TOTAL_LIMIT (300 s) caps it all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +56,9 @@ declare -A DEFINES=(
   [early]="-DHATTN_BWD_DQ_LATE=0"    # d128: dQ at the start of the step, waited for alone (before run 26)
   [dqlate]="-DHATTN_BWD_DQ_LATE=1"   # d128: step i-1's dQ GEMM after step i's dK, one wait (the default)
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
+  [dqlate3]="-DHATTN_BWD_DQ_LATE=3"  # dQ before dK, dQ stored to the staging while dK runs
+  [dqfree]="-DHATTN_BWD_DQ_FREE_EARLY=1"  # d128: the dQ warp frees a staging right after its read
+  [dqlate3free]="-DHATTN_BWD_DQ_LATE=3 -DHATTN_BWD_DQ_FREE_EARLY=1"  # both
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
 )
@@ -200,7 +203,7 @@ ab_limit=$((TOTAL_LIMIT - $(elapsed) - 15))
 if [ "$ab_limit" -lt 100 ] && [ "$ROUNDS" -gt 2 ]; then ROUNDS=2; echo "(only ${ab_limit} s left: 2 rounds)" >>"$LOGS/tests.txt"; fi
 [ "$ab_limit" -lt "$TIME_LIMIT" ] || ab_limit=$TIME_LIMIT
 timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd "${libs[@]}" --rounds "$ROUNDS" \
-  --head-dims 64,128,256 --seqlens "${AB_SEQLENS:-2048,4096,8192,16384}" --json "$OUT/ab_bwd.json" \
+  --head-dims "${AB_DIMS:-64,128,256}" --seqlens "${AB_SEQLENS:-2048,4096,8192,16384}" --json "$OUT/ab_bwd.json" \
   >"$LOGS/ab.txt" 2>"$LOGS/ab.err" || status=$?
 t3=$(date +%s)
 echo "A/B: $((t3 - t2)) s, exit $status" >>"$LOGS/ab.txt"
