@@ -56,9 +56,6 @@ declare -A DEFINES=(
   [early]="-DHATTN_BWD_DQ_LATE=0"    # d128: dQ at the start of the step, waited for alone (before run 26)
   [dqlate]="-DHATTN_BWD_DQ_LATE=1"   # d128: step i-1's dQ GEMM after step i's dK, one wait (the default)
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
-  [dqlate3]="-DHATTN_BWD_DQ_LATE=3"  # dQ before dK, dQ stored to the staging while dK runs
-  [dqfree]="-DHATTN_BWD_DQ_FREE_EARLY=1"  # d128: the dQ warp frees a staging right after its read
-  [dqlate3free]="-DHATTN_BWD_DQ_LATE=3 -DHATTN_BWD_DQ_FREE_EARLY=1"  # both
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
 )

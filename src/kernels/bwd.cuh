@@ -120,20 +120,14 @@ constexpr int64_t kLptQueryRows = 16384;
 //   instead of two, and dQ's accumulator is never live beside S^T and dP^T. Needs a third dS^T
 //   buffer and a third ds_ready barrier per warpgroup (see kDsPhases).
 // HATTN_BWD_DQ_LATE=2: the same, dQ of step i - 1 issued before dK of step i.
-// HATTN_BWD_DQ_LATE=3: dQ of step i - 1 before dK of step i, and two waits: the first for dQ
-//   alone, whose result then goes to the dQ warp's staging while dK's GEMM still runs (in 1 and
-//   2 the tensor cores have nothing of this warpgroup's queued while it stores dQ).
+// Measured and not kept (bench/RESULTS.md run 66c): dQ before dK with dQ stored to the staging
+//   while dK still runs (FA3's order; -1..-4.5%), and the dQ warp freeing each staging right
+//   after its read instead of when it next turns to that warpgroup (-0.5..-7%: the warpgroups
+//   then drift further apart, though a profile puts 8% of the consumers' samples at that wait).
 #ifndef HATTN_BWD_DQ_LATE
 #define HATTN_BWD_DQ_LATE 1
 #endif
 constexpr int kDqLate = HATTN_BWD_DQ_LATE;
-// HATTN_BWD_DQ_FREE_EARLY=1 (head dim 128): the dQ warp frees a consumer's staging as soon as its
-//   bulk reduce-add has read it, instead of when it next turns to that consumer (after the other
-//   consumer's staging of the step): a warpgroup can then store its next dQ up to a step ahead of
-//   the other's. 0 = the earlier order, kept for that A/B.
-#ifndef HATTN_BWD_DQ_FREE_EARLY
-#define HATTN_BWD_DQ_FREE_EARLY 0
-#endif
 // HATTN_BWD_DQ_WARPS=2: two dQ warps, one per consumer warpgroup (default 1, serving both in
 //   turn, which ties a warpgroup's staging to the other's progress).
 #ifndef HATTN_BWD_DQ_WARPS
@@ -418,20 +412,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 const int lane = threadIdx.x % kWarpThreads;
                 const int c_begin = kDqWarps == 1 ? 0 : static_cast<int>(threadIdx.x / kWarpThreads) - 1;
                 const int c_end = kDqWarps == 1 ? Cfg::kConsumers : c_begin + 1;
-                // "empty" pairs with the consumer's wait before it writes: the staging was read
-                // out (bulk_wait_group_read below). HATTN_BWD_DQ_FREE_EARLY: arrived on right after
-                // that read (and once up front, for the first store), else just before the wait
-                // for the consumer's next staging; as many arrives as the consumer has waits.
-                constexpr bool kFreeEarly = HATTN_BWD_DQ_FREE_EARLY != 0;
-                if constexpr (kFreeEarly) {
-                    for (int c = c_begin; c < c_end; ++c) DqStagingBarrier{kDqEmptyFirst + c}.arrive();
-                }
                 for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
                     for (int m = m_begin; m < p.num_m_blocks; ++m) {
                         float* block = dq_block(head, m);
-                        const bool last = head + 1 == head_begin + p.heads_per_kv && m + 1 == p.num_m_blocks;
                         for (int c = c_begin; c < c_end; ++c) {
-                            if constexpr (!kFreeEarly) DqStagingBarrier{kDqEmptyFirst + c}.arrive();
+                            // "empty" pairs with the consumer's wait before it writes: the staging
+                            // was read out (bulk_wait_group_read below, one step earlier).
+                            DqStagingBarrier{kDqEmptyFirst + c}.arrive();
                             DqStagingBarrier{kDqFullFirst + c}.sync();
                             if (lane == 0) {
                                 for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
@@ -443,7 +430,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                                 ptx::bulk_wait_group_read<0>();
                             }
                             __syncwarp();
-                            if (kFreeEarly && !last) DqStagingBarrier{kDqEmptyFirst + c}.arrive();
                         }
                     }
                 }
@@ -717,25 +703,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     // written and read within the branch (a merge of them with the other path's
                     // before the wait would read them while in flight, serializing every wgmma).
                     auto wait_dv_issue_dq = [&] {
-                        ptx::wgmma_wait_group<kDqLate >= 2 ? 0 : 1>();
+                        ptx::wgmma_wait_group<kDqLate == 2 ? 0 : 1>();
                         ptx::wgmma_fence_operand(dv);
                         ds_ready(1 - cw, previous_phase()).sync();
                         issue_dq(previous_phase());
                     };
                     if (has_previous) {
-                        if constexpr (kDqLate >= 2) wait_dv_issue_dq();
+                        if constexpr (kDqLate == 2) wait_dv_issue_dq();
                         issue_dk();
-                        if constexpr (kDqLate == 1) wait_dv_issue_dq();
-                        if constexpr (kDqLate == 3) {
-                            ptx::wgmma_wait_group<1>();  // dQ; dK may still run
-                            finish_dq(head, m);
-                            ptx::wgmma_wait_group<0>();
-                            release_stage();
-                        } else {
-                            ptx::wgmma_wait_group<0>();
-                            release_stage();
-                            finish_dq(head, m);  // (head and m are unused in this mode)
-                        }
+                        if constexpr (kDqLate != 2) wait_dv_issue_dq();
+                        ptx::wgmma_wait_group<0>();
+                        release_stage();
+                        finish_dq(head, m);  // (head and m are unused in this mode)
                     } else {
                         issue_dk();
                         ptx::wgmma_wait_group<0>();
