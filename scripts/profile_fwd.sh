@@ -34,8 +34,8 @@
 #   TIMEOUT_S (120 per profiled run), NCU_DETAILS (0; 1: ncu
 #   --print-details all, the sections' bodies as well), SASS_PAGE (0; 1: also each shape's
 #   per-instruction SASS page -- warp-state samples per stall reason for every instruction -- as
-#   $OUT/sass_<shape>.csv, and each peer's as $OUT/sass_<peer>_<shape>.csv, from a second ncu pass
-#   that keeps its report in ncu.tgz).
+#   sass_<shape>.csv, and each peer's as sass_<peer>_<shape>.csv, from a second ncu pass; both the
+#   CSVs and that pass's reports go into ncu.tgz, so $OUT keeps two files however many shapes).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -163,7 +163,7 @@ for shape in $SHAPES; do
   sed -n '/^"ID"/,$p' "$LOGS/hattn_$label.raw" >"$LOGS/hattn_$label.csv"
   [ $rc -eq 0 ] || say "hattn $label: ncu exit $rc (see its .err in ncu.tgz)"
   summarize "$LOGS/hattn_$label.csv" "hattn $label"
-  [ "${SASS_PAGE:-0}" = 1 ] && sass_page "hattn_$label" "$OUT/sass_$label.csv" \
+  [ "${SASS_PAGE:-0}" = 1 ] && sass_page "hattn_$label" "$LOGS/sass_$label.csv" \
     --kernel-name-base mangled --kernel-name "$kernel" --launch-count "$launches" -- "$BUILD_DIR/bin/hattn" "$command" "${cli[@]}"
 
   [ "$mask" = prepass ] && continue
@@ -194,7 +194,7 @@ for shape in $SHAPES; do
       say "$peer $label: exit $rc ($(grep -m1 'profile_peer.py' "$LOGS/${peer}_$label.err" || echo "see its .err in ncu.tgz"))"
     fi
     summarize "$LOGS/${peer}_$label.csv" "$peer $label"
-    [ "${SASS_PAGE:-0}" = 1 ] && sass_page "${peer}_$label" "$OUT/sass_${peer}_$label.csv" \
+    [ "${SASS_PAGE:-0}" = 1 ] && sass_page "${peer}_$label" "$LOGS/sass_${peer}_$label.csv" \
       "${peer_filter[@]}" -- "$PYTHON" scripts/profile_peer.py "${peer_args[@]}"
   done
 done
