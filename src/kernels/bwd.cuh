@@ -99,8 +99,8 @@ constexpr int kMaxSharedBytes = 227 * 1024;
 //   Group size: 4 pairs beat 16 at 2k-16k (bench/RESULTS.md run 17). Below 2k a group of 4 spans
 //   less than a wave, and the long CTAs of the last groups start late (a CPU model, run 65f: 2.5-
 //   5.5% idle). At head dim 256 a group per length -- as many pairs as hold kLptQueryRows rows of
-//   Q and dO (4 pairs of 4k rows, 32 of 512), at least 4 -- measured +3-4% at 512-2k and level
-//   at 4k (run 66a); at 64 and 128 it was level (-1..+0.5%, one -4% at d64 512), so they keep 4.
+//   Q and dO (4 pairs of 4k rows, 32 of 512), at least 4 -- measured +3-5% at 512-2k and level
+//   at 4k (runs 66a, 66d); at 64 and 128 it was level (-1..+0.5%, one -4% at d64 512), so they keep 4.
 //   HATTN_BWD_LPT_GROUP overrides both for A/Bs (a group size, or 0 = the per-length group).
 constexpr int kLptByLength = 0;
 #ifdef HATTN_BWD_LPT_GROUP
