@@ -95,7 +95,8 @@ keep = ("Duration", "Issue Slots Busy", "Issued Warp Per Scheduler", "No Eligibl
         "Warp Cycles Per Issued Instruction", "Executed Ipc Active", "SM Busy", "DRAM Throughput", "Memory Throughput",
         "L1/TEX Hit Rate", "L2 Hit Rate", "L1/TEX Cache Throughput", "L2 Cache Throughput", "Mem Busy", "Max Bandwidth",
         "Grid Size", "Block Size", "Registers Per Thread", "Dynamic Shared Memory Per Block", "Static Shared Memory Per Block",
-        "Theoretical Occupancy", "Achieved Occupancy", "Waves Per SM")
+        "Theoretical Occupancy", "Achieved Occupancy", "Waves Per SM", "Elapsed Cycles", "Executed Instructions",
+        "Tensor (FP)", "Uniform", "XU", "FMA", "ALU", "LSU")
 kernels = {}  # profiled launch ID -> (kernel name, rows); one launch for a forward, several for PASS=bwd
 try:
     with open(path, newline="") as f:
