@@ -61,7 +61,7 @@ def read_blocks(lines) -> list[tuple[str, list[dict[str, str]]]]:
 
 
 def open_page(path: Path, member: str | None) -> list[str]:
-    if path.suffix in (".tgz", ".gz") or path.name.endswith(".tar.gz"):
+    if path.name.endswith((".tgz", ".tar.gz")):
         with tarfile.open(path) as tar:
             names = [m for m in tar.getnames() if m.endswith(".csv") and Path(m).name.startswith("sass_")]
             chosen = [m for m in names if member and Path(m).name == member]
