@@ -58,6 +58,9 @@ declare -A DEFINES=(
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
+  [doslot0]="-DHATTN_BWD_D256_DO_SLOT=0"  # d256 dK + dQ: one Q / dO slot, freed at the step's end (before run 67)
+  [doslot2]="-DHATTN_BWD_D256_DO_SLOT=2"  # ... one slot, freed once dK's GEMM has completed
+  [doslot3]="-DHATTN_BWD_D256_DO_SLOT=3"  # ... dO in its own slot, S^T issued first (default 1: dP^T first)
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do

@@ -28,7 +28,10 @@
 // NOTES (hardware facts this file depends on; measurements in bench/RESULTS.md)
 //   * dK and dV of 64 keys x head_dim take head_dim fp32 registers per thread together. At
 //     head_dim 256 that is more than a thread has, so head_dim 256 runs two kernels over the same
-//     blocks: one accumulates dV, the other dK and dQ (S and P are computed in both).
+//     blocks: one accumulates dV, the other dK and dQ (S and P are computed in both). K and V
+//     of 128 keys then take 128 KB of shared memory, and the dK + dQ kernel has room for one Q
+//     and one dO tile: the two get a slot each, freed as soon as the last GEMM reading it has
+//     completed, so each is refilled while the step still runs (HATTN_BWD_D256_DO_SLOT).
 //   * dQ's accumulator is summed across CTAs in L2: red.global.add.v4 from the consumers (d64,
 //     d256), or bulk reduce-adds of staged slices issued by a producer warp (d128). It is stored in
 //     wgmma's fragment order so that a warp's adds cover whole lines (row-major: 8 sectors in 8
@@ -153,6 +156,18 @@ static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer 
 #ifndef HATTN_BWD_D64_DQ_PARITY
 #define HATTN_BWD_D64_DQ_PARITY 1
 #endif
+// HATTN_BWD_D256_DO_SLOT (head dim 256's dK + dQ kernel, whose shared memory holds one Q / dO slot:
+//   K and V take 128 KB): 1 (the default) = dO in a slot of its own, freed once dP^T = V dO^T has
+//   completed, and Q's slot (with LSE and D) freed once dK's GEMM has, before dQ's: the producer
+//   loads the next dO through most of the step and the next Q through the dQ GEMM and adds, and
+//   the next step issues dP^T (its dO long there) before it waits for Q; 2 = one slot, freed once
+//   dK's GEMM has completed; 3 = as 1, but S^T issued first (Q waited for first) so that the exps
+//   run while dP^T does; 0 = one slot, freed at the step's end (kept for the A/B). A profile of 0
+//   put 26% of the consumers' samples at the wait for that slot; 1 measured +8-25% over 0 at
+//   1k-16k (full and causal), 3 +2-6% under 1, 2 +1-4% over 0 (bench/RESULTS.md run 67b).
+#ifndef HATTN_BWD_D256_DO_SLOT
+#define HATTN_BWD_D256_DO_SLOT 1
+#endif
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -237,6 +252,13 @@ struct Config {
     // dV's GEMM is issued as soon as P is ready, so it runs while dS is computed: +6-8% at d128,
     // neutral at d256; at d64 the later issue (dV and dK in one batch) is 2-6% faster.
     static constexpr bool kEarlyDv = kHeadDim >= 128;
+    // HATTN_BWD_D256_DO_SLOT, where the ring has one slot and no dV is accumulated (dO then feeds
+    // dP^T alone). kOwnDoSlot: dO in a ring of its own (kDpFirst: dP^T issued before S^T);
+    // kFreeAfterDk: the Q slot freed before the dQ GEMM completes (dQ reads K and dS^T only).
+    static constexpr int kDoSlot = kStages == 1 && !kAccDv ? HATTN_BWD_D256_DO_SLOT : 0;
+    static constexpr bool kOwnDoSlot = kDoSlot == 1 || kDoSlot == 3;
+    static constexpr bool kDpFirst = kDoSlot == 1;
+    static constexpr bool kFreeAfterDk = kDoSlot != 0;
 
     using KvTile = SwizzledTile<Elem, kBlockN, kHeadDim>;
     using QTile = SwizzledTile<Elem, kBlockM, kHeadDim>;
@@ -273,6 +295,7 @@ struct alignas(kSharedAlign) SharedStorage {
     alignas(16) float dpsum[Cfg::kStages][Cfg::kBlockM];
     Ring<1> kv_ring;  // K and V arrive once
     Ring<Cfg::kStages> q_ring;
+    Ring<1> do_ring;  // Config::kOwnDoSlot: dO's slot (else unused)
     alignas(16) std::conditional_t<Cfg::kDqWarp, float[Cfg::kConsumers][Cfg::kDqSlices][Cfg::kDqSliceFloats], NoTile> dq_staging;
 };
 
@@ -377,6 +400,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         ptx::prefetch_tensormap(&maps.dout);
         smem.kv_ring.init(1);
         smem.q_ring.init(kConsumerThreads);  // every consumer thread frees each slot (release_stage)
+        if constexpr (Cfg::kOwnDoSlot) smem.do_ring.init(kConsumerThreads);
     });
 
     if (warpgroup == 0) {
@@ -389,13 +413,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             if constexpr (Cfg::kNeedV) smem.v.load(&maps.v, kv_full, n0, kv_head, batch);
 
             typename Ring<Cfg::kStages>::State st;
-            constexpr uint32_t kStageTxBytes = 2 * QTile::kTxBytes + 2 * kRowBytes;
+            typename Ring<1>::State do_st;
+            // (kOwnDoSlot: dO's slot is freed first in a step, so it is refilled first.)
+            constexpr uint32_t kStageTxBytes = (Cfg::kOwnDoSlot ? 1 : 2) * QTile::kTxBytes + 2 * kRowBytes;
             for (int head = head_begin; head < head_begin + p.heads_per_kv; ++head) {
                 for (int t = 0; t < m_end - m_begin; ++t) {
                     const int m = walk(t);
+                    if constexpr (Cfg::kOwnDoSlot) {
+                        uint64_t* do_full = smem.do_ring.producer_acquire(do_st, QTile::kTxBytes);
+                        smem.dout[0].load(&maps.dout, do_full, m * kBlockM, head, batch);
+                        do_st.advance();
+                    }
                     uint64_t* full = smem.q_ring.producer_acquire(st, kStageTxBytes);
                     smem.q[st.stage].load(&maps.q, full, m * kBlockM, head, batch);
-                    smem.dout[st.stage].load(&maps.dout, full, m * kBlockM, head, batch);
+                    if constexpr (!Cfg::kOwnDoSlot) smem.dout[st.stage].load(&maps.dout, full, m * kBlockM, head, batch);
                     const int64_t row = head_rows(head) + static_cast<int64_t>(m) * kBlockM;
                     ptx::bulk_load(smem.lse_log2[st.stage], p.lse_log2 + row, kRowBytes, full);
                     ptx::bulk_load(smem.dpsum[st.stage], p.dpsum + row, kRowBytes, full);
@@ -612,6 +643,50 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             }
             if constexpr (Cfg::kAccDk || !decltype(split)::value) ptx::wgmma_commit_group();
         };
+        // Config::kOwnDoSlot: S^T = K_w Q^T and dP^T = V_w dO^T, each issued once its operand is
+        // here. kDpFirst: dP^T first (its dO was loaded while the previous step ran), dO's slot
+        // freed as soon as it completes, and both done on return; else S^T first, done on return
+        // (dP^T may still run: form_ds's wait frees dO's slot). One slot in each ring, one use per
+        // step, so dO's phase is Q's: no state of its own (a register fewer; the 1-D grid's
+        // instantiation spilled 7 with one).
+        auto release_do = [&] { smem.do_ring.consumer_release(typename Ring<1>::State{}); };
+        auto issue_scores_own_do = [&](int stage, Scores& s, Scores& dp) {
+            if constexpr (Cfg::kOwnDoSlot) {
+                static_assert(Cfg::kStages == 1, "dO's slot shares the Q ring's state");
+                const typename Ring<1>::State st = read_st;
+                auto issue_s = [&] {
+                    smem.q_ring.consumer_wait(st);
+                    ptx::wgmma_fence();  // (after the wait's branch: else ptxas inserts one, C7519)
+#pragma unroll
+                    for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                        mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk),
+                                                 smem.q[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    ptx::wgmma_commit_group();
+                };
+                auto issue_dp = [&] {
+                    smem.do_ring.consumer_wait(st);
+                    ptx::wgmma_fence();
+#pragma unroll
+                    for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
+                        mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
+                                                 smem.dout[0].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    ptx::wgmma_commit_group();
+                };
+                if constexpr (Cfg::kDpFirst) {
+                    issue_dp();
+                    issue_s();
+                    ptx::wgmma_wait_group<1>();
+                    ptx::wgmma_fence_operand(dp);
+                    release_do();
+                    ptx::wgmma_wait_group<0>();
+                } else {
+                    issue_s();
+                    issue_dp();
+                    ptx::wgmma_wait_group<1>();
+                }
+                read_st.advance();
+            }
+        };
         // P^T = exp2(S^T scale log2(e) - LSE), in place, and dS^T = P^T o (dP^T - D) in dP^T's place.
         auto exponentiate = [&](Scores& s, const Columns& lse) {
 #pragma unroll
@@ -637,8 +712,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // One query block: the five GEMMs, the softmax recomputed from LSE.
         auto step = [&](int head, int m, auto masked) {
             const int stage = read_st.stage;
-            smem.q_ring.consumer_wait(read_st);
-            read_st.advance();
+            if constexpr (!Cfg::kOwnDoSlot) {
+                smem.q_ring.consumer_wait(read_st);
+                read_st.advance();
+            }
             Scores s;
             [[maybe_unused]] Scores dp;
             // The previous step's dQ first, once the other warpgroup's dS^T of it is stored (it
@@ -657,10 +734,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
             [[maybe_unused]] Columns dpsum;
             if constexpr (Cfg::kShortStep) load_columns(stage, lse, dpsum);
 
-            // S^T and dP^T issued together; P^T is computed while dP^T runs.
-            issue_scores(stage, s, dp, std::true_type{});
-            if constexpr (Cfg::kAccDk && !Cfg::kShortStep) ptx::wgmma_wait_group<1>();  // S^T; dP^T may still run
-            else ptx::wgmma_wait_group<0>();
+            if constexpr (Cfg::kOwnDoSlot) {
+                issue_scores_own_do(stage, s, dp);
+            } else {
+                // S^T and dP^T issued together; P^T is computed while dP^T runs.
+                issue_scores(stage, s, dp, std::true_type{});
+                if constexpr (Cfg::kAccDk && !Cfg::kShortStep) ptx::wgmma_wait_group<1>();  // S^T; dP^T may still run
+                else ptx::wgmma_wait_group<0>();
+            }
             ptx::wgmma_fence_operand(s);
 
             if constexpr (!Cfg::kShortStep) load_columns(stage, lse, dpsum);
@@ -679,6 +760,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 if constexpr (Cfg::kAccDv && Cfg::kEarlyDv) ptx::wgmma_wait_group<1>();  // dP^T; dV may still run
                 else ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operand(dp);
+                if constexpr (Cfg::kOwnDoSlot && !Cfg::kDpFirst) release_do();
                 form_ds(s, dp, dpsum);
                 acc_to_a_fragment<Elem, kBlockM>(dp, dsf);
                 // dS^T -> shared memory for dQ. With one buffer, the other warpgroup's dQ GEMM of
@@ -733,8 +815,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                     else consumers.sync();
                     issue_dq(ds_buffer());
                 }
-                ptx::wgmma_wait_group<0>();
-                release_stage();
+                if constexpr (Cfg::kFreeAfterDk) {
+                    ptx::wgmma_wait_group<1>();  // dK's GEMM, the last to read Q: its slot refills while dQ runs
+                    release_stage();
+                    ptx::wgmma_wait_group<0>();
+                } else {
+                    ptx::wgmma_wait_group<0>();
+                    release_stage();
+                }
                 if constexpr (!Cfg::kDelayDq) finish_dq(head, m);
             }
             // (xor where there are two: the compiler cannot know the value is 0 or 1)
