@@ -61,6 +61,8 @@ declare -A DEFINES=(
   [doslot0]="-DHATTN_BWD_D256_DO_SLOT=0"  # d256 dK + dQ: one Q / dO slot, freed at the step's end (before run 67)
   [doslot2]="-DHATTN_BWD_D256_DO_SLOT=2"  # ... one slot, freed once dK's GEMM has completed
   [doslot3]="-DHATTN_BWD_D256_DO_SLOT=3"  # ... dO in its own slot, S^T issued first (default 1: dP^T first)
+  [ds2]="-DHATTN_BWD_D256_DS_BUFFERS=2"  # d256 dK + dQ: two dS^T tiles (no barrier before the store)
+  [ds2doslot3]="-DHATTN_BWD_D256_DS_BUFFERS=2 -DHATTN_BWD_D256_DO_SLOT=3"  # ... with S^T issued first
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do

@@ -168,6 +168,14 @@ static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer 
 #ifndef HATTN_BWD_D256_DO_SLOT
 #define HATTN_BWD_D256_DO_SLOT 1
 #endif
+// HATTN_BWD_D256_DS_BUFFERS (head dim 256's dK + dQ kernel): dS^T tiles, 1 (the default) or 2 (16 KB
+//   more, which just fits): with two, a warpgroup stores its dS^T without first waiting for the
+//   other's dQ GEMM of the step before (it has completed: the barrier before this step's dQ GEMM
+//   follows it), one CTA-wide barrier fewer per step.
+#ifndef HATTN_BWD_D256_DS_BUFFERS
+#define HATTN_BWD_D256_DS_BUFFERS 1
+#endif
+constexpr int kD256DsBuffers = HATTN_BWD_D256_DS_BUFFERS;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -1259,7 +1267,7 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     if constexpr (kHeadDim == 256) {
         // dK + dV would not fit the registers together (NOTES): two passes over the same blocks.
         rc = launch_bwd_kernel<Config<kHeadDim, Elem, Grads::kDv, 2, 1>>(a, p, stream, error);
-        if (rc == cudaSuccess) rc = launch_bwd_kernel<Config<kHeadDim, Elem, Grads::kDkDq, 1, 1>>(a, p, stream, error);
+        if (rc == cudaSuccess) rc = launch_bwd_kernel<Config<kHeadDim, Elem, Grads::kDkDq, 1, kD256DsBuffers>>(a, p, stream, error);
     } else {
         rc = launch_bwd_kernel<Cfg>(a, p, stream, error);
     }
