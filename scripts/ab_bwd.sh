@@ -58,11 +58,10 @@ declare -A DEFINES=(
   [dqlate2]="-DHATTN_BWD_DQ_LATE=2"  # the same, dQ before dK
   [dqlate_w2]="-DHATTN_BWD_DQ_LATE=1 -DHATTN_BWD_DQ_WARPS=2"  # dqlate + a dQ warp per consumer
   [w2]="-DHATTN_BWD_DQ_WARPS=2"      # a dQ warp per consumer alone
-  [doslot0]="-DHATTN_BWD_D256_DO_SLOT=0"  # d256 dK + dQ: one Q / dO slot, freed at the step's end (before run 67)
+  [doslot0]="-DHATTN_BWD_D256_DO_SLOT=0 -DHATTN_BWD_D256_DS_BUFFERS=1"  # d256 dK + dQ: one dS^T tile and one Q / dO slot, freed at the step's end (before run 67)
   [doslot2]="-DHATTN_BWD_D256_DO_SLOT=2"  # ... one slot, freed once dK's GEMM has completed
-  [doslot3]="-DHATTN_BWD_D256_DO_SLOT=3"  # ... dO in its own slot, S^T issued first (default 1: dP^T first)
-  [ds2]="-DHATTN_BWD_D256_DS_BUFFERS=2"  # d256 dK + dQ: two dS^T tiles (no barrier before the store)
-  [ds2doslot3]="-DHATTN_BWD_D256_DS_BUFFERS=2 -DHATTN_BWD_D256_DO_SLOT=3"  # ... with S^T issued first
+  [doslot3]="-DHATTN_BWD_D256_DO_SLOT=3"  # ... dO in its own slot, S^T issued first (default 1: dP^T first; run 67b/d)
+  [ds1]="-DHATTN_BWD_D256_DS_BUFFERS=1"  # d256 dK + dQ: one dS^T tile, a barrier before its store (before run 67d; default 2)
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do

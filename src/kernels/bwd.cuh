@@ -168,12 +168,13 @@ static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer 
 #ifndef HATTN_BWD_D256_DO_SLOT
 #define HATTN_BWD_D256_DO_SLOT 1
 #endif
-// HATTN_BWD_D256_DS_BUFFERS (head dim 256's dK + dQ kernel): dS^T tiles, 1 (the default) or 2 (16 KB
-//   more, which just fits): with two, a warpgroup stores its dS^T without first waiting for the
-//   other's dQ GEMM of the step before (it has completed: the barrier before this step's dQ GEMM
-//   follows it), one CTA-wide barrier fewer per step.
+// HATTN_BWD_D256_DS_BUFFERS (head dim 256's dK + dQ kernel): dS^T tiles, 2 (the default; 16 KB more
+//   than one, which just fits) or 1: with two, a warpgroup stores its dS^T without first waiting
+//   for the other's dQ GEMM of the step before (it has completed: the barrier before this step's
+//   dQ GEMM follows it), one barrier of both warpgroups fewer per step: +1-4% at 1k-8k, -2% at
+//   causal 16k (bench/RESULTS.md run 67d).
 #ifndef HATTN_BWD_D256_DS_BUFFERS
-#define HATTN_BWD_D256_DS_BUFFERS 1
+#define HATTN_BWD_D256_DS_BUFFERS 2
 #endif
 constexpr int kD256DsBuffers = HATTN_BWD_D256_DS_BUFFERS;
 
