@@ -35,7 +35,10 @@
 #   --print-details all, the sections' bodies as well), SASS_PAGE (0; 1: also each shape's
 #   per-instruction SASS page -- warp-state samples per stall reason for every instruction -- as
 #   sass_<shape>.csv, and each peer's as sass_<peer>_<shape>.csv, from a second ncu pass; both the
-#   CSVs and that pass's reports go into ncu.tgz, so $OUT keeps two files however many shapes).
+#   CSVs and that pass's reports go into ncu.tgz, so $OUT keeps two files however many shapes),
+#   MEMORY (0; 1: the memory sections -- SpeedOfLight, MemoryWorkloadAnalysis and its tables -- for
+#   every shape and peer, and the summary keeps their shared-memory and pipe figures: whether the
+#   wgmma operands' shared-memory traffic, not the tensor pipe, is what a kernel waits for).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -82,6 +85,9 @@ fi
 
 section_args=()
 for s in "${SECTIONS[@]}"; do section_args+=(--section "$s"); done
+if [ "${MEMORY:-0}" = 1 ]; then
+  for s in "${MEMORY_SECTIONS[@]}" MemoryWorkloadAnalysis_Tables; do section_args+=(--section "$s"); done
+fi
 # NCU_DETAILS=1: the sections' bodies too (pipe utilisation, stall reasons), not only their headers.
 details_args=()
 [ "${NCU_DETAILS:-0}" = 1 ] && details_args=(--print-details all)
@@ -93,7 +99,7 @@ import csv, sys
 path, label = sys.argv[1], sys.argv[2]
 keep = ("Duration", "Issue Slots Busy", "Issued Warp Per Scheduler", "No Eligible", "Eligible Warps Per Scheduler",
         "Warp Cycles Per Issued Instruction", "Executed Ipc Active", "SM Busy", "DRAM Throughput", "Memory Throughput",
-        "L1/TEX Hit Rate", "L2 Hit Rate", "L1/TEX Cache Throughput", "L2 Cache Throughput", "Mem Busy", "Max Bandwidth",
+        "L1/TEX Hit Rate", "L2 Hit Rate", "L1/TEX Cache Throughput", "L2 Cache Throughput", "Mem Busy", "Mem Pipes Busy", "Max Bandwidth",
         "Grid Size", "Block Size", "Registers Per Thread", "Dynamic Shared Memory Per Block", "Static Shared Memory Per Block",
         "Theoretical Occupancy", "Achieved Occupancy", "Waves Per SM", "Elapsed Cycles", "Executed Instructions",
         "Tensor (FP)", "Uniform", "XU", "FMA", "ALU", "LSU")
@@ -105,7 +111,7 @@ try:
             name = r.get("Metric Name", "")
             # --print-details all adds the sections' bodies: pipe utilisation and stall reasons.
             if (any(name.startswith(k) for k in keep) or "Pipe" in r.get("Section Name", "") or "pipe" in name.lower()
-                    or "stall" in name.lower() or "Stall" in r.get("Section Name", "")):
+                    or "stall" in name.lower() or "Stall" in r.get("Section Name", "") or "shared" in name.lower()):
                 rows.append((r.get("Section Name", ""), name, r.get("Metric Value", ""), r.get("Metric Unit", "")))
 except (OSError, csv.Error) as e:
     print(f"{label}: no CSV ({e})")
@@ -154,7 +160,7 @@ for shape in $SHAPES; do
     kernel=$KERNEL_PREPASS
     cli=(--batch "$batch" --heads "$heads" --seqlen "$seqlen" --dim "$dim" --dtype e4m3 --hadamard --iters 1 --warmup 0)
     [ "$dtype" = half ] || [ "$dtype" = interleaved ] && cli+=(--rope "$dtype")
-    for s in "${MEMORY_SECTIONS[@]}"; do shape_sections+=(--section "$s"); done
+    [ "${MEMORY:-0}" = 1 ] || for s in "${MEMORY_SECTIONS[@]}"; do shape_sections+=(--section "$s"); done
   fi
   timeout -k 10 "$TIMEOUT_S" "$NCU" --kernel-name-base mangled --kernel-name "$kernel" --launch-count "$launches" \
     "${shape_sections[@]}" --csv --page details "${details_args[@]}" "$BUILD_DIR/bin/hattn" "$command" "${cli[@]}" \
