@@ -304,7 +304,7 @@ struct alignas(kSharedAlign) SharedStorage {
     alignas(16) float dpsum[Cfg::kStages][Cfg::kBlockM];
     Ring<1> kv_ring;  // K and V arrive once
     Ring<Cfg::kStages> q_ring;
-    Ring<1> do_ring;  // Config::kOwnDoSlot: dO's slot (else unused)
+    std::conditional_t<Cfg::kOwnDoSlot, Ring<1>, NoTile> do_ring;  // Config::kOwnDoSlot: dO's slot
     alignas(16) std::conditional_t<Cfg::kDqWarp, float[Cfg::kConsumers][Cfg::kDqSlices][Cfg::kDqSliceFloats], NoTile> dq_staging;
 };
 
@@ -658,7 +658,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // (dP^T may still run: form_ds's wait frees dO's slot). One slot in each ring, one use per
         // step, so dO's phase is Q's: no state of its own (a register fewer; the 1-D grid's
         // instantiation spilled 7 with one).
-        auto release_do = [&] { smem.do_ring.consumer_release(typename Ring<1>::State{}); };
+        auto release_do = [&] {
+            if constexpr (Cfg::kOwnDoSlot) smem.do_ring.consumer_release(typename Ring<1>::State{});
+        };
         auto issue_scores_own_do = [&](int stage, Scores& s, Scores& dp) {
             if constexpr (Cfg::kOwnDoSlot) {
                 static_assert(Cfg::kStages == 1, "dO's slot shares the Q ring's state");
