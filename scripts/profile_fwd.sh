@@ -38,7 +38,8 @@
 #   CSVs and that pass's reports go into ncu.tgz, so $OUT keeps two files however many shapes),
 #   MEMORY (0; 1: the memory sections -- SpeedOfLight, MemoryWorkloadAnalysis and its tables -- for
 #   every shape and peer, and the summary keeps their shared-memory and pipe figures: whether the
-#   wgmma operands' shared-memory traffic, not the tensor pipe, is what a kernel waits for).
+#   wgmma operands' shared-memory traffic, not the tensor pipe, is what a kernel waits for),
+#   METRICS (raw ncu metrics to collect beside the sections, comma-separated).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -88,6 +89,9 @@ for s in "${SECTIONS[@]}"; do section_args+=(--section "$s"); done
 if [ "${MEMORY:-0}" = 1 ]; then
   for s in "${MEMORY_SECTIONS[@]}" MemoryWorkloadAnalysis_Tables; do section_args+=(--section "$s"); done
 fi
+# METRICS: raw metrics beside the sections (comma-separated full names, e.g.
+# l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed); the summary keeps every one of them.
+[ -n "${METRICS:-}" ] && section_args+=(--metrics "$METRICS")
 # NCU_DETAILS=1: the sections' bodies too (pipe utilisation, stall reasons), not only their headers.
 details_args=()
 [ "${NCU_DETAILS:-0}" = 1 ] && details_args=(--print-details all)
@@ -111,7 +115,8 @@ try:
             name = r.get("Metric Name", "")
             # --print-details all adds the sections' bodies: pipe utilisation and stall reasons.
             if (any(name.startswith(k) for k in keep) or "Pipe" in r.get("Section Name", "") or "pipe" in name.lower()
-                    or "stall" in name.lower() or "Stall" in r.get("Section Name", "") or "shared" in name.lower()):
+                    or "stall" in name.lower() or "Stall" in r.get("Section Name", "") or "shared" in name.lower()
+                    or r.get("Section Name", "").startswith("Command line")):
                 rows.append((r.get("Section Name", ""), name, r.get("Metric Value", ""), r.get("Metric Unit", "")))
 except (OSError, csv.Error) as e:
     print(f"{label}: no CSV ({e})")
