@@ -17,7 +17,8 @@ constexpr Fp8VariantInfo kInfo = kFp8Variants[kVariant];
 static_assert(fp8_variant_built(kVariant, kHeadDim), "CMake builds only the pairs fp8_variant_built allows");
 using Opt = fwd_fp8::Tuning<kInfo.lazy_rescale, kInfo.two_level, kInfo.row_sum_mma, kInfo.two_p_buffers,
                             kInfo.early_exp, kInfo.ping_pong, kInfo.softmax_turns, kInfo.transpose_v,
-                            kInfo.q_in_registers, kInfo.p_gain_log2, kInfo.o_halves_d256>;
+                            kInfo.q_in_registers, kInfo.p_gain_log2, kInfo.o_halves_d256,
+                            kInfo.q_register_cols>;
 constexpr int kBlockN = kInfo.block_n > 0 ? kInfo.block_n : fwd_fp8::default_block_n(kHeadDim);
 constexpr int kStages = kInfo.stages > 0 ? kInfo.stages : fwd_fp8::default_stages(kHeadDim);
 using Cfg = fwd_fp8::Config<kHeadDim, sm90::Bf16, kInfo.consumers, kBlockN, kStages, Opt>;

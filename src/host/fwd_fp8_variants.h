@@ -31,6 +31,7 @@ struct Fp8VariantInfo {
     bool q_in_registers = false;  // Q's A fragments in registers, S by RS wgmma (fwd_fp8::Tuning::kQInRegisters)
     int p_gain_log2 = 0;          // P's gain fixed (log2; fwd_fp8::Tuning::kPGainLog2), 0: by the rows' length
     bool o_halves_d256 = false;   // d256's O stored in halves, two Q slots (fwd_fp8::Tuning::kOHalvesD256)
+    int q_register_cols = 0;      // q_in_registers: only Q's first columns (fwd_fp8::Tuning::kQRegisterCols), 0: all
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
@@ -68,6 +69,12 @@ struct Fp8VariantInfo {
 // 16k keys): 0.75 / 1.75 of headroom above a lazy reference instead of 2.75, so a warp's O
 // rescales (and, with _early, its weights' fix) in about half the blocks of a 2k row at 2^8 (run
 // 54d: 2^6 +5-8% there).
+// _q128, _q64: the d128 / d256 default (early exps) with the first 128 / 64 columns of Q in registers
+// (Tuning::kQRegisterCols; all of Q where head_dim is no wider): the rest of each QK^T an SS wgmma.
+// At d256 half of Q (16 registers) fits beside the early exps and the tile hand-off, where all of it
+// spills 132 bytes; at d128 all of Q fits beside them too (CUDA 13.0). By the count of _qreg (run
+// 43a: +2.1-3.6% at d256 for a quarter of a step's shared-memory reads), _q128 takes an eighth away.
+// (_q64 at d256, a quarter of Q, spills 20 bytes where _q128 spills none: built up to d128 only.)
 // _oh: the d256 default with O stored in halves and two Q slots (Tuning::kOHalvesD256; the same
 // kernel as its base below d256): level with it, -0.4 to +0.7% at 1k-8k (run 62c). (The defaults
 // with 1 n8 column group of 16, 8 or 4 exponentiated on the FMA pipe, _fma16 / _fma8 / _fma4, lost
@@ -104,6 +111,8 @@ inline constexpr Fp8VariantInfo kFp8Variants[] = {
     {"lazy_rowsum_noturn_qreg_g8", true, false, 0, 0, true, false, 2, false, false, false, false, 128, true, 8},
     {"lazy_p2_c3_sturn_g8", true, false, 0, 0, false, true, 3, false, true, true, false, 0, false, 8},
     {"lazy_rowsum_early_noturn_oh", true, false, 0, 0, true, false, 2, true, false, false, false, 0, false, 0, true},
+    {"lazy_rowsum_early_noturn_q128", true, false, 0, 0, true, false, 2, true, false, false, false, 0, true, 0, false, 128},
+    {"lazy_rowsum_early_noturn_q64", true, false, 0, 0, true, false, 2, true, false, false, false, 128, true, 0, false, 64},
 };
 inline constexpr int kFp8VariantCount = static_cast<int>(sizeof(kFp8Variants) / sizeof(kFp8Variants[0]));
 

@@ -47,7 +47,8 @@
 //     of its signed terms cancel instead of piling up. d = 256 takes the early exps too (it kept
 //     Q's A fragments in registers before, Tuning::kQInRegisters: its 64-key S = Q K^T with both
 //     operands from shared memory needs 64 B per 2*64*64*32 FLOP, shared memory's whole bandwidth
-//     at the e4m3 rate; run 54f: the early exps +0.9-1.8% over that, the two together spill). No
+//     at the e4m3 rate; run 54f: the early exps +0.9-1.8% over that, the two together spill; half of
+//     Q in registers beside the early exps fits, Tuning::kQRegisterCols, an A/B option). No
 //     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
 //     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
 //     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
@@ -228,10 +229,15 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    length (0: lazy_p_gain_log2); the plain path's is always kDefaultPGainLog2
 //   kOHalvesD256     (an A/B option) d256's O stored in halves, two Q slots (o_parts); the default
 //                    is HATTN_FWD_FP8_D256_O_HALVES
+//   kQRegisterCols   (kQInRegisters; an A/B option) only Q's first kQRegisterCols columns in
+//                    registers, the rest of each QK^T an SS wgmma as without the option (0: all of
+//                    them): at d256 half of Q takes 16 registers instead of 32, which leaves room for
+//                    the early exps and the tile hand-off, and still takes an eighth of the shared-
+//                    memory reads of a step away
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
           bool kQInRegisters_ = false, int kPGainLog2_ = 0,
-          bool kOHalvesD256_ = HATTN_FWD_FP8_D256_O_HALVES != 0>
+          bool kOHalvesD256_ = HATTN_FWD_FP8_D256_O_HALVES != 0, int kQRegisterCols_ = 0>
 struct Tuning {
     static constexpr bool kLazyRescale = kLazyRescale_;
     static constexpr bool kTwoLevel = kTwoLevel_;
@@ -244,16 +250,19 @@ struct Tuning {
     static constexpr bool kQInRegisters = kQInRegisters_;
     static constexpr int kPGainLog2 = kPGainLog2_;
     static constexpr bool kOHalvesD256 = kOHalvesD256_;
+    static constexpr int kQRegisterCols = kQRegisterCols_;
     // (Q stays in shared memory beside the in-kernel transpose: the transposer warps' registers
     // leave the consumers 240, and d256's Q fragments spill 24 bytes there.)
     // (kEarlyBeside: whether the early exps stay beside the transpose, early_exps_beside_transpose.)
     template <bool kTranspose, bool kEarlyBeside = true>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_,
                                   kEarlyExp_ && (kEarlyBeside || !kTranspose), kPingPong_, kSoftmaxTurns_, kTranspose,
-                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kOHalvesD256_>;
+                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kOHalvesD256_, kQRegisterCols_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
     static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
+    static_assert(kQRegisterCols == 0 || (kQInRegisters_ && kQRegisterCols % E4m3::kMmaK == 0),
+                  "Q's register columns: whole k-steps of Q in registers");
 };
 
 // What the launcher uses, decided by the A/Bs of bench/RESULTS.md (fwd_fp8_ab, H200): the lazy
@@ -332,11 +341,17 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static_assert(kDescaleRows % kMmaM == 0, "a consumer's 64 rows must lie inside one descale block");
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
-    // The producer hands each tile to the consumers (the dynamic walk needs it), except with Q in
-    // registers (an A/B option at d256): there the consumers hold 240 registers to the last, and
-    // the hand-off spills 40 bytes, so they walk the fixed passes themselves and causal problems
-    // keep the fixed walk.
-    static constexpr bool kTileHandOff = !Opt::kQInRegisters;
+    // kQInRegisters: the k-steps of each QK^T whose Q fragment a thread holds in registers.
+    static constexpr int kQRegisterSteps =
+        !Opt::kQInRegisters ? 0
+                            : (Opt::kQRegisterCols == 0 || Opt::kQRegisterCols > kHeadDim_ ? kHeadDim_ : Opt::kQRegisterCols) /
+                                  E4m3::kMmaK;
+    // The producer hands each tile to the consumers (the dynamic walk needs it), except with all
+    // of d256's Q in registers (an A/B option): there the consumers hold 240 registers to the
+    // last, and the hand-off spills 40 bytes, so they walk the fixed passes themselves and causal
+    // problems keep the fixed walk. With 16 registers of Q or fewer the hand-off fits.
+    static constexpr int kHandOffMaxQRegisters = 16, kARegistersPerStep = 4;  // an m64 x k32 e4m3 A fragment
+    static constexpr bool kTileHandOff = kQRegisterSteps * kARegistersPerStep <= kHandOffMaxQRegisters;
     // Full masks may split their last pass (HATTN_FWD_FP8_SPLIT_TAIL): the pieces travel with the
     // hand-off; not on three consumers, whose 160 registers the merge would spill, nor at d256,
     // where O's 128 registers leave the merge too few (36 bytes spilled).
@@ -536,13 +551,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         Tile t;
         int m0, n_blocks;
 
-        // kQInRegisters: this thread's A fragments of its 64-row slice of Q, per k-step.
-        uint32_t qf[Opt::kQInRegisters ? kHeadDim / kMmaK : 1][4];
+        // kQInRegisters: this thread's A fragments of its 64-row slice of Q, per k-step (the first
+        // Cfg::kQRegisterSteps of them; the rest of Q is read from shared memory).
+        constexpr int kQRegisterSteps = Cfg::kQRegisterSteps;
+        uint32_t qf[kQRegisterSteps > 0 ? kQRegisterSteps : 1][Cfg::kARegistersPerStep];
         auto gemm_qk = [&](int stage) {
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / kMmaK; ++kk) {
-                if constexpr (Opt::kQInRegisters)
-                    mma_rs_e4m3<kBlockN>(s, qf[kk], smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                if (kk < kQRegisterSteps)
+                    mma_rs_e4m3<kBlockN>(s, qf[kk < kQRegisterSteps ? kk : 0], smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
                 else
                     mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
                                          smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);

@@ -81,10 +81,12 @@ __host__ __device__ constexpr RowByte a_fragment_ldmatrix_row(int warp, int lane
     return {kWarpRows * warp + kMatrixRows * (matrix % 2) + lane % kMatrixRows, kChunkBytes * (matrix / 2)};
 }
 
+// The A fragments of the first kSteps k-steps of a 64-row slice of an e4m3 tile (all of its
+// columns, or the first kSteps x 32 of them).
 template <class Tile, int kSteps>
 __device__ __forceinline__ void load_a_fragments_e4m3(uint32_t (&a)[kSteps][4], const Tile& tile, int first_row) {
-    static_assert(std::is_same_v<typename Tile::Element, E4m3> && kSteps * E4m3::kMmaK == Tile::kCols,
-                  "a fragment per k-step of an e4m3 tile");
+    static_assert(std::is_same_v<typename Tile::Element, E4m3> && kSteps * E4m3::kMmaK <= Tile::kCols,
+                  "a fragment per k-step of (the first columns of) an e4m3 tile");
     const RowByte at = a_fragment_ldmatrix_row(static_cast<int>((threadIdx.x / 32) % 4), static_cast<int>(threadIdx.x % 32));
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk)
