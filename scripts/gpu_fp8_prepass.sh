@@ -23,7 +23,9 @@
 # Writes $OUT/summary.txt (printed last), $OUT/bench.json and $OUT/logs.tgz (every log).
 #
 # Environment: OUT (default ./gpu_fp8_prepass_out), BUILD_DIR (build-fp8), JOBS (16),
-#   BUDGET_S (300: the whole run; each step's timeout is clipped to what is left).
+#   BUDGET_S (300: the whole run; each step's timeout is clipped to what is left),
+#   STEPS ("tests bench sanitize staged": which of the steps above run; "bench" alone builds only
+#   the library and the benchmark, for the copy-bandwidth figure in a short call).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -31,6 +33,8 @@ OUT=${OUT:-gpu_fp8_prepass_out}
 BUILD_DIR=${BUILD_DIR:-build-fp8}
 JOBS=${JOBS:-16}
 BUDGET_S=${BUDGET_S:-300}
+STEPS=${STEPS:-"tests bench sanitize staged"}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 RESERVE_S=8   # kept for packing the logs and the summary
 
 mkdir -p "$OUT"
@@ -49,8 +53,10 @@ source scripts/gpu_steps.sh  # limit, record, run, select_generator
 
 # ---- build ------------------------------------------------------------------------------------
 select_generator "$BUILD_DIR"
-TARGETS=(hattn_shared hattn_static reference_fp8_test host_fp8_prepass_validation_test ptx_fp8_prepass_wrappers_test
-         fp8_prepass_test fp8_prepass_bench)
+TARGETS=(hattn_shared hattn_static fp8_prepass_bench)
+if want tests || want sanitize || want staged; then
+  TARGETS+=(reference_fp8_test host_fp8_prepass_validation_test ptx_fp8_prepass_wrappers_test fp8_prepass_test)
+fi
 # (timeout runs programs, not shell functions: the two steps go through bash -c.)
 run build 200 bash -c "cmake -S . -B '$BUILD_DIR' ${gen[*]:-} -DCMAKE_BUILD_TYPE=Release -DHATTN_PTXAS_WERROR=ON \
   -DHATTN_BUILD_CLI=OFF -DHATTN_FP8_BLOCKS_PER_CTA=0 && cmake --build '$BUILD_DIR' -j $JOBS --target ${TARGETS[*]}"
@@ -61,15 +67,19 @@ SPILLS=$(grep -ciE 'spill (stores|loads) [1-9]|bytes spill' "$LOGS/build.log" 2>
 if [ "$BUILD_OK" -eq 1 ]; then
   T="$BUILD_DIR/test"
   # ---- tests --------------------------------------------------------------------------------
-  run reference_fp8_test 60 "$T/reference_fp8_test"
-  run host_fp8_prepass_validation_test 60 "$T/host_fp8_prepass_validation_test"
-  run ptx_fp8_prepass_wrappers_test 30 "$T/ptx_fp8_prepass_wrappers_test"
-  run fp8_prepass_test 150 "$T/fp8_prepass_test"
+  if want tests; then
+    run reference_fp8_test 60 "$T/reference_fp8_test"
+    run host_fp8_prepass_validation_test 60 "$T/host_fp8_prepass_validation_test"
+    run ptx_fp8_prepass_wrappers_test 30 "$T/ptx_fp8_prepass_wrappers_test"
+    run fp8_prepass_test 150 "$T/fp8_prepass_test"
+  fi
   # ---- bench --------------------------------------------------------------------------------
-  run bench 90 "$BUILD_DIR/bench/fp8_prepass_bench" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
+  want bench && run bench 90 "$BUILD_DIR/bench/fp8_prepass_bench" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if [ -x "$SAN" ]; then
+  if ! want sanitize; then
+    :
+  elif [ -x "$SAN" ]; then
     run memcheck 60 "$SAN" --tool memcheck --error-exitcode 1 --leak-check full "$T/fp8_prepass_test" \
       --gtest_filter="$SANITIZE_FILTER"
     run racecheck 60 "$SAN" --tool racecheck --error-exitcode 1 "$T/fp8_prepass_test" --gtest_filter="$SANITIZE_FILTER"
@@ -78,7 +88,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
     record racecheck "SKIPPED (no compute-sanitizer)" 0
   fi
   # ---- A/B: four blocks per thread block, staged through shared memory ----------------------
-  run build_staged 120 bash -c "cmake -S . -B '$BUILD_DIR' -DHATTN_FP8_BLOCKS_PER_CTA=4 && \
+  want staged && run build_staged 120 bash -c "cmake -S . -B '$BUILD_DIR' -DHATTN_FP8_BLOCKS_PER_CTA=4 && \
     cmake --build '$BUILD_DIR' -j $JOBS --target fp8_prepass_test fp8_prepass_bench"
   if grep -q '^build_staged .*PASS' "$STATUS"; then
     run fp8_prepass_test_staged 60 "$T/fp8_prepass_test" --gtest_filter='*norope*'
