@@ -342,10 +342,9 @@ struct Config : ForwardShape<kConsumers_, kBlockN_, kStages_> {
     static_assert(Shape::kBlockN % kE4m3KeyGroup == 0 && Shape::kBlockN <= 256, "wgmma N / K limits");
     static_assert(!Opt::kTwoLevel || kHeadDim <= 128, "two-level accumulation: no registers for a second O at d = 256");
     // kQInRegisters: the k-steps of each QK^T whose Q fragment a thread holds in registers.
-    static constexpr int kQRegisterSteps =
-        !Opt::kQInRegisters ? 0
-                            : (Opt::kQRegisterCols == 0 || Opt::kQRegisterCols > kHeadDim_ ? kHeadDim_ : Opt::kQRegisterCols) /
-                                  E4m3::kMmaK;
+    static constexpr int kQRegisterCols =
+        Opt::kQRegisterCols == 0 || Opt::kQRegisterCols > kHeadDim_ ? kHeadDim_ : Opt::kQRegisterCols;
+    static constexpr int kQRegisterSteps = Opt::kQInRegisters ? kQRegisterCols / E4m3::kMmaK : 0;
     // The producer hands each tile to the consumers (the dynamic walk needs it), except with all
     // of d256's Q in registers (an A/B option): there the consumers hold 240 registers to the
     // last, and the hand-off spills 40 bytes, so they walk the fixed passes themselves and causal
@@ -558,8 +557,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         auto gemm_qk = [&](int stage) {
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / kMmaK; ++kk) {
-                if (kk < kQRegisterSteps)
-                    mma_rs_e4m3<kBlockN>(s, qf[kk < kQRegisterSteps ? kk : 0], smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                if (kk < kQRegisterSteps)  // (the index clamped for the unrolled steps past them)
+                    mma_rs_e4m3<kBlockN>(s, qf[kk < kQRegisterSteps ? kk : 0], smem.k[stage].desc_k_major(0, kk),
+                                         kk > 0 ? 1u : 0u);
                 else
                     mma_ss_e4m3<kBlockN>(s, smem.q[q_state.stage].desc_k_major(me.first_row_in_tile, kk),
                                          smem.k[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
