@@ -77,13 +77,11 @@ if [ "$BUILD_OK" -eq 1 ]; then
   want bench && run bench 90 "$BUILD_DIR/bench/fp8_prepass_bench" --benchmark_out="$OUT/bench.json" --benchmark_out_format=json
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  if ! want sanitize; then
-    :
-  elif [ -x "$SAN" ]; then
+  if want sanitize && [ -x "$SAN" ]; then
     run memcheck 60 "$SAN" --tool memcheck --error-exitcode 1 --leak-check full "$T/fp8_prepass_test" \
       --gtest_filter="$SANITIZE_FILTER"
     run racecheck 60 "$SAN" --tool racecheck --error-exitcode 1 "$T/fp8_prepass_test" --gtest_filter="$SANITIZE_FILTER"
-  else
+  elif want sanitize; then
     record memcheck "SKIPPED (no compute-sanitizer)" 0
     record racecheck "SKIPPED (no compute-sanitizer)" 0
   fi

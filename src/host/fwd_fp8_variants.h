@@ -63,7 +63,8 @@ struct Fp8VariantInfo {
 // it spills 8 bytes, at d256 132); the d256 default from run 43a until the early exps overtook it
 // (run 54f: +0.9-1.8%) (with the in-kernel transpose Q stays in shared memory: in registers it
 // spills 24 bytes beside the transposers, Tuning::WithTransposeV). Since then it came to spill 12
-// bytes at d256 itself (found in run 61), so both _qreg variants are built up to d128 only.
+// bytes at d256 itself (found in run 61), so both _qreg variants are built up to d128 only (where,
+// since run 68e, all of Q is 16 registers and the tile hand-off is kept beside it).
 // _g8, _g7: the head dims' defaults (at d256 its previous one, _qreg) with P's gain fixed at 2^8 /
 // 2^7 (Tuning::kPGainLog2) instead of by the rows' length (fwd_fp8::lazy_p_gain_log2: 2^6 up to
 // 16k keys): 0.75 / 1.75 of headroom above a lazy reference instead of 2.75, so a warp's O
