@@ -637,19 +637,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         using Scores = float[Cfg::kBlockM / 2];
         // S^T = K_w Q^T and dP^T = V_w dO^T of the block in slot `stage`: two commit groups
         // (`split`: S^T's wait can leave dP^T running) or one.
-        auto issue_scores = [&](int stage, Scores& s, Scores& dp, auto split) {
-            ptx::wgmma_fence();
+        // S^T = K_w Q^T and dP^T = V_w dO^T from slot `stage` (issued, not committed).
+        auto gemm_st = [&](int stage, Scores& s) {
 #pragma unroll
             for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
                 mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk), smem.q[stage].desc_k_major(0, kk),
                                          kk > 0 ? 1u : 0u);
-            if constexpr (decltype(split)::value) ptx::wgmma_commit_group();
-            if constexpr (Cfg::kAccDk) {
+        };
+        auto gemm_dpt = [&](int stage, Scores& dp) {
+            if constexpr (Cfg::kAccDk) {  // (only dS needs dP^T; the dV kernel holds no V)
 #pragma unroll
                 for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
                     mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
                                              smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
             }
+        };
+        auto issue_scores = [&](int stage, Scores& s, Scores& dp, auto split) {
+            ptx::wgmma_fence();
+            gemm_st(stage, s);
+            if constexpr (decltype(split)::value) ptx::wgmma_commit_group();
+            gemm_dpt(stage, dp);
             if constexpr (Cfg::kAccDk || !decltype(split)::value) ptx::wgmma_commit_group();
         };
         // Config::kOwnDoSlot: S^T = K_w Q^T and dP^T = V_w dO^T, each issued once its operand is
@@ -668,19 +675,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 auto issue_s = [&] {
                     smem.q_ring.consumer_wait(st);
                     ptx::wgmma_fence();  // (after the wait's branch: else ptxas inserts one, C7519)
-#pragma unroll
-                    for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                        mma_ss<kBlockM, Elem, 0>(s, smem.k.desc_k_major(first_key_in_block, kk),
-                                                 smem.q[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    gemm_st(stage, s);
                     ptx::wgmma_commit_group();
                 };
                 auto issue_dp = [&] {
                     smem.do_ring.consumer_wait(st);
                     ptx::wgmma_fence();
-#pragma unroll
-                    for (int kk = 0; kk < kHeadDim / Elem::kMmaK; ++kk)
-                        mma_ss<kBlockM, Elem, 0>(dp, smem.v.desc_k_major(first_key_in_block, kk),
-                                                 smem.dout[0].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
+                    gemm_dpt(0, dp);  // (dO's one slot)
                     ptx::wgmma_commit_group();
                 };
                 if constexpr (Cfg::kDpFirst) {
