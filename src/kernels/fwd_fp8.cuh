@@ -257,7 +257,8 @@ struct Tuning {
     template <bool kTranspose, bool kEarlyBeside = true>
     using WithTransposeV = Tuning<kLazyRescale_, kTwoLevel_, kRowSumMma_, kTwoPBuffers_,
                                   kEarlyExp_ && (kEarlyBeside || !kTranspose), kPingPong_, kSoftmaxTurns_, kTranspose,
-                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kOHalvesD256_, kQRegisterCols_>;
+                                  kQInRegisters_ && !kTranspose, kPGainLog2_, kOHalvesD256_,
+                                  kTranspose ? 0 : kQRegisterCols_>;
     static_assert(!kSoftmaxTurns || kPingPong, "softmax turns are the ping-pong turns in another place");
     static_assert(!kEarlyExp || kLazyRescale, "the early exps need the lazy path's references");
     static_assert(kPGainLog2 == 0 || (kLazyRescale && kPGainLog2 <= kLazyMaxGainLog2), "a fixed gain: the lazy path's");
@@ -274,14 +275,16 @@ struct Tuning {
 // over two consumers with two-level accumulation at 16k, +8% at 2k; two-level needs 32 more
 // registers, and P's two sets alone cost 5-8% at d128); no turns around the GEMM issue (run 40a:
 // +1-2% at d128, +1-2% at d256, +1-6% at d64, at 2k-16k), turns around each softmax at d = 64 only
-// (fp8_softmax_turns; run 41b: +3-7% there); at d = 256 the early exps rather than Q in registers
-// for S = Q K^T (run 54f: +0.9-1.8%). At d = 128, P written from the softmax into a second
+// (fp8_softmax_turns; run 41b: +3-7% there); at d = 128 and 256 Q's first 128 columns in registers
+// for S = Q K^T beside the early exps (q_in_registers; run 69a: d256 +2.6-2.9%, d128 level to +1%). At d = 128, P written from the softmax into a second
 // register set lost 4% on the early exps, and dropping the block max for a check of P's e4m3 codes
 // (one IADD per 4 weights) lost 15% (run 49b): the conversion's place in the step matters more
 // than the instructions saved. P's gain by the rows' length (lazy_p_gain_log2; run 54d).
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, early_exps(kHeadDim),
-                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim)>;
+                             fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false,
+                             q_in_registers(kHeadDim), 0, HATTN_FWD_FP8_D256_O_HALVES != 0,
+                             q_register_cols(kHeadDim)>;
 
 template <int kHeadDim_, class OElem_, int kConsumers_ = 2, int kBlockN_ = 128, int kStages_ = 4,
           class Tuning_ = Tuning<>>

@@ -35,10 +35,16 @@ constexpr bool early_exps_beside_transpose(int head_dim) { return head_dim <= 12
 // find their row maxima one after the other and so start their exps staggered), not at d128/d256
 // (run 41b: -6 to -9%: there the turn holds the exps too, and the MUFU is not what they wait for).
 constexpr bool fp8_softmax_turns(int head_dim) { return head_dim <= 64; }
-// (No default kernel keeps Q's A fragments in registers for S = Q K^T, fwd_fp8::Tuning's
-// kQInRegisters: at d256, whose 64-key QK^T reads both operands from shared memory at exactly its
-// bandwidth at the e4m3 rate, it gave +2-3.5% (run 43a) until the early exps overtook it (run 54f),
-// and the two do not fit together; at d128 -2 to -4% without the early exps, and with them it spills.)
+// Q's A fragments in registers for S = Q K^T (fwd_fp8::Tuning's kQInRegisters, kQRegisterCols):
+// at d256 the 64-key QK^T reads both operands from shared memory at exactly its bandwidth at the
+// e4m3 rate. All of Q in registers gave +2-3.5% there (run 43a) until the early exps overtook it
+// (run 54f; the two together spill); the first 128 columns of Q (16 registers) fit beside the early
+// exps and gave +2.6-2.9% at 2k-16k (run 69a). At d128 all of Q is 16 registers: level to +1%
+// there (run 69a, +0.6% geomean; the causal 16k row +2.6%). d64's three consumers have no room.
+constexpr bool q_in_registers(int head_dim) { return head_dim >= 128; }
+// ... how many of Q's columns (0: all of them).
+constexpr int kDefaultQRegisterCols = 128;
+constexpr int q_register_cols(int head_dim) { return head_dim > kDefaultQRegisterCols ? kDefaultQRegisterCols : 0; }
 // P's gain (log2): P in [0, 1] is quantized as e4m3(P * 2^gain), which keeps its small values out
 // of e4m3's subnormals (normal from 2^-6: weights down to 2^-(6 + gain)) while P * 2^8 <= 448. The
 // plain path takes kDefaultPGainLog2; the lazy path (every default kernel) takes it per call:
