@@ -16,7 +16,7 @@
 #   ab         bench/fwd_fp8_ab: every variant (on every grid of GRIDS) interleaved, best of 3
 #              rounds, d 64/128/256 x seqlen 2k/8k/16k (SEQLENS) x full/causal, 16k tokens,
 #              heads = 2048 / d; the TFLOPS table, then each column's ratio to base (the plain
-#              path; the library's default is lazy_rowsum_early_noturn at d128 and d256,
+#              path; the library's default is lazy_rowsum_early_noturn_q128 at d128 and d256,
 #              lazy_p2_c3_sturn at d64) and, with two grids or
 #              more, each grid's ratio to the first per variant LAST
 # Writes $OUT/summary.txt (printed last), $OUT/ab.txt and $OUT/logs.tgz (every log).

@@ -35,7 +35,8 @@ struct Fp8VariantInfo {
 };
 
 // Index 0 is the plain path (Tuning<>); the library's default (fwd_fp8::DefaultTuning) is
-// "lazy_rowsum_early_noturn" at d = 128 and 256 and "lazy_p2_c3_sturn" at 64.
+// "lazy_rowsum_early_noturn_q128" at d = 128 and 256 (since run 69a; before it the same without Q
+// in registers, "lazy_rowsum_early_noturn") and "lazy_p2_c3_sturn" at 64.
 // (The MUFU + FMA-pipe exp split, measured in run 26, lost and is gone; so are the 192-key blocks of
 // run 37a, +1.5% over lazy but 7% under the default, which came to spill 72 bytes, and three
 // consumers on 64-key blocks at d128, 5-13% under the default in run 51b; so is _ot, the next
@@ -70,12 +71,13 @@ struct Fp8VariantInfo {
 // 16k keys): 0.75 / 1.75 of headroom above a lazy reference instead of 2.75, so a warp's O
 // rescales (and, with _early, its weights' fix) in about half the blocks of a 2k row at 2^8 (run
 // 54d: 2^6 +5-8% there).
-// _q128, _q64: the d128 / d256 default (early exps) with the first 128 / 64 columns of Q in registers
+// _q128, _q64: lazy_rowsum_early_noturn (early exps) with the first 128 / 64 columns of Q in registers
 // (Tuning::kQRegisterCols; all of Q where head_dim is no wider): the rest of each QK^T an SS wgmma.
 // At d256 half of Q (16 registers) fits beside the early exps and the tile hand-off, where all of it
 // spills 132 bytes; at d128 all of Q fits beside them too (CUDA 13.0). By the count of _qreg (run
 // 43a: +2.1-3.6% at d256 for a quarter of a step's shared-memory reads), _q128 takes an eighth away.
 // (_q64 at d256, a quarter of Q, spills 20 bytes where _q128 spills none: built up to d128 only.)
+// _q128 is the d128 / d256 default since run 69a (d256 +2.6-2.9%, d128 -0.5 to +2.6%).
 // _oh: the d256 default with O stored in halves and two Q slots (Tuning::kOHalvesD256; the same
 // kernel as its base below d256): level with it, -0.4 to +0.7% at 1k-8k (run 62c). (The defaults
 // with 1 n8 column group of 16, 8 or 4 exponentiated on the FMA pipe, _fma16 / _fma8 / _fma4, lost
