@@ -220,8 +220,8 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    slot and the producer warpgroup's three other warps write its V^T slot
 //                    (sm90::transpose_v_tile), instead of a transpose pass before the kernel; a
 //                    caller's V^T (v_transposed) runs the same kernel without it
-//   kQInRegisters    (an A/B option) Q's A fragments loaded once per tile into registers (ldmatrix),
-//                    S = Q K^T then an RS wgmma: shared memory serves K alone. At d256 the 64-key
+//   kQInRegisters    Q's A fragments loaded once per tile into registers (ldmatrix), S = Q K^T
+//                    then an RS wgmma: shared memory serves K alone. At d256 the 64-key
 //                    QK^T from shared memory on both sides asks for 64 B per 2 x 64 x 64 x 32 FLOP,
 //                    exactly shared memory's 128 B/clk at the e4m3 peak (run 42b); +head_dim / 8
 //                    registers
@@ -229,11 +229,11 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    length (0: lazy_p_gain_log2); the plain path's is always kDefaultPGainLog2
 //   kOHalvesD256     (an A/B option) d256's O stored in halves, two Q slots (o_parts); the default
 //                    is HATTN_FWD_FP8_D256_O_HALVES
-//   kQRegisterCols   (kQInRegisters; an A/B option) only Q's first kQRegisterCols columns in
-//                    registers, the rest of each QK^T an SS wgmma as without the option (0: all of
-//                    them): at d256 half of Q takes 16 registers instead of 32, which leaves room for
-//                    the early exps and the tile hand-off, and still takes an eighth of the shared-
-//                    memory reads of a step away
+//   kQRegisterCols   (kQInRegisters) only Q's first kQRegisterCols columns in registers, the rest
+//                    of each QK^T an SS wgmma as without the option (0: all of them): at d256 half
+//                    of Q takes 16 registers instead of 32, which leaves room for the early exps and
+//                    the tile hand-off, and still takes an eighth of the shared-memory reads of a
+//                    step away (the d128 / d256 default since run 69a: d256 +2-3%)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
           bool kQInRegisters_ = false, int kPGainLog2_ = 0,
