@@ -1101,6 +1101,11 @@ template <int kHeadDim, class Opt = DefaultTuning<kHeadDim>>
 cudaError_t launch_fwd_fp8_head_dim(const Fp8FwdArgs& a, cudaStream_t stream, std::string* error) {
     constexpr int kBlockN = default_block_n(kHeadDim), kStages = default_stages(kHeadDim);
     constexpr int kConsumers = default_consumers(kHeadDim);
+    // The library's kernels keep the tile hand-off, which the dynamic causal walk and the split
+    // tail need: Q in registers (DefaultTuning) must stay within Config::kHandOffMaxQRegisters.
+    static_assert(!std::is_same_v<Opt, DefaultTuning<kHeadDim>> ||
+                      Config<kHeadDim, Bf16, kConsumers, kBlockN, kStages, Opt>::kTileHandOff,
+                  "the default kernels keep the tile hand-off");
     auto launch = [&](auto transpose) {
         using Tuned = typename Opt::template WithTransposeV<decltype(transpose)::value, early_exps_beside_transpose(kHeadDim)>;
         if (a.o_dtype == fwd::Dtype::kBf16)
