@@ -91,7 +91,23 @@ if [ "${MEMORY:-0}" = 1 ]; then
 fi
 # METRICS: raw metrics beside the sections (comma-separated full names, e.g.
 # l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed); the summary keeps every one of them.
-[ -n "${METRICS:-}" ] && section_args+=(--metrics "$METRICS")
+# A name this GPU's ncu does not list (ncu --query-metrics: base names, the part before the first
+# '.') would fail every profiled run: such names are dropped, and the summary says which.
+if [ -n "${METRICS:-}" ]; then
+  "$NCU" --query-metrics >"$LOGS/query_metrics.txt" 2>&1 || true
+  kept=()
+  IFS=',' read -r -a wanted <<<"$METRICS"
+  for m in "${wanted[@]}"; do
+    # (A list ncu could not give -- no metric names in it -- filters nothing.)
+    if ! grep -q '__' "$LOGS/query_metrics.txt" || grep -q "^${m%%.*}[[:space:]]" "$LOGS/query_metrics.txt"; then
+      kept+=("$m")
+    else
+      say "METRICS: dropped $m (not listed by ncu --query-metrics on this GPU)"
+    fi
+  done
+  METRICS=$(IFS=','; echo "${kept[*]:-}")
+  [ -n "$METRICS" ] && section_args+=(--metrics "$METRICS")
+fi
 # NCU_DETAILS=1: the sections' bodies too (pipe utilisation, stall reasons), not only their headers.
 details_args=()
 [ "${NCU_DETAILS:-0}" = 1 ] && details_args=(--print-details all)
