@@ -77,7 +77,7 @@ struct Fp8VariantInfo {
 // spills 132 bytes; at d128 all of Q fits beside them too (CUDA 13.0). By the count of _qreg (run
 // 43a: +2.1-3.6% at d256 for a quarter of a step's shared-memory reads), _q128 takes an eighth away.
 // (_q64 at d256, a quarter of Q, spills 20 bytes where _q128 spills none: built up to d128 only.)
-// _q128 is the d128 / d256 default since run 69a (d256 +2.6-2.9%, d128 -0.5 to +2.6%).
+// _q128 is the d128 / d256 default since run 69a (d256 +2.0-3.0%, d128 -0.5 to +2.6%).
 // _oh: the d256 default with O stored in halves and two Q slots (Tuning::kOHalvesD256; the same
 // kernel as its base below d256): level with it, -0.4 to +0.7% at 1k-8k (run 62c). (The defaults
 // with 1 n8 column group of 16, 8 or 4 exponentiated on the FMA pipe, _fma16 / _fma8 / _fma4, lost

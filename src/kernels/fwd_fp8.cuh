@@ -233,7 +233,7 @@ static_assert(0 <= kShortRowPGainLog2 && kShortRowPGainLog2 <= kDefaultPGainLog2
 //                    of each QK^T an SS wgmma as without the option (0: all of them): at d256 half
 //                    of Q takes 16 registers instead of 32, which leaves room for the early exps and
 //                    the tile hand-off, and still takes an eighth of the shared-memory reads of a
-//                    step away (the d128 / d256 default since run 69a: d256 +2-3%)
+//                    step away (the d128 / d256 default since run 69a: d256 +2.0-3.0%)
 template <bool kLazyRescale_ = false, bool kTwoLevel_ = false, bool kRowSumMma_ = false, bool kTwoPBuffers_ = false,
           bool kEarlyExp_ = false, bool kPingPong_ = true, bool kSoftmaxTurns_ = false, bool kTransposeV_ = false,
           bool kQInRegisters_ = false, int kPGainLog2_ = 0,
@@ -276,10 +276,10 @@ struct Tuning {
 // registers, and P's two sets alone cost 5-8% at d128); no turns around the GEMM issue (run 40a:
 // +1-2% at d128, +1-2% at d256, +1-6% at d64, at 2k-16k), turns around each softmax at d = 64 only
 // (fp8_softmax_turns; run 41b: +3-7% there); at d = 128 and 256 Q's first 128 columns in registers
-// for S = Q K^T beside the early exps (q_in_registers; run 69a: d256 +2.6-2.9%, d128 level to +1%). At d = 128, P written from the softmax into a second
-// register set lost 4% on the early exps, and dropping the block max for a check of P's e4m3 codes
-// (one IADD per 4 weights) lost 15% (run 49b): the conversion's place in the step matters more
-// than the instructions saved. P's gain by the rows' length (lazy_p_gain_log2; run 54d).
+// for S = Q K^T beside the early exps (q_in_registers; run 69a: d256 +2.0-3.0%, d128 within the
+// noise). At d = 128, P written from the softmax into a second register set lost 4% on the early
+// exps, and dropping the block max for a check of P's e4m3 codes (one IADD per 4 weights) lost 15%
+// (run 49b): the conversion's place in the step matters more than the instructions saved. P's gain by the rows' length (lazy_p_gain_log2; run 54d).
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, early_exps(kHeadDim),
                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false,

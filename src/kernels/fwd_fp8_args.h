@@ -39,8 +39,8 @@ constexpr bool fp8_softmax_turns(int head_dim) { return head_dim <= 64; }
 // at d256 the 64-key QK^T reads both operands from shared memory at exactly its bandwidth at the
 // e4m3 rate. All of Q in registers gave +2-3.5% there (run 43a) until the early exps overtook it
 // (run 54f; the two together spill); the first 128 columns of Q (16 registers) fit beside the early
-// exps and gave +2.6-2.9% at 2k-16k (run 69a). At d128 all of Q is 16 registers: level to +1%
-// there (run 69a, +0.6% geomean; the causal 16k row +2.6%). d64's three consumers have no room.
+// exps and gave +2.0-3.0% at 2k-16k (run 69a). At d128 all of Q is 16 registers: -0.5 to +2.6%
+// there, +0.6% geomean, within the harness's noise (run 69a). d64's three consumers have no room.
 constexpr bool q_in_registers(int head_dim) { return head_dim >= 128; }
 // ... how many of Q's columns (0: all of them).
 constexpr int kDefaultQRegisterCols = 128;
