@@ -7,7 +7,10 @@
 #    ../../.whl (the checkout above a worktree) with pip --no-index --no-deps --target $CUDNN_FE_SITE
 #    (no internet needed; it uses the cuDNN that PyTorch ships) and puts that folder on PYTHONPATH.
 #    Without a wheel, an already importable `cudnn` module is used; without either, the comparison
-#    says so in capitals and times hattn alone.
+#    says so in capitals and times hattn alone. For a GPU host without internet, fetch the wheel
+#    on a machine with it (Python 3.12 shown):
+#      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d .whl nvidia-cudnn-frontend==1.32.0
 # 2. Builds libhattn.so alone (target hattn_shared; its own build folder, Ninja when installed,
 #    Release, ptxas warnings as errors).
 # 3. Runs scripts/compare_torch.py --fp8 under COMPARE_BUDGET_S: per shape (head dim 64/128/256 x
