@@ -13,8 +13,8 @@
 #   3. scripts/gpu_fp8_accuracy.sh  FlashAttention-3's Table 3 on its outlier inputs (per-tensor,
 #                                   block, block + Hadamard) and the error against the sequence length
 # Writes $OUT/summary.txt (the three summaries, printed last), $OUT/compare_fp8.json,
-# $OUT/prepass_bench.json and $OUT/logs.tgz (each script's own folder, logs included): few files,
-# so that all of them come back from a machine that returns a handful.
+# $OUT/prepass_bench.json and $OUT/logs.tgz (each script's own folder, logs included): four files,
+# easy to copy back from a remote GPU host.
 #
 # Environment: OUT (gpu_fp8_bars_out), BUILD_DIR (build-fp8bars), JOBS (16),
 #   COMPARE_BUDGET_S (260: the comparison's sweep; its build has BUILD_TIMEOUT_S, 300, on top),
