@@ -34,28 +34,33 @@ mkdir -p "$OUT"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
+# Rewritten after every step, so that a run cut short by its host's time limit still has one.
+write_summary() {
+  {
+    echo "== gpu_fp8_bars.sh: $(nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)"
+    cat "$WORK/status"
+    for name in compare prepass accuracy; do
+      echo
+      echo "== $name"
+      if [ -f "$WORK/$name/summary.txt" ]; then cat "$WORK/$name/summary.txt"; else tail -30 "$WORK/$name.out"; fi
+    done
+  } >"$OUT/summary.txt"
+}
+
 step() {  # NAME SCRIPT ENV...: the script's summary goes to $WORK/NAME, its rc to the status
   local name=$1 script=$2 t0=$SECONDS rc=0; shift 2
   env OUT="$WORK/$name" "$@" bash "$script" >"$WORK/$name.out" 2>&1 || rc=$?
   printf '%-10s rc %d (%d s)\n' "$name" "$rc" $((SECONDS - t0)) >>"$WORK/status"
+  write_summary
 }
 step compare scripts/gpu_fp8_compare.sh COMPARE_BUDGET_S="$COMPARE_BUDGET_S"
+cp "$WORK/compare/compare_fp8.json" "$OUT/compare_fp8.json" 2>/dev/null
 # The comparison configures without benchmarks and tests, which the pre-pass script takes as set
 # (it names neither): turn them back on; only targets are added, the library's objects stay built.
 cmake -S . -B "$BUILD_DIR" -DHATTN_BUILD_BENCH=ON -DHATTN_BUILD_TESTS=ON >"$WORK/reconfigure.log" 2>&1
 step prepass scripts/gpu_fp8_prepass.sh STEPS=bench BUDGET_S="$PREPASS_BUDGET_S"
 step accuracy scripts/gpu_fp8_accuracy.sh BUDGET_S="$ACCURACY_BUDGET_S"
 
-{
-  echo "== gpu_fp8_bars.sh: $(nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)"
-  cat "$WORK/status"
-  for name in compare prepass accuracy; do
-    echo
-    echo "== $name"
-    if [ -f "$WORK/$name/summary.txt" ]; then cat "$WORK/$name/summary.txt"; else tail -30 "$WORK/$name.out"; fi
-  done
-} >"$OUT/summary.txt"
-cp "$WORK/compare/compare_fp8.json" "$OUT/compare_fp8.json" 2>/dev/null
 cp "$WORK/prepass/bench.json" "$OUT/prepass_bench.json" 2>/dev/null
 tar -czf "$OUT/logs.tgz" -C "$WORK" . 2>/dev/null
 cat "$OUT/summary.txt"
