@@ -12,8 +12,10 @@
 //   variants  <chunks>x<blocks per CTA> (kernels/fp8_prepass.cuh: Layout, kStagedBlocks): 2x1,
 //             4x1, 8x1 (round 2's layout), 2x4, 4x4, 8x4, 16x1 (the tensor-core Hadamard,
 //             kFp8MmaChunks: Q and K with the Hadamard, RoPE or not), 16x1x2 (the same with each block
-//             split over a cluster of two thread blocks, built at d 256); a variant that is not built (it
-//             would spill at d 256) runs its fallback (fp8_variant_run), marked "*".
+//             split over a cluster of two thread blocks, built at d 256), 16x1x1x1 and 16x1x2x1 (the
+//             same two with V's launch overlapped with Q's and K's: Fp8PrepassVariant::v_overlap); a
+//             variant that is not built (it would spill at d 256) runs its fallback (fp8_variant_run),
+//             marked "*".
 // GB/s of the pre-pass counts 2 bytes read and 1 written per element plus the descales (the rotary
 // tables, read from L2 by every head, are not counted), as bench/fp8_prepass_bench.cu does.
 // Prints one table per shape, then a last table of the percentages of the copy (the summary).
@@ -70,7 +72,10 @@ constexpr Fp8PrepassVariant kVariants[] = {{2, 1},
                                            {4, 4},
                                            {8, 4},
                                            {hattn::fp8::kFp8MmaChunks, 1, 1},  // one thread block per block
-                                           {hattn::fp8::kFp8MmaChunks, 1, hattn::fp8::kFp8MmaPairCtas}};
+                                           {hattn::fp8::kFp8MmaChunks, 1, hattn::fp8::kFp8MmaPairCtas},
+                                           // V's launch overlapped with the Q / K launch (v_overlap)
+                                           {hattn::fp8::kFp8MmaChunks, 1, 1, 1},
+                                           {hattn::fp8::kFp8MmaChunks, 1, hattn::fp8::kFp8MmaPairCtas, 1}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 Rope rope_of(hattn_rope r) {
@@ -87,10 +92,12 @@ const char* variant_mark(int d, const Mode& m, const Fp8PrepassVariant& v) {
     return same ? "" : "*";
 }
 
-// "<chunks>x<blocks per CTA>[x<CTAs per block>]", as HATTN_FP8_PREPASS_VARIANT spells it.
+// "<chunks>x<blocks per CTA>[x<CTAs per block>[x1]]", as HATTN_FP8_PREPASS_VARIANT spells it (x1:
+// V's launch overlapped, Fp8PrepassVariant::v_overlap).
 std::string variant_name(const Fp8PrepassVariant& v) {
     std::string name = std::to_string(v.chunks) + "x" + std::to_string(v.blocks_per_cta);
-    if (v.ctas_per_block > 1) name += "x" + std::to_string(v.ctas_per_block);
+    if (v.ctas_per_block > 1 || v.v_overlap != 0) name += "x" + std::to_string(v.ctas_per_block);
+    if (v.v_overlap != 0) name += "x1";
     return name;
 }
 
@@ -253,14 +260,14 @@ int main(int argc, char** argv) {
                 "the C API's default per head dim and mode: fp8_default_variant)\n",
                 rounds, kCalls);
     std::printf("%-8s %-4s %-27s", "tokens", "d", "mode");
-    for (const Fp8PrepassVariant& v : kVariants) std::printf("  %6s", variant_name(v).c_str());
+    for (const Fp8PrepassVariant& v : kVariants) std::printf("  %8s", variant_name(v).c_str());
     std::printf("  best\n");
     for (const Result& res : results) {
         for (int m = 0; m < kNumModes; ++m) {
             std::printf("%-8d %-4d %-27s", res.batch * kSeqlen, res.head_dim, kModes[m].name);
             int best_v = 0;
             for (int v = 0; v < kNumVariants; ++v) {
-                std::printf("  %5.1f%-1s", 100.0 * res.gbps[m][v] / res.copy_gbps,
+                std::printf("  %7.1f%-1s", 100.0 * res.gbps[m][v] / res.copy_gbps,
                             variant_mark(res.head_dim, kModes[m], kVariants[v]));
                 if (res.gbps[m][v] > res.gbps[m][best_v]) best_v = v;
             }

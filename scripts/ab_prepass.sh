@@ -21,7 +21,8 @@
 # Environment: OUT (default ./ab_prepass_out), BUILD_DIR (build-prepass), JOBS (16),
 #   BUDGET_S (180: the whole run; each step's timeout is clipped to what is left),
 #   STEPS ("bench tests sanitize": the steps to run), VARIANTS (default: every layout below, e.g.
-#   "default 16x1x2" for the tests and sanitizers of one candidate beside the default), CUDA_DEFS
+#   "default 16x1x2" for the tests and sanitizers of one candidate beside the default; a fourth
+#   field 1, as in 16x1x1x1, launches V overlapped with Q and K: Fp8PrepassVariant::v_overlap), CUDA_DEFS
 #   (compile-time knobs for every kernel, e.g. -DHATTN_FP8_PREPASS_TABLE_EVICT_LAST=0; give such a
 #   build its own BUILD_DIR).
 set -uo pipefail
@@ -41,7 +42,7 @@ STATUS="$LOGS/status.txt"
 : >"$STATUS"
 SECONDS=0
 
-read -r -a VARIANTS <<<"${VARIANTS:-default 2x1 4x1 8x1 2x4 4x4 8x4 16x1x1 16x1x2}"
+read -r -a VARIANTS <<<"${VARIANTS:-default 2x1 4x1 8x1 2x4 4x4 8x4 16x1x1 16x1x2 16x1x1x1 16x1x2x1}"
 STEPS=${STEPS:-bench tests sanitize}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 SHARDS=2
@@ -105,7 +106,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if step sanitize && [ -x "$SAN" ]; then
-    for v in default 4x4 16x1x1 16x1x2; do
+    for v in default 4x4 16x1x1 16x1x2 16x1x1x1; do
       [[ " ${VARIANTS[*]} " == *" $v "* ]] || continue
       env_v=$v; [ "$v" = default ] && env_v=
       run "memcheck[$v]" 30 env HATTN_FP8_PREPASS_VARIANT=$env_v "$SAN" --tool memcheck --error-exitcode 1 \

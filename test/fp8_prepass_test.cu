@@ -16,8 +16,8 @@
 //   * the property the transform exists for: scores from the dequantized outputs,
 //     (Q M)(K M)^T, equal the scores of the (rotated) inputs Q K^T within the e4m3 budget.
 //
-// HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA>[x<CTAs per block>] (e.g. 2x1, 4x4, 16x1x2)
-// runs the kernel layout it names (host/fp8_prepass_launch.h: fp8_prepass_variant) instead of the C
+// HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA>[x<CTAs per block>[x<V overlapped>]] (e.g. 2x1,
+// 4x4, 16x1x2, 16x1x0x1) runs the kernel layout it names (host/fp8_prepass_launch.h: fp8_prepass_variant) instead of the C
 // API's default, so every candidate layout meets the same cases.
 #include <gtest/gtest.h>
 
@@ -85,10 +85,12 @@ void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 bool variant_from_env(hattn::fp8::Fp8PrepassVariant& variant) {
     const char* env = std::getenv("HATTN_FP8_PREPASS_VARIANT");
     if (env == nullptr || *env == '\0') return false;
-    const int fields = std::sscanf(env, "%dx%dx%d", &variant.chunks, &variant.blocks_per_cta, &variant.ctas_per_block);
-    if (fields != 2 && fields != 3) {
+    const int fields = std::sscanf(env, "%dx%dx%dx%d", &variant.chunks, &variant.blocks_per_cta, &variant.ctas_per_block,
+                                   &variant.v_overlap);
+    if (fields < 2 || fields > 4) {
         ADD_FAILURE() << "HATTN_FP8_PREPASS_VARIANT=" << env
-                      << ": expected <chunks>x<blocks per CTA>[x<CTAs per block>], e.g. 2x1 or 16x1x2";
+                      << ": expected <chunks>x<blocks per CTA>[x<CTAs per block>[x<V overlapped>]], e.g. 2x1, "
+                         "16x1x2 or 16x1x0x1";
     }
     return true;
 }
@@ -509,6 +511,82 @@ TEST_P(Fp8PrepassTest, VTransposedMatchesRows) {
                     }
                 }
     EXPECT_EQ(bad, 0) << "V^T bytes differ from V's";
+}
+
+// Fp8PrepassVariant::v_overlap: V's launch as a programmatic dependent of the Q / K launch gives
+// the same bytes and descales as the plain launch after it, for V's rows and V^T, behind the
+// tensor-core Hadamard (with and without RoPE) and behind a butterfly transform (V^T only: the
+// rows run in one launch there). Sizes with thousands of blocks, so that V's thread blocks
+// start while Q's and K's still run; the launch that returns must also have finished both grids
+// (the stream's next copy reads every output).
+TEST(Fp8PrepassVOverlap, MatchesPlainLaunch) {
+    HATTN_REQUIRE_HOPPER();
+    struct Run {
+        Case c;
+        int chunks;  // the layout of Q and K: 0 = the default (the tensor-core Hadamard)
+        bool vt;
+    };
+    const Run runs[] = {
+        {{2, 8, 2, 4097, 4097, 64, HATTN_DTYPE_BF16, HATTN_ROPE_NONE, true, false}, 0, false},
+        {{2, 8, 8, 4097, 1000, 128, HATTN_DTYPE_BF16, HATTN_ROPE_HALF, true, false}, 0, true},
+        {{1, 8, 4, 4097, 4097, 256, HATTN_DTYPE_FP16, HATTN_ROPE_INTERLEAVED, true, true}, 0, false},
+        {{1, 4, 4, 1000, 4097, 256, HATTN_DTYPE_BF16, HATTN_ROPE_HALF, true, false}, 0, true},
+        {{2, 8, 2, 4097, 4097, 128, HATTN_DTYPE_BF16, HATTN_ROPE_HALF, true, false}, 2, true},
+    };
+    for (const Run& run : runs) {
+        const Case& c = run.c;
+        SCOPED_TRACE(case_name(c) + (run.vt ? " V^T" : " V rows") + (run.chunks ? " butterfly" : ""));
+        std::mt19937_64 rng(kSeed ^ std::hash<std::string>{}(case_name(c)) ^ 0x11);
+        CaseInputs inputs = make_case_inputs(c, rng);
+        Tensor &q = inputs.q, &k = inputs.k, &v = inputs.v;
+        const size_t v_out = run.vt ? hattn_fwd_fp8_workspace_size(c.batch, c.heads_kv, c.seqlen_k, c.head_dim)
+                                    : static_cast<size_t>(v.out.size);
+        const size_t nbq = static_cast<size_t>(c.batch) * c.heads_q * ht::fp8_blocks(c.seqlen_q);
+        const size_t nbk = static_cast<size_t>(c.batch) * c.heads_kv * ht::fp8_blocks(c.seqlen_k);
+        DeviceMemory in_q(q.in.size * 2), in_k(k.in.size * 2), in_v(v.in.size * 2), d_cos(inputs.cos.size() * 4),
+            d_sin(inputs.sin.size() * 4);
+        ASSERT_TRUE(in_q.ptr && in_k.ptr && in_v.ptr && d_cos.ptr && d_sin.ptr);
+        HATTN_CUDA_CHECK(cudaMemcpy(in_q.ptr, q.bits.data(), q.in.size * 2, cudaMemcpyHostToDevice));
+        HATTN_CUDA_CHECK(cudaMemcpy(in_k.ptr, k.bits.data(), k.in.size * 2, cudaMemcpyHostToDevice));
+        HATTN_CUDA_CHECK(cudaMemcpy(in_v.ptr, v.bits.data(), v.in.size * 2, cudaMemcpyHostToDevice));
+        HATTN_CUDA_CHECK(cudaMemcpy(d_cos.ptr, inputs.cos.data(), inputs.cos.size() * 4, cudaMemcpyHostToDevice));
+        HATTN_CUDA_CHECK(cudaMemcpy(d_sin.ptr, inputs.sin.data(), inputs.sin.size() * 4, cudaMemcpyHostToDevice));
+        std::vector<uint8_t> got[2][6];  // [plain, overlapped][q, k, v, their descales]
+        for (int overlap = 0; overlap < 2; ++overlap) {
+            DeviceMemory out_q(q.out.size), out_k(k.out.size), out_v(v_out), ds_q(nbq * 4), ds_k(nbk * 4),
+                ds_v(nbk * 4);
+            DeviceMemory* outs[6] = {&out_q, &out_k, &out_v, &ds_q, &ds_k, &ds_v};
+            const size_t sizes[6] = {static_cast<size_t>(q.out.size), static_cast<size_t>(k.out.size), v_out,
+                                     nbq * 4, nbk * 4, nbk * 4};
+            for (int i = 0; i < 6; ++i) {
+                ASSERT_NE(outs[i]->ptr, nullptr);
+                HATTN_CUDA_CHECK(cudaMemset(outs[i]->ptr, kPoison8, sizes[i]));
+            }
+            const hattn_fp8_prepass_params p = case_params(
+                c, q, k, v,
+                CaseBuffers{{in_q.ptr, in_k.ptr, in_v.ptr}, {out_q.ptr, out_k.ptr, out_v.ptr},
+                            {ds_q.ptr, ds_k.ptr, ds_v.ptr}, d_cos.ptr, d_sin.ptr},
+                inputs.rope_rows, inputs.rope_offset, run.vt);
+            char msg[512];
+            ASSERT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_SUCCESS) << msg;
+            hattn::fp8::Fp8PrepassVariant variant;
+            variant.chunks = run.chunks;
+            variant.blocks_per_cta = run.chunks != 0 ? 1 : 0;
+            variant.v_overlap = overlap;
+            ASSERT_EQ(hattn::host::fp8_prepass_variant(&p, variant, nullptr), HATTN_SUCCESS);
+            for (int i = 0; i < 6; ++i) {  // a plain copy on the same stream: it waits for both grids
+                got[overlap][i].resize(sizes[i]);
+                HATTN_CUDA_CHECK(cudaMemcpy(got[overlap][i].data(), outs[i]->ptr, sizes[i], cudaMemcpyDeviceToHost));
+            }
+        }
+        const char* names[6] = {"q", "k", "v", "q descales", "k descales", "v descales"};
+        for (int i = 0; i < 6; ++i) {
+            EXPECT_TRUE(got[0][i] == got[1][i]) << names[i] << " differ between the plain and the overlapped launch";
+            EXPECT_NE(std::count(got[1][i].begin(), got[1][i].end(), kPoison8),
+                      static_cast<std::ptrdiff_t>(got[1][i].size()))
+                << names[i] << " not written";
+        }
+    }
 }
 
 // Every rope x Hadamard x head dim x dtype x (contiguous, strided) (72 cases), with the

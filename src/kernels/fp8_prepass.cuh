@@ -53,6 +53,7 @@
 #include "ptx/cluster.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/global.cuh"
+#include "ptx/griddep.cuh"
 #include "ptx/fence.cuh"
 #include "ptx/ldst.cuh"
 #include "ptx/mbarrier.cuh"
@@ -594,6 +595,11 @@ __global__ void __launch_bounds__(MmaLayout<kHeadDim, kCtasPerBlock>::kThreads,
         ptx::fence_mbarrier_init();  // visible to the partner's st.async (cluster scope)
     }
 
+    // Fp8PrepassVariant::v_overlap: V's launch may be scheduled once every thread block of this
+    // grid has started (a no-op for a plain launch behind it). Its thread blocks still find no room
+    // until ours retire: this walk fills every SM's registers.
+    ptx::griddepcontrol_launch_dependents();
+
     // This thread block's (or pair's: a 1-D grid's clusters are consecutive) contiguous range of the walk.
     const int64_t unit = blockIdx.x / kCtasPerBlock, units = gridDim.x / kCtasPerBlock;
     const int64_t first = total_blocks * unit / units;
@@ -909,11 +915,12 @@ cudaError_t launch_hadamard_mma_qk(const Fp8PrepassArgs& a, cudaStream_t stream)
 // kVtOut: the V^T store path is compiled in (a tensor with vt_keys > 0 takes it). It is a separate
 // instantiation, launched for V alone when Q and K are transformed: under d = 256's 128-register
 // cap its code in the transform kernels tips some of them into spills.
+// programmatic: this grid was launched as a programmatic dependent (launch_tensors).
 template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard, bool kVtOut = false>
 __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
     fp8_prepass_kernel(const __grid_constant__ Fp8Tensors tensors, const int q_blocks, const int k_blocks,
                        const int total_blocks, const float* __restrict__ rope_cos,
-                       const float* __restrict__ rope_sin, const HadamardSigns signs) {
+                       const float* __restrict__ rope_sin, const HadamardSigns signs, const bool programmatic) {
     using L = Layout<kHeadDim, kChunks>;
     constexpr int kRowsPerThread = L::kRowsPerThread;
     constexpr int kRowSlots = L::kRowSlots;
@@ -1111,13 +1118,25 @@ __global__ void __launch_bounds__(Layout<kHeadDim, kChunks>::kThreads, 1)
             }
         }
     }  // blocks of this thread block
+    // Launched as a programmatic dependent (Fp8PrepassVariant::v_overlap: V's quantizer, no
+    // transform), this grid could finish before the Q / K grid ahead of it. Waiting for that grid
+    // here makes this grid's completion imply both, which is what the stream promises whatever
+    // follows. (The transform kernels let no dependent start early -- no launch_dependents: in
+    // them it cost registers, one RoPE kernel its second thread block per SM -- so V's thread
+    // blocks start as theirs exit.)
+    if constexpr (kRope == Rope::kNone && !kHadamard) {
+        if (programmatic) ptx::griddepcontrol_wait();
+    }
 }
 
 // Which tensors a launch covers: all three, or Q and K (then V alone, by the V^T kernel).
 enum class Tensors3 { kAll, kQK, kV };
 
+// programmatic: launched as a programmatic dependent of the kernel before it (Fp8PrepassVariant::
+// v_overlap; only V's launch behind Q's and K's asks for it).
 template <int kHeadDim, int kChunks, int kBlocksPerCta, bool kIsBf16, Rope kRope, bool kHadamard, bool kVtOut = false>
-cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream, Tensors3 which = Tensors3::kAll) {
+cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream, Tensors3 which = Tensors3::kAll,
+                           bool programmatic = false) {
     auto blocks_of = [&](const Fp8Tensor& t) { return tensor_blocks(t, a.batch); };
     const int64_t nq = which == Tensors3::kV ? 0 : blocks_of(a.q), nk = which == Tensors3::kV ? 0 : blocks_of(a.k),
                   nv = which == Tensors3::kQK ? 0 : blocks_of(a.v);
@@ -1129,11 +1148,12 @@ cudaError_t launch_tensors(const Fp8PrepassArgs& a, cudaStream_t stream, Tensors
     constexpr auto kKernel = fp8_prepass_kernel<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard, kVtOut>;
     auto launch = [&](const Fp8Tensors& tensors, int64_t q_blocks, int64_t k_blocks, int64_t total) {
         const int64_t grid = (total + kBlocksPerCta - 1) / kBlocksPerCta;
+        cudaLaunchAttribute pdl[1] = {sm90::programmatic_launch_attribute()};
         return launch_with_dynamic_smem<kKernel>(kSmem, [&] {
-            kKernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(
-                tensors, static_cast<int>(q_blocks), static_cast<int>(k_blocks), static_cast<int>(total), a.rope_cos,
-                a.rope_sin, signs);
-            return cudaGetLastError();
+            return sm90::launch_kernel_ex(kKernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), kSmem, stream, pdl,
+                                          programmatic ? 1u : 0u, tensors, static_cast<int>(q_blocks),
+                                          static_cast<int>(k_blocks), static_cast<int>(total), a.rope_cos, a.rope_sin,
+                                          signs, programmatic);
         });
     };
     if (nq + nk + nv <= kMaxBlocks) return launch(Fp8Tensors{{a.q, a.k, a.v}}, nq, nk, nq + nk + nv);
@@ -1158,7 +1178,7 @@ cudaError_t launch_with_vt(const Fp8PrepassArgs& a, cudaStream_t stream) {
             launch_tensors<kHeadDim, kChunks, kBlocksPerCta, kIsBf16, kRope, kHadamard>(a, stream, Tensors3::kQK);
         if (rc != cudaSuccess) return rc;
         return launch_tensors<kHeadDim, kQuant.chunks, kQuant.blocks_per_cta, kIsBf16, Rope::kNone, false, true>(
-            a, stream, Tensors3::kV);
+            a, stream, Tensors3::kV, a.variant.v_overlap != 0);
     }
 }
 
@@ -1228,11 +1248,12 @@ cudaError_t launch_mma(const Fp8PrepassArgs& a, cudaStream_t stream) {
     const cudaError_t rc = launch_hadamard_mma_qk<kHeadDim, kIsBf16>(a, stream);
     if (rc != cudaSuccess) return rc;
     constexpr Fp8PrepassVariant kQuant = fp8_default_variant(kHeadDim, Rope::kNone, false);
+    const bool overlap = a.variant.v_overlap != 0;
     return a.v.vt_keys > 0
                ? launch_tensors<kHeadDim, kQuant.chunks, kQuant.blocks_per_cta, kIsBf16, Rope::kNone, false, true>(
-                     a, stream, Tensors3::kV)
+                     a, stream, Tensors3::kV, overlap)
                : launch_tensors<kHeadDim, kQuant.chunks, kQuant.blocks_per_cta, kIsBf16, Rope::kNone, false>(
-                     a, stream, Tensors3::kV);
+                     a, stream, Tensors3::kV, overlap);
 }
 
 // ---- One V descale per head (HATTN_FP8_PREPASS_V_PER_HEAD) -----------------------------------

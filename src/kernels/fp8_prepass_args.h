@@ -46,6 +46,12 @@ struct Fp8PrepassVariant {
     // The tensor-core kernel only: thread blocks sharing one 128-row block (0 or 1: one; 2: a
     // cluster of two, 64 rows each, "16x1x2"; built at d = 256, elsewhere it runs the single kind).
     int ctas_per_block = 0;
+    // Where Q and K take one launch and V another (the tensor-core Hadamard; V^T after a
+    // transform): 1 launches V's as a programmatic dependent of Q's and K's, so that V's thread
+    // blocks take the SMs as the last Q / K thread blocks retire (a plain launch waits for the whole
+    // grid, then starts), and V's launch is set up while Q and K run; 0: the plain launch. An A/B
+    // option ("<chunks>x<blocks>x<ctas>x1"), off until measured.
+    int v_overlap = 0;
 };
 
 // chunks = kFp8MmaChunks names the tensor-core Hadamard (kernels/fp8_prepass.cuh:
