@@ -16,9 +16,9 @@
 //   * the property the transform exists for: scores from the dequantized outputs,
 //     (Q M)(K M)^T, equal the scores of the (rotated) inputs Q K^T within the e4m3 budget.
 //
-// HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA>[x<CTAs per block>[x<V overlapped>]] (e.g. 2x1,
-// 4x4, 16x1x2, 16x1x0x1) runs the kernel layout it names (host/fp8_prepass_launch.h: fp8_prepass_variant) instead of the C
-// API's default, so every candidate layout meets the same cases.
+// HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA>[x<CTAs per block>[x<V overlapped>]] (e.g.
+// 2x1, 4x4, 16x1x2, 16x1x0x1) runs the kernel layout it names (host/fp8_prepass_launch.h:
+// fp8_prepass_variant) instead of the C API's default, so every candidate layout meets the same cases.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>
@@ -516,9 +516,9 @@ TEST_P(Fp8PrepassTest, VTransposedMatchesRows) {
 // Fp8PrepassVariant::v_overlap: V's launch as a programmatic dependent of the Q / K launch gives
 // the same bytes and descales as the plain launch after it, for V's rows and V^T, behind the
 // tensor-core Hadamard (with and without RoPE) and behind a butterfly transform (V^T only: the
-// rows run in one launch there). Sizes with thousands of blocks, so that V's thread blocks
-// start while Q's and K's still run; the launch that returns must also have finished both grids
-// (the stream's next copy reads every output).
+// rows run in one launch there). Sizes of hundreds of 128-row blocks, so that some of V's thread
+// blocks start while Q's and K's still run; the call must also leave both grids finished for what
+// follows on the stream (here the copies that read every output).
 TEST(Fp8PrepassVOverlap, MatchesPlainLaunch) {
     HATTN_REQUIRE_HOPPER();
     struct Run {
