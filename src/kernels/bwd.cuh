@@ -635,8 +635,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         };
         auto column = [](const Columns& v, int i) { return i % 2 == 0 ? v[i / 4].x : v[i / 4].y; };
         using Scores = float[Cfg::kBlockM / 2];
-        // S^T = K_w Q^T and dP^T = V_w dO^T of the block in slot `stage`: two commit groups
-        // (`split`: S^T's wait can leave dP^T running) or one.
         // S^T = K_w Q^T and dP^T = V_w dO^T from slot `stage` (issued, not committed).
         auto gemm_st = [&](int stage, Scores& s) {
 #pragma unroll
@@ -652,6 +650,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                                              smem.dout[stage].desc_k_major(0, kk), kk > 0 ? 1u : 0u);
             }
         };
+        // Both of the block in slot `stage`: two commit groups (`split`: S^T's wait can leave dP^T
+        // running) or one.
         auto issue_scores = [&](int stage, Scores& s, Scores& dp, auto split) {
             ptx::wgmma_fence();
             gemm_st(stage, s);

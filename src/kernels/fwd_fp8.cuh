@@ -47,8 +47,9 @@
 //     of its signed terms cancel instead of piling up. d = 256 takes the early exps too (it kept
 //     Q's A fragments in registers before, Tuning::kQInRegisters: its 64-key S = Q K^T with both
 //     operands from shared memory needs 64 B per 2*64*64*32 FLOP, shared memory's whole bandwidth
-//     at the e4m3 rate; run 54f: the early exps +0.9-1.8% over that, the two together spill; half of
-//     Q in registers beside the early exps fits, Tuning::kQRegisterCols, an A/B option). No
+//     at the e4m3 rate; run 54f: the early exps +0.9-1.8% over that, the two together spill). Since
+//     run 69a d = 128 and 256 keep Q's first 128 columns in registers beside the early exps
+//     (Tuning::kQRegisterCols: at d = 256 half of Q, which fits; d256 +2.0-3.0%). No
 //     head dim takes the ping-pong turns of the 16-bit forward: there the exps of one warpgroup
 //     hide behind the other's GEMMs, but FP8's GEMMs are half as long as its exps, so with turns a
 //     warpgroup whose softmax is done waits for the other's issue instead of queueing its own.
@@ -279,7 +280,8 @@ struct Tuning {
 // for S = Q K^T beside the early exps (q_in_registers; run 69a: d256 +2.0-3.0%, d128 within the
 // noise). At d = 128, P written from the softmax into a second register set lost 4% on the early
 // exps, and dropping the block max for a check of P's e4m3 codes (one IADD per 4 weights) lost 15%
-// (run 49b): the conversion's place in the step matters more than the instructions saved. P's gain by the rows' length (lazy_p_gain_log2; run 54d).
+// (run 49b): the conversion's place in the step matters more than the instructions saved. P's gain
+// by the rows' length (lazy_p_gain_log2; run 54d).
 template <int kHeadDim>
 using DefaultTuning = Tuning<true, false, row_sums_of_e4m3_p(kHeadDim), kHeadDim <= 64, early_exps(kHeadDim),
                              fp8_softmax_turns(kHeadDim), fp8_softmax_turns(kHeadDim), false,
