@@ -1326,7 +1326,12 @@ cudaError_t launch_v_head_amax(const Fp8PrepassArgs& a, cudaStream_t stream) {
 // one launch for the three tensors, in the layout a.variant names (0s: the defaults). The args are
 // validated (the C API does it), the variant here.
 template <int kHeadDim>
-cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t stream, std::string* error) {
+cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& args, cudaStream_t stream, std::string* error) {
+    const Fp8PrepassVariant fallback = fp8_default_variant(kHeadDim, args.rope, args.hadamard);
+    // The default (all 0s) overlaps V's launch where it is a launch of its own; a named variant
+    // says so itself (Fp8PrepassVariant::v_overlap).
+    Fp8PrepassArgs a = args;
+    if (a.variant.chunks == 0) a.variant.v_overlap = fallback.v_overlap;
     if (a.v.amax_given) {
         const cudaError_t rc = detail::launch_v_head_amax<kHeadDim>(a, stream);
         if (rc != cudaSuccess) {
@@ -1334,7 +1339,6 @@ cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& a, cudaStream_t st
             return rc;
         }
     }
-    const Fp8PrepassVariant fallback = fp8_default_variant(kHeadDim, a.rope, a.hadamard);
     const int build_blocks = HATTN_FP8_BLOCKS_PER_CTA != 0 ? HATTN_FP8_BLOCKS_PER_CTA : fallback.blocks_per_cta;
     int chunks = a.variant.chunks != 0 ? a.variant.chunks : fallback.chunks;
     int blocks = a.variant.blocks_per_cta != 0 ? a.variant.blocks_per_cta
