@@ -17,6 +17,7 @@
 
 #include "hattn.h"
 #include "host_validation_util.h"
+#include "kernels/fp8_prepass_args.h"
 
 namespace {
 
@@ -309,6 +310,23 @@ TEST(Fp8Validation, ContiguousParams) {
     EXPECT_EQ(p.hadamard, 0);
     EXPECT_EQ(p.flags, 0u);
     expect_accepted(p);
+}
+
+// The C API's layout (a variant of all 0s): with the Hadamard, Q and K take the tensor-core kernel
+// and V's quantizer a second launch overlapped with theirs (bench/RESULTS.md run 71a); without it
+// one launch covers all three, so there is nothing to overlap. A named variant overlaps only when
+// its fourth field says so ("16x1x1" is the plain launch the A/B compares with).
+TEST(Fp8PrepassDefaults, VOverlappedWhereItIsALaunchOfItsOwn) {
+    namespace f8 = hattn::fp8;
+    for (int d : {64, 128, 256}) {
+        for (f8::Rope rope : {f8::Rope::kNone, f8::Rope::kInterleaved, f8::Rope::kHalf}) {
+            const f8::Fp8PrepassVariant with = f8::fp8_default_variant(d, rope, true);
+            EXPECT_EQ(with.chunks, f8::kFp8MmaChunks) << "d " << d;
+            EXPECT_EQ(with.v_overlap, 1) << "d " << d;
+            EXPECT_EQ(f8::fp8_default_variant(d, rope, false).v_overlap, 0) << "d " << d;
+        }
+    }
+    EXPECT_EQ(f8::Fp8PrepassVariant{}.v_overlap, 0);
 }
 
 // Positive control for the "no CUDA call" checks (see host_validation_util.h).
