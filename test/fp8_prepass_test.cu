@@ -516,16 +516,18 @@ TEST_P(Fp8PrepassTest, VTransposedMatchesRows) {
 // Fp8PrepassVariant::v_overlap: V's launch as a programmatic dependent of the Q / K launch gives
 // the same bytes and descales as the plain launch after it, for V's rows and V^T, behind the
 // tensor-core Hadamard (with and without RoPE) and behind a butterfly transform (V^T only: the
-// rows run in one launch there). Sizes of hundreds of 128-row blocks, so that some of V's thread
-// blocks start while Q's and K's still run; the call must also leave both grids finished for what
-// follows on the stream (here the copies that read every output).
+// rows run in one launch there); so does the C API's default (all 0s), which overlaps. Sizes of
+// hundreds of 128-row blocks, so that some of V's thread blocks start while Q's and K's still run;
+// the call must also leave both grids finished for what follows on the stream (here the copies
+// that read every output).
 TEST(Fp8PrepassVOverlap, MatchesPlainLaunch) {
     HATTN_REQUIRE_HOPPER();
     struct Run {
         Case c;
-        int chunks;  // the layout of Q and K: 0 = the default (the tensor-core Hadamard)
+        int chunks;  // the layout of Q and K: 0 = the default's (the tensor-core Hadamard)
         bool vt;
     };
+    enum Launch { kPlain, kOverlapped, kCApiDefault, kLaunches };
     const Run runs[] = {
         {{2, 8, 2, 4097, 4097, 64, HATTN_DTYPE_BF16, HATTN_ROPE_NONE, true, false}, 0, false},
         {{2, 8, 8, 4097, 1000, 128, HATTN_DTYPE_BF16, HATTN_ROPE_HALF, true, false}, 0, true},
@@ -551,8 +553,10 @@ TEST(Fp8PrepassVOverlap, MatchesPlainLaunch) {
         HATTN_CUDA_CHECK(cudaMemcpy(in_v.ptr, v.bits.data(), v.in.size * 2, cudaMemcpyHostToDevice));
         HATTN_CUDA_CHECK(cudaMemcpy(d_cos.ptr, inputs.cos.data(), inputs.cos.size() * 4, cudaMemcpyHostToDevice));
         HATTN_CUDA_CHECK(cudaMemcpy(d_sin.ptr, inputs.sin.data(), inputs.sin.size() * 4, cudaMemcpyHostToDevice));
-        std::vector<uint8_t> got[2][6];  // [plain, overlapped][q, k, v, their descales]
-        for (int overlap = 0; overlap < 2; ++overlap) {
+        std::vector<uint8_t> got[kLaunches][6];  // [Launch][q, k, v, their descales]
+        // (The default's Q / K kernel is the tensor-core one: a butterfly layout has no default twin.)
+        const int launches = run.chunks == 0 ? kLaunches : kCApiDefault;
+        for (int launch = kPlain; launch < launches; ++launch) {
             DeviceMemory out_q(q.out.size), out_k(k.out.size), out_v(v_out), ds_q(nbq * 4), ds_k(nbk * 4),
                 ds_v(nbk * 4);
             DeviceMemory* outs[6] = {&out_q, &out_k, &out_v, &ds_q, &ds_k, &ds_v};
@@ -569,22 +573,31 @@ TEST(Fp8PrepassVOverlap, MatchesPlainLaunch) {
                 inputs.rope_rows, inputs.rope_offset, run.vt);
             char msg[512];
             ASSERT_EQ(hattn_fp8_prepass_validate(&p, msg, sizeof msg), HATTN_SUCCESS) << msg;
-            hattn::fp8::Fp8PrepassVariant variant;
-            variant.chunks = run.chunks;
-            variant.blocks_per_cta = run.chunks != 0 ? 1 : 0;
-            variant.v_overlap = overlap;
-            ASSERT_EQ(hattn::host::fp8_prepass_variant(&p, variant, nullptr), HATTN_SUCCESS);
+            if (launch == kCApiDefault) {
+                ASSERT_EQ(hattn_fp8_prepass(&p, nullptr), HATTN_SUCCESS);
+            } else {
+                // Named, so that the default's overlap does not apply (0 CTAs per block: the default's).
+                hattn::fp8::Fp8PrepassVariant variant;
+                variant.chunks = run.chunks != 0 ? run.chunks : hattn::fp8::kFp8MmaChunks;
+                variant.blocks_per_cta = 1;
+                variant.v_overlap = launch == kOverlapped ? 1 : 0;
+                ASSERT_EQ(hattn::host::fp8_prepass_variant(&p, variant, nullptr), HATTN_SUCCESS);
+            }
             for (int i = 0; i < 6; ++i) {  // a plain copy on the same stream: it waits for both grids
-                got[overlap][i].resize(sizes[i]);
-                HATTN_CUDA_CHECK(cudaMemcpy(got[overlap][i].data(), outs[i]->ptr, sizes[i], cudaMemcpyDeviceToHost));
+                got[launch][i].resize(sizes[i]);
+                HATTN_CUDA_CHECK(cudaMemcpy(got[launch][i].data(), outs[i]->ptr, sizes[i], cudaMemcpyDeviceToHost));
             }
         }
         const char* names[6] = {"q", "k", "v", "q descales", "k descales", "v descales"};
-        for (int i = 0; i < 6; ++i) {
-            EXPECT_TRUE(got[0][i] == got[1][i]) << names[i] << " differ between the plain and the overlapped launch";
-            EXPECT_NE(std::count(got[1][i].begin(), got[1][i].end(), kPoison8),
-                      static_cast<std::ptrdiff_t>(got[1][i].size()))
-                << names[i] << " not written";
+        const char* launch_names[kLaunches] = {"plain", "overlapped", "C API default"};
+        for (int launch = kOverlapped; launch < launches; ++launch) {
+            for (int i = 0; i < 6; ++i) {
+                EXPECT_TRUE(got[kPlain][i] == got[launch][i])
+                    << names[i] << " differ between the plain and the " << launch_names[launch] << " launch";
+                EXPECT_NE(std::count(got[launch][i].begin(), got[launch][i].end(), kPoison8),
+                          static_cast<std::ptrdiff_t>(got[launch][i].size()))
+                    << names[i] << " not written (" << launch_names[launch] << ")";
+            }
         }
     }
 }
