@@ -13,8 +13,9 @@
 #             fp8_prepass_test (GPU, 88 cases) for the C API's default and for every variant
 #             (HATTN_FP8_PREPASS_VARIANT=<chunks>x<blocks per CTA>), all at once: two gtest shards
 #             per variant, the float64 reference is CPU-bound
-#   sanitize  memcheck and racecheck on small cases (multi-block sequences) for the default and
-#             the staged 4x4 variant
+#   sanitize  memcheck and racecheck on small cases (multi-block sequences) for the default, the
+#             staged 4x4 variant and the tensor-core layouts (one thread block or a pair per block,
+#             V's launch plain or overlapped), those of them that VARIANTS names
 # Writes $OUT/summary.txt (printed last: the steps, the test counts, then the table of % of copy)
 # and $OUT/logs.tgz (every log).
 #
@@ -46,7 +47,7 @@ read -r -a VARIANTS <<<"${VARIANTS:-default 2x1 4x1 8x1 2x4 4x4 8x4 16x1x1 16x1x
 STEPS=${STEPS:-bench tests sanitize}
 step() { [[ " $STEPS " == *" $1 "* ]]; }
 SHARDS=2
-SANITIZE_FILTER='*sq17_sk17_d256_bf16_norope_hadamard:*b2_hq2_hkv2_sq1000_sk1000_d64_fp16_norope:*sq1000_sk1_d256_bf16_norope:*sq17_sk1000_d128_*norope*:*b1_hq4_hkv2_sq1000_sk17_d128_bf16_half_hadamard_strided'
+SANITIZE_FILTER='*sq17_sk17_d256_bf16_norope_hadamard:*b2_hq2_hkv2_sq1000_sk1000_d64_fp16_norope:*sq1000_sk1_d256_bf16_norope:*sq17_sk1000_d128_*norope*:*b1_hq4_hkv2_sq1000_sk17_d128_bf16_half_hadamard_strided:*b2_hq6_hkv1_sq1000_sk17_d256_bf16_half_hadamard_strided'
 
 # shellcheck source=scripts/gpu_steps.sh
 source scripts/gpu_steps.sh  # limit, record, run, select_generator
@@ -106,7 +107,7 @@ if [ "$BUILD_OK" -eq 1 ]; then
   # ---- sanitizers ---------------------------------------------------------------------------
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   if step sanitize && [ -x "$SAN" ]; then
-    for v in default 4x4 16x1x1 16x1x2 16x1x1x1; do
+    for v in default 4x4 16x1x1 16x1x2 16x1x1x1 16x1x2x1; do
       [[ " ${VARIANTS[*]} " == *" $v "* ]] || continue
       env_v=$v; [ "$v" = default ] && env_v=
       run "memcheck[$v]" 30 env HATTN_FP8_PREPASS_VARIANT=$env_v "$SAN" --tool memcheck --error-exitcode 1 \

@@ -370,7 +370,10 @@ cli_args() {  # head_dim dtype causal(0/1) [extra flags]
 # and causal with seqlen_q > seqlen_k (rows that see no key). The CLI passes the forward's
 # workspace, so causal runs of 1k keys or more take the dynamic tile walk (the persistent causal
 # ones run 1100 keys for it); one persistent causal run without it; the same for the FP8 forward
-# (`--dtype e4m3`, 1300 keys: its d128 walk starts at 1280; d256 keeps the fixed walk). The large persistent shapes skip the reference check (the tools slow its kernel most).
+# (`--dtype e4m3`, 1300 keys: its d128 walk starts at 1280; d256 keeps the fixed walk), and two
+# e4m3 runs whose pre-pass has RoPE and the Hadamard (V's quantizer overlapped with the Q / K
+# launch; at d256 the Q / K kernel on cluster pairs). The large persistent shapes skip the
+# reference check (the tools slow its kernel most).
 # The backward (`hattn bwd`): every head dim and mask in bf16, fp16 once, the deterministic mode
 # (ordered dQ adds) per head dim, GQA, and causal with seqlen_q > seqlen_k.
 sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
@@ -392,6 +395,8 @@ sanitize_variants() {  # prints "command head_dim dtype causal extra-flags"
   echo "fwd 64 bf16 1 --batch 4 --heads 40 --seqlen 1100 --no-workspace --no-verify"
   for d in 64 128; do echo "fwd $d e4m3 1 --batch 4 --heads 40 --seqlen 1300 --no-verify"; done
   echo "fwd 128 e4m3 1 --batch 4 --heads 40 --seqlen 1300 --no-workspace --no-verify"
+  echo "fwd 256 e4m3 0 --hadamard --rope half"
+  echo "fwd 128 e4m3 1 --hadamard --rope interleaved"
   echo "fwd 64 fp16 1 --seqlen-q 333 --seqlen-k 200"
   for d in 64 128 256; do
     for causal in 0 1; do echo "bwd $d bf16 $causal"; done
