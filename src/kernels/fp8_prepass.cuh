@@ -1328,8 +1328,8 @@ cudaError_t launch_v_head_amax(const Fp8PrepassArgs& a, cudaStream_t stream) {
 template <int kHeadDim>
 cudaError_t launch_fp8_prepass_head_dim(const Fp8PrepassArgs& args, cudaStream_t stream, std::string* error) {
     const Fp8PrepassVariant fallback = fp8_default_variant(kHeadDim, args.rope, args.hadamard);
-    // The default (all 0s) overlaps V's launch where it is a launch of its own; a named variant
-    // says so itself (Fp8PrepassVariant::v_overlap).
+    // The default (all 0s) takes its v_overlap from fp8_default_variant (overlapped behind the
+    // tensor-core Hadamard); a named variant says so itself (Fp8PrepassVariant::v_overlap).
     Fp8PrepassArgs a = args;
     if (a.variant.chunks == 0) a.variant.v_overlap = fallback.v_overlap;
     if (a.v.amax_given) {

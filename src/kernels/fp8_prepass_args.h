@@ -50,7 +50,8 @@ struct Fp8PrepassVariant {
     // transform): 1 launches V's as a programmatic dependent of Q's and K's, so that V's thread
     // blocks take the SMs as the last Q / K thread blocks retire (a plain launch waits for the whole
     // grid, then starts), and V's launch is set up while Q and K run; 0: the plain launch. The
-    // default (a variant of all 0s) overlaps; a named variant overlaps only with the fourth field
+    // default (a variant of all 0s) overlaps behind the tensor-core Hadamard, where it was
+    // measured (fp8_default_variant); a named variant overlaps only with the fourth field
     // ("<chunks>x<blocks>x<ctas>x1"), so "16x1x1" is the plain launch to A/B against.
     int v_overlap = 0;
 };
@@ -79,9 +80,11 @@ constexpr int kFp8StagedBlocks = 4;  // blocks per thread block of the staged va
 //                      64k against 71.1% for one thread block per block (tests and sanitizers on
 //                      the GPU: run 51)
 //   RoPE only          2 x 1 at d 64 / 128, 4 x 1 at 256 (the butterfly kernels without the transform)
-// (Without the Hadamard one launch quantizes Q, K and V. With it the transform is Q's and K's, and
-// V's quantizer is a second launch, overlapped with the first (v_overlap): run 71a, H100, % of
-// the copy at 16k / 64k tokens +6.2-9.0 / +1.2-3.3 points with RoPE, +4.9-7.1 / +1.4-2.3 without.)
+// (Without the Hadamard one launch quantizes Q, K and V -- two with RoPE and V^T out, V's then
+// plain: the butterfly kernels let no dependent start early, and it was not measured. With it the
+// transform is Q's and K's, and V's quantizer is a second launch, overlapped with the first
+// (v_overlap): run 71a, H100, % of the copy at 16k / 64k tokens +6.2-9.0 / +1.2-3.3 points with
+// RoPE, +4.9-7.1 / +1.4-2.3 without.)
 constexpr Fp8PrepassVariant fp8_default_variant(int head_dim, Rope rope, bool hadamard) {
     if (hadamard) return {kFp8MmaChunks, 1, fp8_mma_pair_built(head_dim) && rope != Rope::kNone ? kFp8MmaPairCtas : 0, 1};
     if (rope != Rope::kNone) return {head_dim == 256 ? 4 : 2, 1};
