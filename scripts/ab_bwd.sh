@@ -62,6 +62,10 @@ declare -A DEFINES=(
   [doslot2]="-DHATTN_BWD_D256_DO_SLOT=2"  # ... one slot, freed once dK's GEMM has completed
   [doslot3]="-DHATTN_BWD_D256_DO_SLOT=3"  # ... dO in its own slot, S^T issued first (default 1: dP^T first; run 67b/d)
   [ds1]="-DHATTN_BWD_D256_DS_BUFFERS=1"  # d256 dK + dQ: one dS^T tile, a barrier before its store (before run 67d; default 2)
+  # The aux kernels' walk (HATTN_BWD_AUX_REVERSE, every head dim: VARIANT_FILE names all three launch files)
+  [rev_pre]="-DHATTN_BWD_AUX_REVERSE=1"   # the preprocess ends on the first (batch, head): the main kernel's first adds hit L2
+  [rev_conv]="-DHATTN_BWD_AUX_REVERSE=2"  # the dQ conversion starts on the last (batch, head): its reads hit L2
+  [rev_both]="-DHATTN_BWD_AUX_REVERSE=3"  # both
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do

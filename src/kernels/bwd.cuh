@@ -177,6 +177,17 @@ static_assert(kDqWarps == 1 || kDqWarps == 2, "one dQ warp, or one per consumer 
 #define HATTN_BWD_D256_DS_BUFFERS 2
 #endif
 constexpr int kD256DsBuffers = HATTN_BWD_D256_DS_BUFFERS;
+// HATTN_BWD_AUX_REVERSE (bits; for the A/B of scripts/ab_bwd.sh): which of the two aux kernels
+//   walk their query blocks last (batch, head) first. The main kernel starts on the first (KV
+//   head, batch) pairs and ends on the last, and L2 (50 MB) still holds what was touched last:
+//   1 = the preprocess ends on the first pairs, so the main kernel's first adds find their zeroed
+//   accumulator lines (and LSE, D) in L2 instead of reading them back from HBM; 2 = the dQ
+//   conversion starts on the last pairs, whose accumulator the main kernel's last adds left in L2
+//   (up to ~50 of the 134 MB it reads at 16k tokens x 2048). 0 = both in launch order.
+#ifndef HATTN_BWD_AUX_REVERSE
+#define HATTN_BWD_AUX_REVERSE 0
+#endif
+constexpr int kAuxReversePreprocess = 1, kAuxReverseConvert = 2;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -1028,16 +1039,18 @@ struct AuxParams {
     float scale;
 };
 
-// Query block (m, head, batch) of a 1-D grid, the query block fastest.
+// Query block (m, head, batch) of a 1-D grid, the query block fastest; `reversed`: block i of the
+// grid takes what block gridDim.x - 1 - i would (the last (batch, head) first).
 struct AuxBlock {
     int m, head, batch;
     int64_t rows;  // first workspace row of (batch, head)
 };
-__device__ __forceinline__ AuxBlock aux_block(const AuxParams& p) {
+__device__ __forceinline__ AuxBlock aux_block(const AuxParams& p, bool reversed) {
+    const unsigned i = reversed ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     AuxBlock b;
-    b.m = blockIdx.x % p.num_m_blocks;
-    b.head = (blockIdx.x / p.num_m_blocks) % p.heads_q;
-    b.batch = blockIdx.x / p.num_m_blocks / p.heads_q;
+    b.m = i % p.num_m_blocks;
+    b.head = (i / p.num_m_blocks) % p.heads_q;
+    b.batch = i / p.num_m_blocks / p.heads_q;
     b.rows = (static_cast<int64_t>(b.batch) * p.heads_q + b.head) * p.seqlen_q_padded;
     return b;
 }
@@ -1046,7 +1059,7 @@ template <int kHeadDim, class Elem>
 __global__ void __launch_bounds__(kAuxThreads) bwd_preprocess(const AuxParams p) {
     constexpr bool kIsBf16 = std::is_same_v<Elem, Bf16>;
     constexpr int kRowsPerPass = kAuxThreads / kAuxThreadsPerRow;
-    const AuxBlock blk = aux_block(p);
+    const AuxBlock blk = aux_block(p, (HATTN_BWD_AUX_REVERSE & kAuxReversePreprocess) != 0);
     const int t = threadIdx.x;
     const auto* o = static_cast<const uint8_t*>(p.o);
     const auto* dout = static_cast<const uint8_t*>(p.dout);
@@ -1098,7 +1111,7 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_dq_convert(const AuxParams p)
     constexpr int kColsPerThread = kCols * kQueryBlockRows / kAuxThreads;
     constexpr int kSliceFloats = kCols * kQueryBlockRows;
     __shared__ float tile[kQueryBlockRows][kCols + kPad];
-    const AuxBlock blk = aux_block(p);
+    const AuxBlock blk = aux_block(p, (HATTN_BWD_AUX_REVERSE & kAuxReverseConvert) != 0);
     const int t = threadIdx.x;
     const float* acc = p.dq_accum + (blk.rows + blk.m * kQueryBlockRows) * kHeadDim;
     const int r = t / (kAuxThreads / kQueryBlockRows);
