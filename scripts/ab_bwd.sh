@@ -24,7 +24,8 @@
 # VARIANT_FILE (src/host/bwd_launch_d128.cu): the launch file(s) a variant's defines are compiled
 # into, space-separated (a define of another head dim's kernels names that head dim's file; one
 # that changes the host-side launch of every head dim names all three); AB_SEQLENS
-# (2048,4096,8192,16384): the A/B's lengths; AB_DIMS (64,128,256): its head dims.
+# (2048,4096,8192,16384): the A/B's lengths; AB_DIMS (64,128,256): its head dims; DETERMINISTIC=1:
+# each build (or those DET_LIBS names, NAME,NAME) also timed in the deterministic mode (NAME:det).
 # Budget: ~15 s configure, ~1.5-2 min build, ~30-40 s tests, ~1.5 min A/B; TOTAL_LIMIT (300 s) caps it all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +67,7 @@ declare -A DEFINES=(
   [rev_pre]="-DHATTN_BWD_AUX_REVERSE=1"   # the preprocess ends on the first (batch, head): the main kernel's first adds hit L2
   [rev_conv]="-DHATTN_BWD_AUX_REVERSE=2"  # the dQ conversion starts on the last (batch, head): its reads hit L2
   [rev_both]="-DHATTN_BWD_AUX_REVERSE=3"  # both
+  [det_store]="-DHATTN_BWD_DET_FIRST_STORE=1"  # deterministic mode: KV block 0 stores dQ^T, the preprocess zeroes only unreached blocks (every launch file; time it with DETERMINISTIC=1)
 )
 VARIANTS=${VARIANTS:-base early dqlate2 dqlate_w2}
 for v in $VARIANTS; do
@@ -207,7 +209,8 @@ ab_limit=$((TOTAL_LIMIT - $(elapsed) - 15))
 # A round of 4 builds + cuDNN over 24 shapes is ~15 s, the checks and set-up ~40 s.
 if [ "$ab_limit" -lt 100 ] && [ "$ROUNDS" -gt 2 ]; then ROUNDS=2; echo "(only ${ab_limit} s left: 2 rounds)" >>"$LOGS/tests.txt"; fi
 [ "$ab_limit" -lt "$TIME_LIMIT" ] || ab_limit=$TIME_LIMIT
-timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd "${libs[@]}" --rounds "$ROUNDS" \
+timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd ${DETERMINISTIC:+--deterministic} ${DET_LIBS:+--det-libs "$DET_LIBS"} \
+  "${libs[@]}" --rounds "$ROUNDS" \
   --head-dims "${AB_DIMS:-64,128,256}" --seqlens "${AB_SEQLENS:-2048,4096,8192,16384}" --json "$OUT/ab_bwd.json" \
   >"$LOGS/ab.txt" 2>"$LOGS/ab.err" || status=$?
 t3=$(date +%s)

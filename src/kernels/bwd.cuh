@@ -4,7 +4,8 @@
 //
 //   1. bwd_preprocess   per query row: D = rowsum(dO * O), and LSE in log2 units (+inf where the
 //                       row is padding or sees no key, so its probabilities come out as 0); zeroes
-//                       dQ's fp32 accumulator and the deterministic mode's counters.
+//                       dQ's fp32 accumulator (HATTN_BWD_DET_FIRST_STORE, deterministic mode:
+//                       only the blocks no KV block reaches) and the deterministic mode's counters.
 //   2. bwd_kernel       one CTA per (KV block of kBlockN keys, KV head, batch). K_j and V_j stay
 //                       in shared memory while a producer warp streams Q_i, dO_i, LSE_i and D_i
 //                       through a ring, for every query block i (of every query head of the GQA
@@ -68,6 +69,7 @@
 #include "ptx/atomic.cuh"
 #include "ptx/convert.cuh"
 #include "ptx/fence.cuh"
+#include "ptx/global.cuh"
 #include "ptx/griddep.cuh"
 #include "ptx/mbarrier.cuh"
 #include "ptx/mufu.cuh"
@@ -188,6 +190,16 @@ constexpr int kD256DsBuffers = HATTN_BWD_D256_DS_BUFFERS;
 #define HATTN_BWD_AUX_REVERSE 0
 #endif
 constexpr int kAuxReversePreprocess = 1, kAuxReverseConvert = 2;
+// HATTN_BWD_DET_FIRST_STORE: 1 = in the deterministic mode the first KV block to reach a query
+//   block (always block 0: its CTA sees every query block any later one sees, and the counter lets
+//   it go first) stores its dQ^T slices instead of adding them, so the preprocess zeroes only the
+//   accumulator blocks no KV block reaches (causal rows past seqlen_k's diagonal): 134 MB fewer
+//   bytes written per call at 16k tokens x 2048. 0 = the preprocess zeroes every block (the
+//   non-deterministic mode always does: its adds come in any order).
+#ifndef HATTN_BWD_DET_FIRST_STORE
+#define HATTN_BWD_DET_FIRST_STORE 0
+#endif
+constexpr bool kDetFirstStore = HATTN_BWD_DET_FIRST_STORE != 0;
 
 // Which gradients a CTA accumulates (dK and dQ both need dS, so they go together).
 enum class Grads { kAll, kDv, kDkDq };
@@ -531,6 +543,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                                                dq[sl][i + 3]);
             }
         };
+        // The same slices stored, not added (kDetFirstStore: the first of the ordered adders).
+        [[maybe_unused]] auto store_dq = [&](float* block, const DqFragment& dq) {
+#pragma unroll
+            for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
+                float* slice = block + (dq_col(sl) / kMmaM) * Cfg::kDqSliceFloats;
+#pragma unroll
+                for (int i = 0; i < kBlockM / 2; i += 4)
+                    ptx::st_global_v4_b32(slice + dq_accum_index(i / 2, tid),
+                                          make_uint4(__float_as_uint(dq[sl][i]), __float_as_uint(dq[sl][i + 1]),
+                                                     __float_as_uint(dq[sl][i + 2]), __float_as_uint(dq[sl][i + 3])));
+            }
+        };
 
         typename Ring<1>::State kv_state;
         smem.kv_ring.consumer_wait(kv_state);
@@ -575,13 +599,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 } else {
                     // KV block n_block is the n_block-th to add to this query block (every block
                     // before it sees it too). Within the CTA, warpgroups whose slices overlap add
-                    // one after the other.
+                    // one after the other. kDetFirstStore: block 0's first turn stores.
                     int32_t* counter = p.semaphores + head_rows(head) / kBlockM + m;
                     if (cw == 0 && tid == 0) wait_counter(counter, n_block);
                     consumers.sync();
 #pragma unroll
                     for (int turn = 0; turn < (Cfg::kDqOwnKeys ? Cfg::kConsumers : 1); ++turn) {
-                        if (!Cfg::kDqOwnKeys || cw == turn) add_dq(block, dq);
+                        if (!Cfg::kDqOwnKeys || cw == turn) {
+                            if (kDetFirstStore && kWalkDown && n_block == 0 && turn == 0) store_dq(block, dq);
+                            else add_dq(block, dq);
+                        }
                         ptx::fence_acq_rel_gpu();
                         consumers.sync();
                     }
@@ -1037,6 +1064,9 @@ struct AuxParams {
     int seqlen_q, heads_q, num_m_blocks;
     int64_t seqlen_q_padded;
     float scale;
+    Mask mask;    // the main kernel's (which KV blocks reach a query block)
+    int block_n;  // the main kernel's keys per CTA (its dQ-accumulating kernel's)
+    bool deterministic;
 };
 
 // Query block (m, head, batch) of a 1-D grid, the query block fastest; `reversed`: block i of the
@@ -1096,8 +1126,13 @@ __global__ void __launch_bounds__(kAuxThreads) bwd_preprocess(const AuxParams p)
             p.dpsum[idx] = sum;
         }
     }
+    // kDetFirstStore: in the deterministic mode KV block 0 stores every accumulator block some KV
+    // block reaches (it reaches each of them first); only the others need zeros.
+    const bool stored_by_block0 = kDetFirstStore && p.deterministic &&
+                                  p.mask.n_blocks(blk.m * kQueryBlockRows, kQueryBlockRows, p.block_n) > 0;
     float4* acc = reinterpret_cast<float4*>(p.dq_accum + (blk.rows + blk.m * kQueryBlockRows) * kHeadDim);
-    for (int i = t; i < kQueryBlockRows * kHeadDim / 4; i += kAuxThreads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (!stored_by_block0)
+        for (int i = t; i < kQueryBlockRows * kHeadDim / 4; i += kAuxThreads) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (t == 0) p.semaphores[blk.rows / kQueryBlockRows + blk.m] = 0;
 }
 
@@ -1250,13 +1285,16 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     aux.num_m_blocks = static_cast<int>(w.seqlen_q_padded / kQueryBlockRows);
     aux.seqlen_q_padded = w.seqlen_q_padded;
     aux.scale = a.softmax_scale;
+    aux.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
+    aux.block_n = Config<kHeadDim, Elem>::kBlockN;
+    aux.deterministic = a.deterministic;
 
     KernelParams p;
     p.lse_log2 = aux.lse_log2;
     p.dpsum = aux.dpsum;
     p.dq_accum = aux.dq_accum;
     p.semaphores = aux.semaphores;
-    p.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
+    p.mask = aux.mask;
     p.heads_q = a.heads_q;
     p.heads_kv = a.heads_kv;
     p.heads_per_kv = a.heads_q / a.heads_kv;
