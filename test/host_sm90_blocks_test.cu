@@ -70,6 +70,36 @@ TEST(Sm90Mask, BlockCountsCoverExactlyTheVisibleKeysAndFlagEveryMaskedBlock) {
     }
 }
 
+// The backward's view from a KV block: CTA n (keys [n * kBlockN, +kBlockN)) adds dQ to query
+// blocks first_query_block(n * kBlockN, 64) .. num_m_blocks - 1. For every query block (padding
+// rows included), the CTAs that add to it are exactly n_blocks(m * 64, 64, kBlockN) in number,
+// the first of them KV block 0: HATTN_BWD_DET_FIRST_STORE's preprocess zeroes exactly the
+// accumulator blocks with none, and block 0 stores (it reaches every other block first).
+TEST(Sm90Mask, BackwardAddersOfAQueryBlockAreItsBlockCountStartingAtKvBlockZero) {
+    namespace bwd = hattn::bwd;
+    constexpr int kRows = bwd::kQueryBlockRows;
+    constexpr int kBlockN = bwd::Config<64, hattn::sm90::Bf16>::kBlockN;
+    static_assert(kBlockN == bwd::Config<256, hattn::sm90::Bf16, bwd::Grads::kDkDq, 1>::kBlockN, "one kBlockN");
+    std::mt19937 rng(19);
+    for (int trial = 0; trial < 400; ++trial) {
+        const Mask m{1 + static_cast<int>(rng() % 1500), 1 + static_cast<int>(rng() % 1500), trial % 3 != 0};
+        const int num_m = (m.seqlen_q + kRows - 1) / kRows, num_n = (m.seqlen_k + kBlockN - 1) / kBlockN;
+        for (int mb = 0; mb < num_m; ++mb) {
+            int adders = 0;
+            bool block0 = false;
+            for (int n = 0; n < num_n; ++n) {
+                if (mb >= m.first_query_block(n * kBlockN, kRows)) {
+                    ++adders;
+                    block0 |= n == 0;
+                }
+            }
+            ASSERT_EQ(adders, m.n_blocks(mb * kRows, kRows, kBlockN))
+                << "sq " << m.seqlen_q << " sk " << m.seqlen_k << " causal " << m.causal << " query block " << mb;
+            ASSERT_EQ(block0, adders > 0) << "sq " << m.seqlen_q << " sk " << m.seqlen_k << " query block " << mb;
+        }
+    }
+}
+
 // A consumer's 64-row slice skips the tile's highest blocks that none of its rows (in the
 // problem) sees: every skipped block is hidden from all of them, and the next one is not.
 TEST(Sm90Mask, HiddenBlocksOfASliceAreExactlyTheLeadingOnesItsRowsCannotSee) {
