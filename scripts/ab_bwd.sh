@@ -209,8 +209,9 @@ ab_limit=$((TOTAL_LIMIT - $(elapsed) - 15))
 # A round of 4 builds + cuDNN over 24 shapes is ~15 s, the checks and set-up ~40 s.
 if [ "$ab_limit" -lt 100 ] && [ "$ROUNDS" -gt 2 ]; then ROUNDS=2; echo "(only ${ab_limit} s left: 2 rounds)" >>"$LOGS/tests.txt"; fi
 [ "$ab_limit" -lt "$TIME_LIMIT" ] || ab_limit=$TIME_LIMIT
-timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd ${DETERMINISTIC:+--deterministic} ${DET_LIBS:+--det-libs "$DET_LIBS"} \
-  "${libs[@]}" --rounds "$ROUNDS" \
+det_args=()
+if [ "${DETERMINISTIC:-0}" = 1 ]; then det_args=(--deterministic); [ -z "${DET_LIBS:-}" ] || det_args+=(--det-libs "$DET_LIBS"); fi
+timeout "$ab_limit" python3 scripts/ab_fwd.py --bwd "${det_args[@]}" "${libs[@]}" --rounds "$ROUNDS" \
   --head-dims "${AB_DIMS:-64,128,256}" --seqlens "${AB_SEQLENS:-2048,4096,8192,16384}" --json "$OUT/ab_bwd.json" \
   >"$LOGS/ab.txt" 2>"$LOGS/ab.err" || status=$?
 t3=$(date +%s)
