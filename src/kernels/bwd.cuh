@@ -531,28 +531,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
         // Adds this warpgroup's dQ^T slices to the accumulator block of query block m, whose
         // slices are stored in fragment order (dq_accum_index): a warp's 16-byte reds of register
         // pairs 2j, 2j + 1 cover 512 contiguous bytes, where a row-major layout would spread each
-        // instruction over 8 lines (+20-35% overall; bench/RESULTS.md run 14).
+        // instruction over 8 lines (+20-35% overall; bench/RESULTS.md run 14). `write` takes each
+        // 16 bytes: a red by default; a store for the first of the deterministic mode's ordered
+        // adders (kDetFirstStore; a branch around the whole loop, not in it: in it, d256's dK + dQ
+        // kernel spilled 12 bytes).
         using DqFragment = float[Cfg::kDqSlices][kBlockM / 2];
-        auto add_dq = [&](float* block, const DqFragment& dq) {
+        auto red_v4 = [](float* at, float a, float b, float c, float d) { ptx::red_global_add_v4_f32(at, a, b, c, d); };
+        auto add_dq = [&](float* block, const DqFragment& dq, auto write) {
 #pragma unroll
             for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
                 float* slice = block + (dq_col(sl) / kMmaM) * Cfg::kDqSliceFloats;
 #pragma unroll
                 for (int i = 0; i < kBlockM / 2; i += 4)
-                    ptx::red_global_add_v4_f32(slice + dq_accum_index(i / 2, tid), dq[sl][i], dq[sl][i + 1], dq[sl][i + 2],
-                                               dq[sl][i + 3]);
-            }
-        };
-        // The same slices stored, not added (kDetFirstStore: the first of the ordered adders).
-        [[maybe_unused]] auto store_dq = [&](float* block, const DqFragment& dq) {
-#pragma unroll
-            for (int sl = 0; sl < Cfg::kDqSlices; ++sl) {
-                float* slice = block + (dq_col(sl) / kMmaM) * Cfg::kDqSliceFloats;
-#pragma unroll
-                for (int i = 0; i < kBlockM / 2; i += 4)
-                    ptx::st_global_v4_b32(slice + dq_accum_index(i / 2, tid),
-                                          make_uint4(__float_as_uint(dq[sl][i]), __float_as_uint(dq[sl][i + 1]),
-                                                     __float_as_uint(dq[sl][i + 2]), __float_as_uint(dq[sl][i + 3])));
+                    write(slice + dq_accum_index(i / 2, tid), dq[sl][i], dq[sl][i + 1], dq[sl][i + 2], dq[sl][i + 3]);
             }
         };
 
@@ -595,7 +586,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                         full.arrive();
                     }
                 } else if (!deterministic()) {
-                    add_dq(block, dq);
+                    add_dq(block, dq, red_v4);
                 } else {
                     // KV block n_block is the n_block-th to add to this query block (every block
                     // before it sees it too). Within the CTA, warpgroups whose slices overlap add
@@ -606,8 +597,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
 #pragma unroll
                     for (int turn = 0; turn < (Cfg::kDqOwnKeys ? Cfg::kConsumers : 1); ++turn) {
                         if (!Cfg::kDqOwnKeys || cw == turn) {
-                            if (kDetFirstStore && kWalkDown && n_block == 0 && turn == 0) store_dq(block, dq);
-                            else add_dq(block, dq);
+                            if (kDetFirstStore && kWalkDown && n_block == 0 && turn == 0) {
+                                add_dq(block, dq, [](float* at, float a, float b, float c, float d) {
+                                    ptx::st_global_v4_b32(at, make_uint4(__float_as_uint(a), __float_as_uint(b),
+                                                                         __float_as_uint(c), __float_as_uint(d)));
+                                });
+                            } else {
+                                add_dq(block, dq, red_v4);
+                            }
                         }
                         ptx::fence_acq_rel_gpu();
                         consumers.sync();
@@ -965,7 +962,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                         next_scores_then_wait();
                         release_stage();
                         ptx::wgmma_fence_operand(dq[0]);
-                        add_dq(dq_block(prev_head, prev_m), dq);
+                        add_dq(dq_block(prev_head, prev_m), dq, red_v4);
                     } else {
                         next_scores_then_wait();
                         release_stage();
@@ -992,7 +989,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) bwd_kernel(const __grid_cons
                 issue_dq_of_step(steps - 1);
                 ptx::wgmma_wait_group<0>();
                 ptx::wgmma_fence_operand(dq[0]);
-                add_dq(dq_block(prev_head, prev_m), dq);
+                add_dq(dq_block(prev_head, prev_m), dq, red_v4);
             }
         } else {
             // One loop of each kind, so the step is inlined twice (its mask is a template argument).
@@ -1266,6 +1263,7 @@ cudaError_t launch_bwd_kernel(const BwdArgs& a, const KernelParams& p, cudaStrea
 
 template <int kHeadDim, class Elem>
 cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string* error) {
+    using Cfg = Config<kHeadDim, Elem>;  // (every config of a head dim has its kBlockN)
     const WorkspaceLayout w = workspace_layout(a.batch, a.heads_q, a.seqlen_q, a.head_dim);
     auto* ws = static_cast<uint8_t*>(a.workspace);
     AuxParams aux;
@@ -1286,7 +1284,7 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     aux.seqlen_q_padded = w.seqlen_q_padded;
     aux.scale = a.softmax_scale;
     aux.mask = Mask{a.seqlen_q, a.seqlen_k, a.causal};
-    aux.block_n = Config<kHeadDim, Elem>::kBlockN;
+    aux.block_n = Cfg::kBlockN;
     aux.deterministic = a.deterministic;
 
     KernelParams p;
@@ -1303,7 +1301,6 @@ cudaError_t launch_bwd_typed(const BwdArgs& a, cudaStream_t stream, std::string*
     p.scale = a.softmax_scale;
     p.scale_log2 = a.softmax_scale * kLog2e;
     p.deterministic = a.deterministic;
-    using Cfg = Config<kHeadDim, Elem>;
     p.num_n_blocks = (a.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
 
     const int64_t aux_blocks = static_cast<int64_t>(aux.num_m_blocks) * a.heads_q * a.batch;
